@@ -24,6 +24,7 @@ class ToolContext:
     workspace: Path
     interrupted: threading.Event = field(default_factory=threading.Event)
     settings: dict[str, Any] = field(default_factory=dict)
+    caller: Any = None  # the agent calling the tool; delegate_task needs its parent
 
 
 @dataclass(frozen=True)
