@@ -1,0 +1,357 @@
+"""SQLite implementation of the delegation ledger: table ``async_delegations`` in ``state.db``.
+
+The ledger is a guest in ``state.db``: the session store owns the file and its journal mode,
+so nothing here ever sets ``journal_mode``. The database and its sidecars are owner-only
+(0o600) whatever the umask, because they hold conversation content.
+
+Speed: one connection per ledger (per process and file), opened once with the schema checked
+once, reused under a lock; single statements run in autocommit. Every use re-checks the
+file's identity (device, inode) so a ``state.db`` deleted or replaced while units run is
+noticed and reopened instead of silently writing into an unlinked file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from tools.async_delegation_ledger import DispatchRow, LedgerError, LedgerRow
+
+BUSY_TIMEOUT_S = 10.0
+
+_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("delegation_id", "TEXT PRIMARY KEY"),
+    ("origin_session", "TEXT NOT NULL DEFAULT ''"),
+    ("origin_ui_session_id", "TEXT NOT NULL DEFAULT ''"),
+    ("origin_session_id", "TEXT NOT NULL DEFAULT ''"),
+    ("parent_session_id", "TEXT"),
+    ("state", "TEXT NOT NULL"),
+    ("dispatched_at", "REAL NOT NULL"),
+    ("completed_at", "REAL"),
+    ("updated_at", "REAL NOT NULL"),
+    ("task_json", "TEXT"),
+    ("event_json", "TEXT"),
+    ("result_json", "TEXT"),
+    ("delivery_state", "TEXT NOT NULL DEFAULT 'pending'"),
+    ("delivery_attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("delivered_at", "REAL"),
+    ("delivery_claim", "TEXT"),
+    ("delivery_claimed_at", "REAL"),
+    ("owner_pid", "INTEGER"),
+    ("owner_started_at", "INTEGER"),
+)
+_COLUMN_NAMES = tuple(name for name, _ in _COLUMNS)
+_SELECT = f"SELECT {', '.join(_COLUMN_NAMES)} FROM async_delegations"
+_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS async_delegations ({', '.join(f'{n} {t}' for n, t in _COLUMNS)})",
+    "CREATE INDEX IF NOT EXISTS idx_async_delegations_delivery ON async_delegations(delivery_state, completed_at)",
+    "CREATE INDEX IF NOT EXISTS idx_async_delegations_live ON async_delegations(dispatched_at) WHERE state = 'running'",
+)
+_UPSERT_COLUMNS = (
+    "delegation_id", "origin_session", "origin_ui_session_id", "origin_session_id", "parent_session_id",
+    "state", "dispatched_at", "completed_at", "updated_at", "task_json", "event_json", "result_json",
+    "delivery_state", "delivery_attempts", "owner_pid", "owner_started_at",
+)
+_INSERT_DISPATCH = (
+    f"INSERT OR REPLACE INTO async_delegations ({', '.join(_UPSERT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_UPSERT_COLUMNS))})"
+)
+# Terminal write. An upsert: if the row vanished (state.db deleted under us) it is written
+# whole; if it exists, only the terminal fields move and delivery bookkeeping restarts.
+_UPSERT_COMPLETION = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT") + (
+    " ON CONFLICT(delegation_id) DO UPDATE SET state=excluded.state, completed_at=excluded.completed_at,"
+    " updated_at=excluded.updated_at, event_json=excluded.event_json, result_json=excluded.result_json,"
+    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL"
+)
+
+
+def dumps(obj: Any) -> str:
+    # default=str: a foreign object in a runner's result must not cost the whole record.
+    return json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads(raw: str | None) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def secure_files(path: Path, *, create_main: bool = False) -> None:
+    """Make the database and any sidecar owner-only; optionally create the main file 0o600."""
+    if create_main and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    for candidate in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal"))):
+        try:
+            if candidate.stat().st_mode & 0o777 != 0o600:
+                os.chmod(candidate, 0o600)
+        except FileNotFoundError:
+            continue
+
+
+def initialize_schema(conn: sqlite3.Connection) -> None:
+    """Create or reconcile the table and indexes. Never changes the journal mode."""
+    if sys.platform == "darwin":
+        # macOS fsync does not order writes; without these a checkpoint at shutdown can corrupt.
+        conn.execute("PRAGMA checkpoint_fullfsync=1")
+        conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(_SCHEMA[0])
+    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
+    for name, decl in _COLUMNS:
+        if name not in present:  # a ledger written by an older version
+            conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
+    for statement in _SCHEMA[1:]:
+        conn.execute(statement)
+
+
+def open_connection(path: Path) -> sqlite3.Connection:
+    """A new connection to ``path`` with the schema in place and file modes secured."""
+    secure_files(path, create_main=True)
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    try:
+        initialize_schema(conn)
+    except BaseException:
+        conn.close()
+        raise
+    secure_files(path)
+    return conn
+
+
+def classify_error(path: Path, exc: BaseException) -> LedgerError:
+    """Turn a raw sqlite/OS error into one that names the file, the cause and the fix."""
+    if isinstance(exc, LedgerError):
+        return exc
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return LedgerError(
+            f"{path} stayed locked by another process for more than {BUSY_TIMEOUT_S:.0f} s; "
+            "stop the process holding it (e.g. a long-running sqlite3 shell) — results are kept in memory meanwhile",
+            kind="locked")
+    if "not a database" in text or "malformed" in text or "corrupt" in text:
+        return LedgerError(
+            f"{path} is not a readable SQLite database ({exc}); move it aside "
+            f"(mv {path} {path}.corrupt) and offload will start a fresh ledger", kind="corrupt")
+    if "full" in text:
+        return LedgerError(f"the disk or database holding {path} is full ({exc}); free space to resume durable records",
+                           kind="full")
+    if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text or "unable to open" in text:
+        return LedgerError(f"cannot write {path} ({exc}); make {path.parent} writable by this user", kind="unwritable")
+    return LedgerError(f"ledger operation on {path} failed: {type(exc).__name__}: {exc}")
+
+
+class SqliteLedger:
+    """The ledger in one ``state.db``. Thread-safe; one instance per process and file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
+
+    # -- connection -------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def _connection(self, create: bool) -> sqlite3.Connection | None:
+        try:
+            st = os.stat(self.path)
+            identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            identity = None
+        if self._conn is not None and identity == self._identity and identity is not None:
+            return self._conn
+        self._drop_connection()
+        if identity is None and not create:
+            return None
+        self._conn = open_connection(self.path)
+        st = os.stat(self.path)
+        self._identity = (st.st_dev, st.st_ino)
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        self._conn, self._identity = None, None
+
+    @contextmanager
+    def _use(self, *, create: bool = False, transaction: bool = False) -> Iterator[sqlite3.Connection | None]:
+        with self._lock:
+            try:
+                conn = self._connection(create)
+                if conn is None:
+                    yield None
+                    return
+                if not transaction:
+                    yield conn
+                    return
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except (sqlite3.Error, OSError) as exc:
+                self._drop_connection()  # reopen next time: the file may have been repaired
+                raise classify_error(self.path, exc) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_connection()
+
+    # -- writes of the running engine ------------------------------------------------
+    def persist_dispatch(self, row: DispatchRow, now: float) -> None:
+        with self._use(create=True) as conn:
+            conn.execute(_INSERT_DISPATCH, _row_values(row, "running", None, now, None, None))
+
+    def forget(self, delegation_id: str) -> None:
+        with self._use() as conn:
+            if conn is not None:
+                conn.execute("DELETE FROM async_delegations WHERE delegation_id=?", (delegation_id,))
+
+    def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        with self._use(transaction=True) as conn:
+            if conn is None:
+                return False
+            found = conn.execute("SELECT result_json FROM async_delegations WHERE delegation_id=? AND state='running'",
+                                 (delegation_id,)).fetchone()
+            if found is None:
+                return False
+            results = [r for r in ((_loads(found[0]) or {}).get("results") or [])
+                       if r.get("task_index") != entry.get("task_index")]
+            results.append(entry)
+            conn.execute("UPDATE async_delegations SET result_json=?, updated_at=? WHERE delegation_id=?",
+                         (dumps({"results": results, "partial": True}), now, delegation_id))
+            return True
+
+    def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
+        with self._use(create=True) as conn:
+            conn.execute(_UPSERT_COMPLETION,
+                         _row_values(row, event.get("status") or "unknown", event.get("completed_at") or now, now,
+                                     dumps(event), dumps(result)))
+
+    # -- recovery and replay ------------------------------------------------------------
+    def running_rows(self) -> list[LedgerRow]:
+        return self._select("WHERE state='running' ORDER BY dispatched_at", ())
+
+    def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        return self._update(
+            "SET state='unknown', completed_at=?, updated_at=?, event_json=?, result_json=?, delivery_state='pending'"
+            " WHERE delegation_id=? AND state='running'",
+            (now, now, dumps(event), dumps(result), delegation_id))
+
+    def pending_rows(self) -> list[LedgerRow]:
+        return self._select("WHERE delivery_state='pending' AND state!='running' AND event_json IS NOT NULL"
+                            " ORDER BY completed_at, delegation_id", ())
+
+    def get(self, delegation_id: str) -> LedgerRow | None:
+        rows = self._select("WHERE delegation_id=?", (delegation_id,))
+        return rows[0] if rows else None
+
+    # -- delivery claims ------------------------------------------------------------------
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        with self._use() as conn:
+            if conn is None:
+                return None
+            changed = conn.execute(
+                "UPDATE async_delegations SET delivery_claim=?, delivery_claimed_at=?,"
+                " delivery_attempts=delivery_attempts+1 WHERE delegation_id=? AND delivery_state='pending'"
+                " AND (delivery_claim IS NULL OR delivery_claimed_at < ?)",
+                (claim, now, delegation_id, now - lease_s)).rowcount
+            if changed:
+                return True
+            exists = conn.execute("SELECT 1 FROM async_delegations WHERE delegation_id=?", (delegation_id,)).fetchone()
+            return False if exists else None
+
+    def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update("SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"
+                            " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
+                            (now, now, delegation_id, claim))
+
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+        dropped = self._update(
+            "SET delivery_state='dropped', updated_at=?, delivery_claim=NULL WHERE delegation_id=?"
+            " AND delivery_state='pending' AND delivery_claim=? AND delivery_attempts>=?",
+            (now, delegation_id, claim, max_attempts))
+        if dropped:
+            return "dropped"
+        released = self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=?"
+                                " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
+                                (now, delegation_id, claim))
+        return "pending" if released else ""
+
+    def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=?,"
+                            " delivery_attempts=MAX(0, delivery_attempts-1)"
+                            " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
+                            (now, delegation_id, claim))
+
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+        guard, params = (" AND delivery_claim=?", (claim,)) if claim is not None else ("", ())
+        return self._update("SET delivery_state='dropped', updated_at=?, delivery_claim=NULL"
+                            " WHERE delegation_id=? AND delivery_state='pending'" + guard,
+                            (now, delegation_id, *params))
+
+    def mark_delivered(self, delegation_id: str, now: float) -> bool:
+        return self._update("SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"
+                            " WHERE delegation_id=? AND delivery_state!='delivered'", (now, now, delegation_id))
+
+    # -- housekeeping -----------------------------------------------------------------------
+    def prune(self, now: float, retention_s: float, max_settled: int) -> int:
+        with self._use(transaction=True) as conn:
+            if conn is None:
+                return 0
+            settled = "delivery_state IN ('delivered','dropped')"
+            deleted = conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at < ?",
+                                   (now - retention_s,)).rowcount
+            cutoff = conn.execute(f"SELECT updated_at FROM async_delegations WHERE {settled}"
+                                  " ORDER BY updated_at DESC LIMIT 1 OFFSET ?", (max_settled,)).fetchone()
+            if cutoff is not None:
+                deleted += conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at <= ?",
+                                        (cutoff[0],)).rowcount
+            return deleted
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _update(self, tail: str, params: tuple[Any, ...]) -> bool:
+        with self._use() as conn:
+            if conn is None:
+                return False
+            return conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0
+
+    def _select(self, tail: str, params: tuple[Any, ...]) -> list[LedgerRow]:
+        with self._use() as conn:
+            if conn is None:
+                return []
+            return [_decode(row) for row in conn.execute(f"{_SELECT} {tail}", params).fetchall()]
+
+
+def _row_values(row: DispatchRow, state: str, completed_at: float | None, now: float,
+                event_json: str | None, result_json: str | None) -> tuple[Any, ...]:
+    return (row.delegation_id, row.origin_session, row.origin_ui_session_id, row.origin_session_id,
+            row.parent_session_id, state, row.dispatched_at, completed_at, now, dumps(row.task),
+            event_json, result_json, "pending", 0, row.owner_pid, row.owner_started_at)
+
+
+def _decode(values: tuple[Any, ...]) -> LedgerRow:
+    raw = dict(zip(_COLUMN_NAMES, values))
+    return LedgerRow(
+        delegation_id=raw["delegation_id"], origin_session=raw["origin_session"] or "", state=raw["state"],
+        dispatched_at=raw["dispatched_at"], completed_at=raw["completed_at"], updated_at=raw["updated_at"],
+        origin_ui_session_id=raw["origin_ui_session_id"] or "", origin_session_id=raw["origin_session_id"] or "",
+        parent_session_id=raw["parent_session_id"], task=_loads(raw["task_json"]), event=_loads(raw["event_json"]),
+        result=_loads(raw["result_json"]), delivery_state=raw["delivery_state"],
+        delivery_attempts=raw["delivery_attempts"], delivered_at=raw["delivered_at"],
+        delivery_claim=raw["delivery_claim"], delivery_claimed_at=raw["delivery_claimed_at"],
+        owner_pid=raw["owner_pid"], owner_started_at=raw["owner_started_at"],
+    )

@@ -1,0 +1,258 @@
+"""The ``delegate_task`` tool: schema, argument validation, config, credentials, building and
+running children, and the synchronous and background modes.
+
+Invariants: the tool never raises to the model — bad arguments, bad config and failures come
+back as ``{"status": "error", "error": ...}`` JSON that says what to change; routing identity
+is captured before any child is built (building a child may rebind session state); a child
+never gets a toolset its parent lacks. ``_build_child_agent``, ``_run_single_child``,
+``_resolve_delegation_credentials`` and ``_load_config`` are seams the acceptance suite patches.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tools.delegate_config import ConfigError, DelegationConfig, load_delegation_config
+from tools.toolspec import Tool, ToolContext
+
+KNOWN_TOOLSETS = ("terminal", "file", "web", "delegation")
+_FAILED = frozenset({"failed", "error"})
+
+
+class TaskArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    goal: str = Field(min_length=1)
+    context: str | None = None
+    toolsets: list[str] | None = None
+    group: str | None = None
+
+    @field_validator("goal")
+    @classmethod
+    def _goal_has_text(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("goal is empty; say what the subagent should do")
+        return v.strip()
+
+    @field_validator("toolsets")
+    @classmethod
+    def _known_toolsets(cls, v: list[str] | None) -> list[str] | None:
+        unknown = [t for t in v or [] if t not in KNOWN_TOOLSETS]
+        if unknown:
+            raise ValueError(f"unknown toolset(s) {unknown}; choose from {list(KNOWN_TOOLSETS)}")
+        return v
+
+
+class DelegateArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    goal: str | None = None
+    context: str | None = None
+    toolsets: list[str] | None = None
+    tasks: list[TaskArgs] | None = None
+    background: bool | None = None
+    max_iterations: int | None = Field(None, ge=1, le=10_000)
+    role: str | None = Field(None, pattern="^(leaf|orchestrator)$")
+
+    def task_list(self) -> list[TaskArgs]:
+        if (self.goal is None) == (self.tasks is None):
+            raise ValueError("pass exactly one of `goal` (one task) or `tasks` (several), not both or neither")
+        if self.tasks is not None:
+            if not self.tasks:
+                raise ValueError("`tasks` is empty; give at least one {\"goal\": ...}")
+            return self.tasks
+        return [TaskArgs(goal=self.goal, context=self.context, toolsets=self.toolsets)]
+
+
+DELEGATE_TASK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "goal": {"type": "string", "description": "One self-contained task for a subagent."},
+        "context": {"type": "string", "description": "Facts the subagent needs; it sees nothing else."},
+        "toolsets": {"type": "array", "items": {"type": "string", "enum": list(KNOWN_TOOLSETS)}},
+        "tasks": {"type": "array", "description": "Several tasks run in parallel (instead of goal).", "items": {
+            "type": "object", "required": ["goal"], "properties": {
+                "goal": {"type": "string"}, "context": {"type": "string"},
+                "toolsets": {"type": "array", "items": {"type": "string", "enum": list(KNOWN_TOOLSETS)}},
+                "group": {"type": "string", "description": "Tasks sharing a group report together."}}}},
+        "background": {"type": "boolean", "description": "Run in the background (default): you get a handle "
+                       "now and each result arrives later as a new message after you end your turn."},
+        "max_iterations": {"type": "integer", "minimum": 1},
+    },
+}
+
+
+@dataclass
+class Batch:
+    """One delegate_task call: its tasks, built children and where results must go."""
+
+    tasks: list[TaskArgs]
+    children: list[Any]
+    parent: Any
+    cfg: DelegationConfig
+    creds: dict[str, Any]
+    context: str | None = None
+    role: str = "leaf"
+    indexes: list[int] = field(default_factory=list)  # task indexes this batch (or unit) runs
+    group: str | None = None
+
+    @property
+    def goals(self) -> list[str]:
+        return [t.goal for t in self.tasks]
+
+
+def _error(message: str) -> str:
+    return json.dumps({"status": "error", "error": message})
+
+
+def _load_config() -> dict[str, Any]:
+    """The validated ``delegation`` config as a dict (raises ConfigError)."""
+    return load_delegation_config().model_dump()
+
+
+def _get_max_async_children() -> int:
+    try:
+        return DelegationConfig.model_validate(_load_config()).max_concurrent_children
+    except (ConfigError, ValidationError):
+        return DelegationConfig().max_concurrent_children
+
+
+def _str_attr(obj: Any, name: str) -> str | None:
+    value = getattr(obj, name, None)
+    return value if isinstance(value, str) and value else None
+
+
+def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
+    """Model and endpoint of the children: ``delegation.*`` first, then the parent's."""
+    base_url = cfg.base_url or _str_attr(parent, "base_url")
+    if cfg.api_key_env:
+        api_key = os.environ.get(cfg.api_key_env)
+        if not api_key:
+            raise ConfigError(f"delegation.api_key_env names {cfg.api_key_env}, which is not set; "
+                              f"export {cfg.api_key_env}=<key> or remove the setting")
+    elif cfg.base_url and cfg.base_url != _str_attr(parent, "base_url"):
+        api_key = None  # never send the parent's key to a different host
+    else:
+        api_key = _str_attr(parent, "api_key")
+    return {"model": cfg.model or _str_attr(parent, "model"), "provider": cfg.provider, "base_url": base_url,
+            "api_key": api_key, "api_mode": None, "command": None, "args": None}
+
+
+def _build_child_agent(*, task_index: int, goal: str, context: str | None, toolsets: list[str] | None, role: str,
+                       creds: dict[str, Any], max_iterations: int, parent_agent: Any) -> Any:
+    """The parent builds its own child, so tools/ never imports the agent runtime."""
+    return parent_agent.build_child(task_index=task_index, goal=goal, context=context, toolsets=toolsets, role=role,
+                                    model=creds.get("model"), base_url=creds.get("base_url"),
+                                    api_key=creds.get("api_key"), max_iterations=max_iterations,
+                                    subagent_id=f"sa-{task_index}-{os.urandom(3).hex()}")
+
+
+def _child_prompt(goal: str, context: str | None) -> str:
+    return f"{goal}\n\nContext from the parent agent:\n{context}" if context else goal
+
+
+def _run_single_child(task_index: int, goal: str, child: Any = None, parent_agent: Any = None,
+                      context: str | None = None, **_: Any) -> dict[str, Any]:
+    """Run one child to the end and describe the outcome as a result entry."""
+    started = time.monotonic()
+    try:
+        out = child.run_conversation(_child_prompt(goal, context))
+    except Exception as exc:
+        return _fabricated_entry(task_index, "failed", f"{type(exc).__name__}: {exc}", child, started)
+    summary = out.get("final_response")
+    usable = isinstance(summary, str) and summary.strip() not in ("", "(empty)")
+    if out.get("interrupted") or out.get("exit_reason") == "interrupted":
+        status, exit_reason = "interrupted", "interrupted"
+    elif out.get("error") or out.get("exit_reason") == "error":
+        status, exit_reason = "failed", "error"
+    else:
+        exit_reason = "completed" if out.get("completed") else "max_iterations"
+        status = "completed" if usable else "failed"
+    entry = {"task_index": task_index, "status": status, "summary": summary if usable else None,
+             "api_calls": int(out.get("api_calls") or 0), "duration_seconds": round(time.monotonic() - started, 2),
+             "model": out.get("model") or _str_attr(child, "model"), "exit_reason": exit_reason,
+             "truncated": exit_reason == "max_iterations"}
+    if out.get("error"):
+        entry["error"] = str(out["error"])
+    elif status == "failed":
+        entry["error"] = "the subagent ended without a usable summary"
+    return entry
+
+
+def _fabricated_entry(task_index: int, status: str, error: str, child: Any, started: float) -> dict[str, Any]:
+    return {"task_index": task_index, "status": status, "summary": None, "api_calls": 0, "error": error,
+            "duration_seconds": round(time.monotonic() - started, 2), "model": _str_attr(child, "model"),
+            "exit_reason": "interrupted" if status == "interrupted" else "error", "truncated": False}
+
+
+def delegate_task(goal: str | None = None, context: str | None = None, toolsets: list[str] | None = None,
+                  tasks: list[dict[str, Any]] | None = None, background: bool | None = None,
+                  max_iterations: int | None = None, role: str | None = None, parent_agent: Any = None,
+                  **extra: Any) -> str:
+    """Delegate one task (``goal``) or several (``tasks``) to subagents. Returns JSON text."""
+    try:
+        args = DelegateArgs(goal=goal, context=context, toolsets=toolsets, tasks=tasks, background=background,
+                            max_iterations=max_iterations, role=role, **extra)
+        task_list = args.task_list()
+        cfg = DelegationConfig.model_validate(_load_config())
+    except ValidationError as exc:
+        return _error(_describe_validation(exc))
+    except (ValueError, ConfigError) as exc:
+        return _error(str(exc))
+    if parent_agent is None:
+        return _error("delegate_task needs the calling agent (parent_agent); it was called outside an agent turn")
+    try:
+        return json.dumps(_delegate(args, task_list, cfg, parent_agent), default=str)
+    except ConfigError as exc:
+        return _error(str(exc))
+
+
+def _describe_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        msg = "unexpected argument; remove it" if err["type"] == "extra_forbidden" else err["msg"]
+        parts.append(f"{where}: {msg}")
+    return "invalid delegate_task arguments: " + "; ".join(parts)
+
+
+def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
+    from tools import delegate_tool_dispatch as dispatch
+
+    depth = getattr(parent, "_delegate_depth", 0)
+    depth = depth if isinstance(depth, int) else 0
+    if depth >= cfg.max_spawn_depth:
+        return {"status": "error", "error": f"subagents at depth {depth} cannot delegate further "
+                f"(delegation.max_spawn_depth={cfg.max_spawn_depth}); do the work yourself"}
+    if len(task_list) > cfg.max_concurrent_children:
+        return {"status": "error", "error": f"{len(task_list)} tasks exceed delegation.max_concurrent_children="
+                f"{cfg.max_concurrent_children}; split the call or raise the key"}
+    creds = _resolve_delegation_credentials(cfg, parent)
+    background = args.background if args.background is not None else (cfg.background and depth == 0)
+    routing = dispatch.capture_routing(parent) if background else None  # before any child is built
+    batch = Batch(tasks=task_list, children=[], parent=parent, cfg=cfg, creds=creds, context=args.context,
+                  role=args.role or "leaf", indexes=list(range(len(task_list))))
+    budget = args.max_iterations or cfg.max_iterations
+    for i, task in enumerate(task_list):
+        batch.children.append(_build_child_agent(
+            task_index=i, goal=task.goal, context=task.context or args.context, toolsets=task.toolsets,
+            role=batch.role, creds=creds, max_iterations=budget, parent_agent=parent))
+    if routing is None:
+        return dispatch.run_sync(batch)
+    if not routing["async_delivery"]:
+        return dispatch.run_sync(batch, note="no_async")
+    return dispatch.dispatch_background(batch, routing)
+
+
+def _tool_handler(args: dict[str, Any], ctx: ToolContext) -> str:
+    return delegate_task(**args, parent_agent=ctx.caller)
+
+
+TOOLS = [Tool("delegate_task", "delegation",
+              "Hand work to subagents. In the background (default) you get a handle at once and keep "
+              "talking to the user; each result arrives later as a new message after you end your turn. "
+              "Give each task a self-contained goal and the context it needs.",
+              DELEGATE_TASK_SCHEMA, _tool_handler)]

@@ -1,0 +1,239 @@
+"""Running a delegate_task call: background fan-out through the engine, or synchronously.
+
+Background: a call becomes completion units — one per call by default, or one per group and
+per ungrouped task with ``delegation.independent_completions`` — dispatched with one shared
+``slot_key`` so splitting never uses more capacity. Each unit runner records every finished
+child in the ledger at once (before any post-processing), so a crash costs only the children
+that had not finished. If the first unit is refused at capacity, the whole call runs
+synchronously with a note saying so.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from tools import async_delegation as ad
+from tools import delegate_tool as dt
+
+_NOTES = {
+    "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
+                   "do not poll or wait for it. Tell the user what you started and carry on."),
+    "no_async": ("Background delivery is not available in this session (one-shot or stateless channel), so the "
+                 "subagents ran synchronously; their results are below."),
+    "at_capacity": ("The background pool was full (delegation.max_concurrent_children={cap}), so this batch ran "
+                    "synchronously; its results are below. Raise the key to allow more background work."),
+}
+
+
+def capture_routing(parent: Any) -> dict[str, Any]:
+    """Who the results belong to. Must run before children are built."""
+    from tools.approval_context import get_current_session_key
+    from tools.session_env import async_delivery_supported, get_session_env
+
+    parent_sid = dt._str_attr(parent, "session_id")
+    session_key = get_current_session_key(default="")
+    if get_session_env("HERMES_SESSION_SOURCE", "") == "tui" and parent_sid:
+        session_key = parent_sid  # compression may have rotated the id since the turn began
+    origin = {k: v for k, v in (("scope_id", get_session_env("HERMES_SESSION_SCOPE_ID", "")),
+                                ("user_id", get_session_env("HERMES_SESSION_USER_ID", "")),
+                                ("user_name", get_session_env("HERMES_SESSION_USER_NAME", ""))) if v}
+    return {"session_key": session_key or parent_sid or "", "parent_session_id": parent_sid,
+            "origin_ui_session_id": get_session_env("HERMES_UI_SESSION_ID", "") or "",
+            "origin_session_id": "", "origin": origin, "async_delivery": async_delivery_supported()}
+
+
+def _units_of(batch: dt.Batch) -> list[dt.Batch]:
+    if not batch.cfg.independent_completions:
+        return [batch]
+    plan: list[tuple[str | None, list[int]]] = []  # in order of first appearance
+    groups: dict[str, list[int]] = {}
+    for i in batch.indexes:
+        group = batch.tasks[i].group
+        if group is None:
+            plan.append((None, [i]))
+        elif group in groups:
+            groups[group].append(i)
+        else:
+            groups[group] = [i]
+            plan.append((group, groups[group]))
+    position = {index: k for k, index in enumerate(batch.indexes)}
+    return [replace(batch, indexes=indexes, group=group, children=[batch.children[position[i]] for i in indexes])
+            for group, indexes in plan]
+
+
+def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, Any]:
+    units = _units_of(batch)
+    call_id = ad._new_delegation_id()
+    cap = batch.cfg.max_concurrent_children
+    handles, inline, slot_key = [], [], None
+    for k, unit in enumerate(units):
+        unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"
+        res = _dispatch_unit(unit, unit_id, routing, cap, slot_key)
+        if res["status"] == "dispatched":
+            slot_key = slot_key or unit_id
+            handles.append({"delegation_id": unit_id, "group": unit.group, "task_indexes": unit.indexes})
+        elif k == 0:
+            return run_sync(batch, note="at_capacity")
+        else:  # a later unit can only fail to schedule, never at capacity: run it here
+            inline.extend(_run_children(unit, None, honor_parent_interrupt=True))
+    handle: dict[str, Any] = {"status": "dispatched", "mode": "background", "count": len(batch.tasks),
+                              "delegation_id": handles[0]["delegation_id"], "goals": batch.goals,
+                              "note": _NOTES["background"]}
+    if len(units) > 1:
+        handle["units"] = handles
+    if inline:
+        handle["inline_results"] = _finalize_child_results(inline, batch)
+    return handle
+
+
+def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: int, slot_key: str | None):
+    whole_call = unit.indexes == list(range(len(unit.tasks)))
+    return ad.dispatch_async_delegation_batch(
+        goals=unit.goals, context=unit.context, toolsets=None, role=unit.role, model=unit.creds.get("model"),
+        session_key=routing["session_key"], parent_session_id=routing["parent_session_id"],
+        origin_ui_session_id=routing["origin_ui_session_id"], origin_session_id=routing["origin_session_id"],
+        runner=_unit_runner(unit, unit_id), interrupt_fn=lambda: _signal_child_stop(unit.children),
+        max_async_children=cap, delegation_id=unit_id, slot_key=slot_key,
+        task_indexes=None if whole_call else unit.indexes, group=unit.group,
+        progress_fn=_batch_progress_token(unit.children), origin=routing["origin"])
+
+
+def _unit_runner(unit: dt.Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
+    def run() -> dict[str, Any]:
+        started = time.monotonic()
+        entries = _run_children(unit, lambda entry: ad.record_unit_child(unit_id, entry))
+        out: dict[str, Any] = {"results": _finalize_child_results(entries, unit),
+                               "total_duration_seconds": round(time.monotonic() - started, 2)}
+        if unit.group:
+            out["group"] = unit.group
+        return out
+    return run
+
+
+def run_sync(batch: dt.Batch, note: str | None = None) -> dict[str, Any]:
+    started = time.monotonic()
+    _attach(batch)
+    try:
+        entries = _run_children(batch, None, honor_parent_interrupt=True)
+    finally:
+        _detach(batch)
+    out: dict[str, Any] = {"status": "completed", "mode": "sync", "results": _finalize_child_results(entries, batch),
+                           "total_duration_seconds": round(time.monotonic() - started, 2)}
+    if note:
+        out["note"] = _NOTES[note].format(cap=batch.cfg.max_concurrent_children)
+    return out
+
+
+def _run_children(unit: dt.Batch, on_entry: Callable[[dict], Any] | None,
+                  honor_parent_interrupt: bool = False) -> list[dict[str, Any]]:
+    """Run the unit's children in parallel; hand each entry to ``on_entry`` as it lands."""
+    done: queue.Queue[dict[str, Any]] = queue.Queue()
+    jobs = list(zip(unit.indexes, unit.children))
+
+    def run_one(index: int, child: Any) -> None:
+        task = unit.tasks[index]
+        started = time.monotonic()
+        try:
+            entry = dt._run_single_child(index, task.goal, child=child, parent_agent=unit.parent,
+                                         context=task.context or unit.context)
+        except BaseException as exc:  # a crashing child is a failed task, not a dead unit
+            entry = dt._fabricated_entry(index, "failed", f"{type(exc).__name__}: {exc}", child, started)
+        done.put(entry)
+
+    if len(jobs) == 1:
+        run_one(*jobs[0])
+    else:
+        for index, child in jobs:
+            threading.Thread(target=run_one, args=(index, child), name=f"delegate-child-{index}", daemon=True).start()
+    return _collect(unit, done, len(jobs), on_entry, honor_parent_interrupt)
+
+
+def _collect(unit: dt.Batch, done: queue.Queue, expected: int, on_entry, honor_parent_interrupt: bool) -> list:
+    entries: list[dict[str, Any]] = []
+    deadline = None
+    while len(entries) < expected:
+        try:
+            entry = done.get(timeout=0.2)
+        except queue.Empty:
+            if honor_parent_interrupt and deadline is None and getattr(unit.parent, "_interrupt_requested", False) is True:
+                _signal_child_stop(unit.children)
+                deadline = time.monotonic() + 10.0  # children get this long to unwind
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            continue
+        entries.append(entry)
+        if on_entry is not None:
+            on_entry(entry)
+    seen = {e.get("task_index") for e in entries}
+    for index, child in zip(unit.indexes, unit.children):
+        if index not in seen:
+            entries.append(dt._fabricated_entry(index, "interrupted", "the parent was interrupted", child,
+                                                time.monotonic()))
+    return entries
+
+
+def _finalize_child_results(entries: list[dict[str, Any]], unit: dt.Batch) -> list[dict[str, Any]]:
+    """Public result entries: private keys dropped, summaries capped (head and tail kept)."""
+    cap = unit.cfg.max_summary_chars
+    results = []
+    for entry in sorted(entries, key=lambda e: e.get("task_index", 0)):
+        clean = {k: v for k, v in entry.items() if not str(k).startswith("_")}
+        summary = clean.get("summary")
+        if isinstance(summary, str) and len(summary) > cap:
+            cut = len(summary) - cap
+            clean["summary"] = f"{summary[: cap // 2]}\n[... {cut} characters cut ...]\n{summary[-cap // 2:]}"
+            clean["summary_truncated"] = True
+        results.append(clean)
+    return results
+
+
+def _batch_progress_token(children: list[Any]) -> Callable[[], tuple[tuple, bool]]:
+    def sample() -> tuple[tuple, bool]:
+        token, in_tool = [], False
+        for child in children:
+            try:
+                summary = child.get_activity_summary()
+            except Exception:
+                summary = None
+            if not isinstance(summary, dict):
+                token.append(None)
+                continue
+            tool = summary.get("current_tool")
+            in_tool = in_tool or bool(tool)
+            token.append((summary.get("api_call_count"), tool, summary.get("last_activity_ts")))
+        return tuple(token), in_tool
+    return sample
+
+
+def _signal_child_stop(children: list[Any]) -> None:
+    for child in children:
+        try:
+            child.interrupt("Async delegation cancelled")
+        except Exception:
+            pass  # one broken child must not keep its siblings running
+
+
+def _attach(batch: dt.Batch) -> None:
+    """Synchronous children belong to the parent's turn: a parent interrupt reaches them."""
+    _with_children_list(batch.parent, lambda kids: kids.extend(batch.children))
+
+
+def _detach(batch: dt.Batch) -> None:
+    def drop(kids: list) -> None:
+        kids[:] = [c for c in kids if not any(c is b for b in batch.children)]
+    _with_children_list(batch.parent, drop)
+
+
+def _with_children_list(parent: Any, change: Callable[[list], Any]) -> None:
+    kids = getattr(parent, "_active_children", None)
+    if not isinstance(kids, list):
+        return
+    lock = getattr(parent, "_active_children_lock", None)
+    if lock is None:
+        change(kids)
+        return
+    with lock:
+        change(kids)
