@@ -63,15 +63,22 @@ class DaemonThreadPool:
             if job is None:
                 return
             future, fn = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # a job may fail; the worker must not
-                    future.set_exception(exc)
+            if not future.set_running_or_notify_cancel():
+                with self._lock:
+                    self._idle += 1
+                continue
+            try:
+                outcome, failed = fn(), False
+            except BaseException as exc:  # a job may fail; the worker must not
+                outcome, failed = exc, True
             with self._lock:
-                if self._shutdown:
-                    return
+                # Count ourselves idle before the caller can see the result, so a submit
+                # right after it reuses this worker instead of starting another.
                 self._idle += 1
+                stop = self._shutdown
+            future.set_exception(outcome) if failed else future.set_result(outcome)
+            if stop:
+                return
 
     def shutdown(self, wait: bool = False) -> None:
         with self._lock:

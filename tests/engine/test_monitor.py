@@ -1,0 +1,97 @@
+"""The stall check: the pure sweep with a chosen ``now``, and the engine applying it."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.engine.conftest import wait_event
+from tools import async_delegation as ad
+from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, sweep
+
+LIMITS = Thresholds(idle_s=450.0, in_tool_s=1200.0, grace_s=120.0)
+
+
+def obs(**kw) -> Observation:
+    base = dict(delegation_id="d", status="running", started=True, token=(1,), in_tool=False, last_token=(1,),
+                progress_at=0.0, interrupted_at=None)
+    base.update(kw)
+    return Observation(**base)
+
+
+def test_a_changed_token_is_progress():
+    d = sweep([obs(token=(2,))], now=10_000.0, limits=LIMITS)
+    assert d.progressed == {"d": (2,)} and not d.stalled
+
+
+def test_quiet_past_the_idle_threshold_stalls():
+    assert not sweep([obs()], now=449.9, limits=LIMITS).stalled
+    (stall,) = sweep([obs()], now=450.0, limits=LIMITS).stalled
+    assert (stall.quiet_s, stall.threshold_s, stall.in_tool) == (450.0, 450.0, False)
+
+
+def test_in_tool_uses_the_higher_threshold():
+    assert not sweep([obs(in_tool=True)], now=1000.0, limits=LIMITS).stalled
+    (stall,) = sweep([obs(in_tool=True)], now=1200.0, limits=LIMITS).stalled
+    assert stall.in_tool and stall.threshold_s == 1200.0
+
+
+def test_a_unit_waiting_in_the_pool_accrues_nothing_but_keeps_the_monitor_alive():
+    d = sweep([obs(started=False)], now=10**6, limits=LIMITS)
+    assert not d.stalled and d.monitorable
+
+
+def test_unreadable_sampler_is_never_progress_and_never_in_tool():
+    (stall,) = sweep([obs(token=UNREADABLE, in_tool=True)], now=450.0, limits=LIMITS).stalled
+    assert not stall.in_tool
+
+
+def test_grace_window_then_expiry():
+    assert not sweep([obs(status="stalling", interrupted_at=100.0)], now=219.0, limits=LIMITS).expired
+    assert sweep([obs(status="stalling", interrupted_at=100.0)], now=220.0, limits=LIMITS).expired == ["d"]
+
+
+def test_nothing_to_watch():
+    assert sweep([], now=0.0, limits=LIMITS).monitorable is False
+
+
+@pytest.mark.timeout(30)
+def test_engine_interrupts_then_forces_stalled_and_ignores_the_late_return(monkeypatch):
+    monkeypatch.setattr(ad, "_STALE_CHECK_INTERVAL", 3600.0)  # the loop stays out of the way
+    started, gate, interrupted = threading.Event(), threading.Event(), threading.Event()
+    res = ad.dispatch_async_delegation(
+        goal="frozen   child\nwith spaces", context=None, toolsets=None, role="leaf", model="m", session_key="",
+        runner=lambda: (started.set(), gate.wait(10), {"status": "completed", "summary": "late"})[2],
+        interrupt_fn=interrupted.set, progress_fn=lambda: (((0, None, 1.0),), False))
+    did = res["delegation_id"]
+    assert started.wait(5)
+    now = time.monotonic()
+    ad._check_stalls(now)  # first sample stores the token
+    ad._check_stalls(now + ad._STALE_IDLE_SECONDS + 1)
+    assert interrupted.is_set()
+    (item,) = [d for d in ad.list_async_delegations() if d["delegation_id"] == did]
+    assert item["status"] == "stalling" and item["stall_threshold_seconds"] == ad._STALE_IDLE_SECONDS
+    ad._check_stalls(now + ad._STALE_IDLE_SECONDS + 1 + ad._STALL_GRACE_SECONDS)
+    evt = wait_event(did)
+    assert evt["status"] == "stalled" and evt["stall_phase"] == "idle"
+    assert 'Background task "frozen child with spaces" stopped responding after 8 min' in evt["error"]
+    gate.set()
+    with pytest.raises(Exception):
+        wait_event(did, timeout_s=0.5)
+    assert ad.active_count() == 0
+
+
+@pytest.mark.timeout(30)
+def test_monitor_thread_exits_when_nothing_is_left_to_watch(monkeypatch):
+    monkeypatch.setattr(ad, "_STALE_CHECK_INTERVAL", 0.01)
+    gate = threading.Event()
+    res = ad.dispatch_async_delegation(goal="g", context=None, toolsets=None, role="leaf", model="m",
+                                       session_key="", runner=lambda: (gate.wait(10), {})[1],
+                                       progress_fn=lambda: ((time.monotonic(),), False))
+    thread = ad._monitor_thread
+    assert thread is not None and thread.name == "async-delegate-stale-monitor" and thread.daemon
+    gate.set()
+    wait_event(res["delegation_id"])
+    thread.join(timeout=5)
+    assert not thread.is_alive()
