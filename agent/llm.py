@@ -89,20 +89,25 @@ class LLMClient:
         self._sleep, self._clock = sleep, clock
         self._rng = rng or random.Random()
         self._on_retry = on_retry
+        self._owns_http_client = http_client is None
+        self._http_client, self._sdk = self._make_sdk(api_key, http_client, connect_timeout_s)
+
+    def _make_sdk(self, api_key: str | None, http_client: httpx.Client | None, connect_timeout_s: float):
         # The HTTP read timeout only frees an abandoned reader thread; the idle check in
         # _read_stream fires first, so it sits a little above stream_idle_timeout_s.
-        timeout = httpx.Timeout(connect_timeout_s, read=stream_idle_timeout_s + 5.0)
-        self._owns_http_client = http_client is None
-        self._http_client = http_client or httpx.Client(timeout=timeout)
-        self._sdk = openai.OpenAI(
+        timeout = httpx.Timeout(connect_timeout_s, read=self.stream_idle_timeout_s + 5.0)
+        http_client = http_client or httpx.Client(timeout=timeout)
+        sdk = openai.OpenAI(
             base_url=self.base_url,
             api_key=api_key or PLACEHOLDER_API_KEY,
-            http_client=self._http_client,
-            max_retries=0,
+            http_client=http_client,
+            max_retries=0,  # retries are ours: interruptible and observable
             timeout=timeout,
         )
+        return http_client, sdk
 
     def close(self) -> None:
+        """Release the connection pool if this client created it."""
         if self._owns_http_client:
             self._http_client.close()
 
