@@ -92,7 +92,9 @@ class LLMClient:
         self._owns_http_client = http_client is None
         self._http_client, self._sdk = self._make_sdk(api_key, http_client, connect_timeout_s)
 
-    def _make_sdk(self, api_key: str | None, http_client: httpx.Client | None, connect_timeout_s: float):
+    def _make_sdk(
+        self, api_key: str | None, http_client: httpx.Client | None, connect_timeout_s: float
+    ) -> tuple[httpx.Client, openai.OpenAI]:
         # The HTTP read timeout only frees an abandoned reader thread; the idle check in
         # _read_stream fires first, so it sits a little above stream_idle_timeout_s.
         timeout = httpx.Timeout(connect_timeout_s, read=self.stream_idle_timeout_s + 5.0)
@@ -129,6 +131,8 @@ class LLMClient:
             except Exception as exc:  # sorted into retry / fail-fast right below
                 failure = self._classify(exc)
                 if not failure.retryable or attempt == self.max_retries:
+                    if failure.error is exc:
+                        raise
                     raise failure.error from exc
             delay_s = self._delay_s(attempt, failure.retry_after_s)
             self._announce_retry(RetryNotice(attempt + 1, delay_s, str(failure.error)))
@@ -136,7 +140,13 @@ class LLMClient:
                 return AssistantTurn("", [], "interrupted")
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _attempt(self, messages, tools, on_activity, should_stop) -> AssistantTurn:
+    def _attempt(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_activity: Callable[[], None] | None,
+        should_stop: Callable[[], bool],
+    ) -> AssistantTurn:
         try:
             return self._read_stream(self._open(messages, tools), on_activity, should_stop)
         except openai.BadRequestError as exc:
@@ -157,7 +167,9 @@ class LLMClient:
             kwargs["extra_body"] = self._extra_body
         return StreamPump(lambda: self._sdk.chat.completions.create(**kwargs)).start()
 
-    def _read_stream(self, pump: StreamPump, on_activity, should_stop) -> AssistantTurn:
+    def _read_stream(
+        self, pump: StreamPump, on_activity: Callable[[], None] | None, should_stop: Callable[[], bool]
+    ) -> AssistantTurn:
         assembler = TurnAssembler()
         last_data_at = self._clock()
         try:
