@@ -1,0 +1,41 @@
+"""System prompts for top-level agents and for subagents.
+
+Owns the wording only. Invariant: a subagent prompt always tells the child it is a focused
+subagent that must end with a concise final summary of what it did and found, because that
+final answer is the only thing the parent receives.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def default_system_prompt(workspace: Path) -> str:
+    return (
+        "You are a capable assistant that uses tools to get work done. "
+        f"Your workspace directory is {workspace}. Prefer acting with tools over guessing; "
+        "when you are done, answer concisely."
+    )
+
+
+def subagent_system_prompt(
+    *, goal: str, context: str | None, task_index: int, role: str, workspace: Path
+) -> str:
+    parts = [
+        f"You are a focused subagent (task #{task_index}) working for a parent agent. "
+        "Do only the task below; the parent cannot see your tool calls or intermediate messages.",
+        f"Your workspace directory is {workspace}.",
+        f"TASK:\n{goal}",
+    ]
+    if context and context.strip():
+        parts.append(f"CONTEXT FROM THE PARENT:\n{context.strip()}")
+    if role == "orchestrator":
+        parts.append(
+            "You may split the work with the delegate_task tool; wait for your workers' results "
+            "and combine them before you answer."
+        )
+    parts.append(
+        "When you are finished, reply with a concise final summary of what you did and what you "
+        "found (results, file paths, commands, open problems). That final message is all the "
+        "parent receives, so make it self-contained."
+    )
+    return "\n\n".join(parts)
