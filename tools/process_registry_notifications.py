@@ -21,6 +21,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 from tools.notification_text import clip, format_age, format_count, inline, quote_block
@@ -53,9 +54,7 @@ def _delegation_config() -> dict[str, Any]:
     which owns config loading, is absent or broken.
     """
     try:
-        from tools import delegate_tool
-
-        config = delegate_tool._load_config()
+        config = importlib.import_module("tools.delegate_tool")._load_config()
     except Exception:
         return {}
     return config if isinstance(config, dict) else {}
