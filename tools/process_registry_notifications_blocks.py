@@ -133,7 +133,9 @@ def recovery_lines(evt: dict[str, Any]) -> list[str]:
         if _present(transcripts.get(idx)):
             lines.append(f"Task index {label} transcript (may be incomplete): {inline(transcripts[idx])}")
         if _present(tails.get(idx)):
-            lines += [f"--- last lines of task {label} transcript ---", quote_block(tails[idx]), "--- end ---"]
+            lines += [
+                f"--- last lines of task {label} transcript ---", quote_block(tails[idx]), "--- end ---",
+            ]
     if _present(evt.get("git_state_hint")):
         lines.append(f"Owner working tree at recovery: {inline(evt['git_state_hint'])}")
     return lines
@@ -196,7 +198,8 @@ def batch_block(evt: dict[str, Any], notice: list[str]) -> str:
     title = f"[ASYNC DELEGATION BATCH COMPLETE — {inline(evt.get('delegation_id')) or '?'}]"
     lines = preamble(evt, title, BATCH_INTRO.format(unit=_unit_phrase(evt, results)), with_goal=False)
     total = evt.get("total_duration_seconds")
-    lines[-1] += f"   Total duration: {format_seconds(total if is_number(total) else evt.get('duration_seconds'))}s"
+    total = total if is_number(total) else evt.get("duration_seconds")
+    lines[-1] += f"   Total duration: {format_seconds(total)}s"
     error, recovery = evt.get("error"), recovery_lines(evt)
     if not results and _present(error):
         lines += _section(recovery)
@@ -228,7 +231,8 @@ def task_block(entry: dict[str, Any], goals: list[Any], n_tasks: int, pos: int =
     head = f"--- {icon} TASK {idx + 1}/{n_tasks}" + (f": {goal}" if goal else "")
     lines = [f"{head}  ({', '.join(details)}) ---", *_task_body(entry, status, truncated)]
     if _present(entry.get("live_transcript")):
-        lines.append(f"Full live transcript (complete tool/assistant trace): {inline(entry['live_transcript'])}")
+        transcript = inline(entry["live_transcript"])
+        lines.append(f"Full live transcript (complete tool/assistant trace): {transcript}")
     return lines + process_lines(entry)
 
 
@@ -286,12 +290,14 @@ def interim_block(evt: dict[str, Any]) -> str:
     idx = task_index(entry)
     n_tasks = format_count(evt.get("n_tasks"), default=str(len(goals) or 1))
     error = inline(entry.get("error") or evt.get("error")) or "(no error reported)"
+    delegation_id = inline(evt.get("delegation_id")) or "?"
+    duration = format_seconds(entry.get("duration_seconds"))
     lines = [
-        f"[ASYNC DELEGATION TASK FAILED — {inline(evt.get('delegation_id')) or '?'}, task {idx + 1}/{n_tasks}]",
+        f"[ASYNC DELEGATION TASK FAILED — {delegation_id}, task {idx + 1}/{n_tasks}]",
         INTERIM_INTRO,
         "",
         f"Task: {quote_block(goal_for(entry, goals, evt.get('goal')))}",
-        f"Status: {_status(entry.get('status'))}   Duration: {format_seconds(entry.get('duration_seconds'))}s",
+        f"Status: {_status(entry.get('status'))}   Duration: {duration}s",
         f"Error: {error[:400]}",
     ]
     transcript = entry.get("live_transcript") or evt.get("live_transcript")
