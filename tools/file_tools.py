@@ -41,8 +41,10 @@ def _existing_file(ctx: ToolContext, args: dict[str, Any], tool: str) -> tuple[P
     target = resolve_inside(workspace, raw, tool)
     if target.is_dir():
         raise ToolError(f"{tool}: '{raw}' is a folder, not a file; use list_files to see what is in it.")
-    if not target.is_file():
+    if not target.exists():
         raise ToolError(f"{tool}: '{raw}' does not exist in the workspace; check the name with list_files.")
+    if not target.is_file():  # a FIFO or device would block or never end
+        raise ToolError(f"{tool}: '{raw}' is not a regular file (a pipe, socket or device), so it is not read.")
     try:
         binary = looks_binary(target)
     except OSError as exc:

@@ -15,6 +15,7 @@ import codecs
 import fnmatch
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,9 @@ def _candidate_files(workspace: Path, root: Path, glob: str | None, stats: _Sear
 def _search_file(path: Path, shown: str, regex: re.Pattern[str], results: list[str], max_results: int) -> bool:
     """Append matches from one file; False if the file was skipped instead of searched."""
     try:
-        if path.stat().st_size > _MAX_SEARCHED_FILE_BYTES or looks_binary(path):
+        info = path.stat()
+        # Only regular files: opening a FIFO would block the search forever.
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SEARCHED_FILE_BYTES or looks_binary(path):
             return False
         with path.open("r", encoding="utf-8", errors="replace") as handle:
             for number, line in enumerate(handle, start=1):
@@ -128,7 +131,8 @@ def _format_search(results: list[str], stats: _SearchStats, pattern: str, root_s
     )
     if not results:
         return f"No matches for {pattern!r} in {root_shown} ({stats.searched} files searched{skipped})."
-    footer = f"[{len(results)} matches in {root_shown}; {stats.searched} files searched{skipped}]"
+    matches = f"{len(results)} match" + ("es" if len(results) != 1 else "")
+    footer = f"[{matches} in {root_shown}; {stats.searched} files searched{skipped}]"
     if stats.capped:
         footer = f"[stopped at {max_results} matches; narrow the pattern, path or glob to see the rest{skipped}]"
     return "\n".join(results) + "\n" + footer

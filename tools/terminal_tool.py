@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from tools.tool_args import optional_number, optional_str, reject_unknown, require_str, setting_int, setting_number
 from tools.toolspec import Tool, ToolContext, ToolError
-from tools.workspace_paths import relative_display, resolve_inside, workspace_root
+from tools.workspace_paths import resolve_inside, workspace_root
 
 MAX_TIMEOUT_S = 600.0
 DEFAULT_TIMEOUT_S = 120.0
@@ -190,13 +190,13 @@ def _format_exit(returncode: int) -> str:
     return f"exit code: {returncode}"
 
 
-def _resolve_cwd(args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+def _resolve_cwd(args: dict[str, Any], ctx: ToolContext) -> str:
     workspace = workspace_root(ctx)
     raw = optional_str(args, "cwd", _TOOL) or "."
     cwd = resolve_inside(workspace, raw, _TOOL)
     if not cwd.is_dir():
         raise ToolError(f"{_TOOL}: cwd '{raw}' is not an existing folder inside the workspace; create it first or drop cwd.")
-    return str(cwd), relative_display(workspace, cwd)
+    return str(cwd)
 
 
 def _limits(args: dict[str, Any], ctx: ToolContext) -> tuple[float, int, float]:
@@ -237,7 +237,7 @@ def _release_pipe(proc: subprocess.Popen[bytes], reader: threading.Thread, grace
 def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     reject_unknown(args, ("command", "cwd", "timeout_s"), _TOOL)
     command = require_str(args, "command", _TOOL)
-    cwd, _ = _resolve_cwd(args, ctx)
+    cwd = _resolve_cwd(args, ctx)
     timeout_s, cap_bytes, grace_s = _limits(args, ctx)
     if ctx.interrupted.is_set():
         raise ToolError(f"{_TOOL}: the agent was interrupted before the command started; nothing was run.")

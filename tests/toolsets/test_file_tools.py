@@ -1,6 +1,7 @@
 """The file toolset: workspace confinement (incl. symlinks), caps, and the model-facing errors."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,15 @@ def test_search_glob_case_and_subfolder(ctx: ToolContext, tree: Path) -> None:
     ]
     assert call(search_files, ctx, pattern="import", path="src/pkg").startswith("src/pkg/mod.py:1: import os")
     assert call(search_files, ctx, pattern="nomatch").startswith("No matches for 'nomatch' in .")
+
+
+@pytest.mark.timeout(20)
+def test_pipes_are_never_opened(ctx: ToolContext, workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")
+    (workspace / "real.txt").write_text("needle\n")
+    assert call(search_files, ctx, pattern="needle").startswith("real.txt:1: needle\n[1 match in .; 1 files searched; 1 skipped")
+    with pytest.raises(ToolError, match="not a regular file"):
+        call(read_file, ctx, path="pipe")
 
 
 def test_search_is_capped(workspace: Path) -> None:
