@@ -13,10 +13,14 @@ Invariants:
   are kept (``HeadTailBuffer``), and the result says how many bytes were cut.
 * A non-zero exit is a normal result (the model reads the code); a timeout or an interrupt is a
   ``ToolError`` carrying the partial output.
+* The command never sees the parent's secrets: environment variables whose names look like
+  credentials (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*CREDENTIAL*``) are removed,
+  so a model that runs ``env`` cannot print the API key it is running on.
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -28,6 +32,13 @@ from tools.toolspec import Tool, ToolContext, ToolError
 from tools.workspace_paths import resolve_inside, workspace_root
 
 MAX_TIMEOUT_S = 600.0
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def child_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The parent's environment minus anything that looks like a credential."""
+    source = os.environ if environ is None else environ
+    return {name: value for name, value in source.items() if not _SECRET_NAME.search(name)}
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_OUTPUT_CAP_BYTES = 50_000
 DEFAULT_KILL_GRACE_S = 2.0
@@ -96,6 +107,7 @@ def _spawn(command: str, cwd: str) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group, so we can signal everything it starts
             close_fds=True,
+            env=child_environment(),
         )
     except OSError as exc:
         raise ToolError(f"{_TOOL}: could not start /bin/sh: {exc}. The operator must check this machine.") from exc

@@ -217,3 +217,12 @@ def test_head_tail_buffer_stays_exact_across_tail_trimming() -> None:
     rendered = buffer.render()
     assert rendered.endswith(data[-50:].decode("utf-8", errors="replace"))
     assert f"{len(data) - 100} bytes of output cut" in rendered
+
+
+def test_commands_do_not_see_the_parents_credentials(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-parent-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
+    monkeypatch.setenv("OFFLOAD_HARMLESS", "visible")
+    result = _run(ctx, command="env")
+    assert "sk-parent-secret" not in result and "ghp-secret" not in result
+    assert "OFFLOAD_HARMLESS=visible" in result
