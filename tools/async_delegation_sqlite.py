@@ -315,11 +315,12 @@ class SqliteLedger:
             settled = "delivery_state IN ('delivered','dropped')"
             deleted = conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at < ?",
                                    (now - retention_s,)).rowcount
-            cutoff = conn.execute(f"SELECT updated_at FROM async_delegations WHERE {settled}"
-                                  " ORDER BY updated_at DESC LIMIT 1 OFFSET ?", (max_settled,)).fetchone()
-            if cutoff is not None:
-                deleted += conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at <= ?",
-                                        (cutoff[0],)).rowcount
+            # Keep exactly the newest max_settled by row, not by timestamp: rows settled in one
+            # tick share updated_at, and a timestamp cutoff would delete them all.
+            deleted += conn.execute(
+                f"DELETE FROM async_delegations WHERE {settled} AND delegation_id NOT IN"
+                f" (SELECT delegation_id FROM async_delegations WHERE {settled}"
+                " ORDER BY updated_at DESC, delegation_id DESC LIMIT ?)", (max_settled,)).rowcount
             return deleted
 
     # -- helpers ----------------------------------------------------------------------------
