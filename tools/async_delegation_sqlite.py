@@ -106,12 +106,28 @@ def initialize_schema(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA checkpoint_fullfsync=1")
         conn.execute("PRAGMA synchronous=FULL")
     conn.execute(_SCHEMA[0])
-    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
-    for name, decl in _COLUMNS:
-        if name not in present:  # a ledger written by an older version
-            conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
+    if _missing_columns(conn):  # a ledger written by an older version
+        # Processes that start together all find the same columns missing; re-read under the
+        # write lock so only the first adds them and the others see them added.
+        own = not conn.in_transaction
+        if own:
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            for name, decl in _missing_columns(conn):
+                conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
+        except BaseException:
+            if own:
+                conn.execute("ROLLBACK")
+            raise
+        if own:
+            conn.execute("COMMIT")
     for statement in _SCHEMA[1:]:
         conn.execute(statement)
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
+    return [(name, decl) for name, decl in _COLUMNS if name not in present]
 
 
 def open_connection(path: Path) -> sqlite3.Connection:
