@@ -291,8 +291,10 @@ class SqliteLedger:
         return self._select("WHERE state='running' ORDER BY dispatched_at", ())
 
     def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        # delivery_state is left alone: a running row is pending unless its in-memory event
+        # was already acknowledged (its terminal write had failed), and then it stays delivered.
         return self._update(
-            "SET state='unknown', completed_at=?, updated_at=?, event_json=?, result_json=?, delivery_state='pending'"
+            "SET state='unknown', completed_at=?, updated_at=?, event_json=?, result_json=?"
             " WHERE delegation_id=? AND state='running'",
             (now, now, dumps(event), dumps(result), delegation_id))
 
