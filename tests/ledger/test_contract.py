@@ -550,3 +550,18 @@ def test_sixteen_instances_racing_for_one_row_yield_exactly_one_claim(ledger_fac
     winner = outcomes.index(True)
     got = ledger_factory().get("deleg_race")
     assert (got.delivery_claim, got.delivery_attempts) == (f"consumer-{winner}", 1)
+
+
+def test_settle_abandoned_keeps_an_acknowledged_row_acknowledged(ledger):
+    # The terminal write failed (locked/full), the in-memory event was delivered and its ack
+    # recorded on the still-running row, then the owner died. Recovery must settle the state
+    # without re-opening delivery: the parent already has this result.
+    ledger.persist_dispatch(dispatch_row(), T0)
+    assert ledger.claim_delivery("deleg_0001", "A", T0 + 5, LEASE_S) is True
+    assert ledger.complete_delivery("deleg_0001", "A", T0 + 6) is True
+
+    assert ledger.settle_abandoned("deleg_0001", {"status": "unknown"}, {"status": "unknown"}, T0 + 100) is True
+
+    got = ledger.get("deleg_0001")
+    assert (got.state, got.delivery_state, got.delivered_at) == ("unknown", "delivered", T0 + 6)
+    assert ledger.pending_rows() == []

@@ -130,6 +130,20 @@ def test_rows_whose_owner_is_alive_are_neither_recovered_nor_replayed(seed):
         "completed", "pending")
 
 
+def test_a_unit_acknowledged_in_memory_is_not_replayed_after_its_owner_died(seed):
+    # Its terminal write failed, the in-memory event was claimed and acknowledged on the
+    # still-running row, then the process exited: the parent already has the result.
+    seed("deleg_acked_running")
+    claim = "gateway:1:abc"
+    assert ad.claim_completion_delivery("deleg_acked_running", claim) is True
+    assert ad.complete_completion_delivery("deleg_acked_running", claim) is True
+
+    assert restore() == []
+
+    row = stored("deleg_acked_running")
+    assert (row["state"], row["delivery_state"]) == ("unknown", "delivered")
+
+
 def test_recovery_settles_each_row_once(seed):
     seed("deleg_once")
     assert ad.recover_abandoned_delegations() == 1
