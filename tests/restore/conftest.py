@@ -108,8 +108,8 @@ def wait_for() -> Callable[..., None]:
 @pytest.fixture
 def run_python(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
     """Run a fresh interpreter on ``code`` with this worktree importable and ``home`` as HERMES_HOME."""
-    def run(code: str, home: Path, timeout_s: float = 30, **env: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_child_env(home, **env),
+    def run(code: str, home: Path, *args: str, timeout_s: float = 30, **env: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=_child_env(home, **env),
                               text=True, capture_output=True, timeout=timeout_s)
         assert done.returncode == 0, f"subprocess failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
         return done
