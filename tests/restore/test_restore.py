@@ -10,7 +10,6 @@ import logging
 import os
 import queue
 import sqlite3
-import sys
 import time
 
 import pytest
@@ -19,7 +18,7 @@ import tools.async_delegation as ad
 import tools.async_delegation_delivery as delivery
 from tools.async_delegation_ledger import LedgerError
 from tools.async_delegation_recovery import NO_RESULT_ERROR
-from tools.process_liveness import current_owner, owner_alive, process_start_time
+from tools.process_liveness import current_owner, owner_alive
 from tools.process_registry import ProcessRegistry
 
 pytestmark = pytest.mark.timeout(60)  # the seeder starts a subprocess to get a dead pid
