@@ -39,6 +39,7 @@ _DURABLE_PRUNE_INTERVAL_S = 60.0
 _ledgers: dict[tuple[int, str], SqliteLedger] = {}
 _ledgers_lock = threading.Lock()
 _reported: set[tuple[str, str]] = set()  # (path, kind) already logged at error level
+_reported_lock = threading.Lock()  # workers, dispatchers and consumers report concurrently
 _last_prune: dict[str, float] = {}
 
 
@@ -57,19 +58,22 @@ def report_ledger_error(ledger: SqliteLedger, op: str, exc: BaseException, conse
     """Log a ledger failure once per file and kind; repeats go to debug, not a log storm."""
     err = exc if isinstance(exc, LedgerError) else LedgerError(f"{type(exc).__name__}: {exc}")
     marker = (str(ledger.path), err.kind)
-    if marker in _reported:
+    with _reported_lock:
+        repeated = marker in _reported
+        _reported.add(marker)
+    if repeated:
         logger.debug("ledger %s failed again: %s", op, err)
         return
-    _reported.add(marker)
     logger.error("Delegation ledger: %s failed: %s. %s", op, err, consequence)
 
 
 def note_ledger_ok(ledger: SqliteLedger) -> None:
-    """A write succeeded: re-arm error reporting for this file."""
-    if _reported:
-        path = str(ledger.path)
-        for marker in [m for m in _reported if m[0] == path]:
-            _reported.discard(marker)
+    """An operation succeeded: re-arm error reporting for this file."""
+    if not _reported:
+        return
+    path = str(ledger.path)
+    with _reported_lock:
+        _reported.difference_update([m for m in _reported if m[0] == path])
 
 
 def maybe_prune(ledger: SqliteLedger, now: float | None = None) -> None:
@@ -152,10 +156,12 @@ def _still_deliverable(ledger: SqliteLedger, row: LedgerRow, now: float) -> bool
 def _guarded(op: str, default: Any, fn, *args: Any) -> Any:
     ledger = current_ledger()
     try:
-        return fn(ledger, *args)
+        outcome = fn(ledger, *args)
     except LedgerError as exc:
         report_ledger_error(ledger, op, exc, "Delivery continues in memory.")
         return default
+    note_ledger_ok(ledger)
+    return outcome
 
 
 def claim_completion_delivery(delegation_id: str, claim_id: str) -> bool:
@@ -237,5 +243,6 @@ def reset_for_tests() -> None:
         for ledger in _ledgers.values():
             ledger.close()
         _ledgers.clear()
-    _reported.clear()
+    with _reported_lock:
+        _reported.clear()
     _last_prune.clear()

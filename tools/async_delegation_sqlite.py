@@ -11,8 +11,10 @@ noticed and reopened instead of silently writing into an unlinked file.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shlex
 import sqlite3
 import sys
 import threading
@@ -104,12 +106,28 @@ def initialize_schema(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA checkpoint_fullfsync=1")
         conn.execute("PRAGMA synchronous=FULL")
     conn.execute(_SCHEMA[0])
-    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
-    for name, decl in _COLUMNS:
-        if name not in present:  # a ledger written by an older version
-            conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
+    if _missing_columns(conn):  # a ledger written by an older version
+        # Processes that start together all find the same columns missing; re-read under the
+        # write lock so only the first adds them and the others see them added.
+        own = not conn.in_transaction
+        if own:
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            for name, decl in _missing_columns(conn):
+                conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
+        except BaseException:
+            if own:
+                conn.execute("ROLLBACK")
+            raise
+        if own:
+            conn.execute("COMMIT")
     for statement in _SCHEMA[1:]:
         conn.execute(statement)
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
+    return [(name, decl) for name, decl in _COLUMNS if name not in present]
 
 
 def open_connection(path: Path) -> sqlite3.Connection:
@@ -125,25 +143,52 @@ def open_connection(path: Path) -> sqlite3.Connection:
     return conn
 
 
+# Primary SQLite result codes (the low byte of ``sqlite_errorcode``) and errnos, by kind.
+_SQLITE_KINDS = {5: "locked", 6: "locked", 11: "corrupt", 26: "corrupt", 13: "full",
+                 3: "unwritable", 8: "unwritable", 14: "unwritable"}
+_ERRNO_KINDS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EACCES: "unwritable", errno.EPERM: "unwritable",
+                errno.EROFS: "unwritable", errno.ENOTDIR: "unwritable", errno.EEXIST: "unwritable",
+                errno.EISDIR: "unwritable"}
+
+
+def _error_kind(exc: BaseException) -> str:
+    # Decide by code, never by searching the message: an OSError's message contains the
+    # user's path, and a home like /home/fullstack must not turn "permission denied" into
+    # "disk full".
+    if isinstance(exc, OSError):
+        return _ERRNO_KINDS.get(exc.errno, "error")
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return _SQLITE_KINDS.get(code & 0xFF, "error")
+    text = str(exc).lower()  # an sqlite error without a code: its message never holds a path
+    for kind, words in (("locked", ("locked", "busy")), ("corrupt", ("not a database", "malformed", "corrupt")),
+                        ("full", ("full",)), ("unwritable", ("readonly", "read-only", "unable to open"))):
+        if any(word in text for word in words):
+            return kind
+    return "error"
+
+
 def classify_error(path: Path, exc: BaseException) -> LedgerError:
     """Turn a raw sqlite/OS error into one that names the file, the cause and the fix."""
     if isinstance(exc, LedgerError):
         return exc
-    text = str(exc).lower()
-    if "locked" in text or "busy" in text:
+    kind = _error_kind(exc)
+    if kind == "locked":
         return LedgerError(
-            f"{path} stayed locked by another process for more than {BUSY_TIMEOUT_S:.0f} s; "
+            f"{path} stayed locked by another process for more than {BUSY_TIMEOUT_S:g} s; "
             "stop the process holding it (e.g. a long-running sqlite3 shell) — results are kept in memory meanwhile",
             kind="locked")
-    if "not a database" in text or "malformed" in text or "corrupt" in text:
+    if kind == "corrupt":
         return LedgerError(
             f"{path} is not a readable SQLite database ({exc}); move it aside "
-            f"(mv {path} {path}.corrupt) and offload will start a fresh ledger", kind="corrupt")
-    if "full" in text:
+            f"(mv {shlex.quote(str(path))} {shlex.quote(f'{path}.corrupt')}) and offload will start a fresh ledger",
+            kind="corrupt")
+    if kind == "full":
         return LedgerError(f"the disk or database holding {path} is full ({exc}); free space to resume durable records",
                            kind="full")
-    if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text or "unable to open" in text:
-        return LedgerError(f"cannot write {path} ({exc}); make {path.parent} writable by this user", kind="unwritable")
+    if kind == "unwritable":
+        return LedgerError(f"cannot write {path} ({exc}); make {path.parent} a directory writable by this user",
+                           kind="unwritable")
     return LedgerError(f"ledger operation on {path} failed: {type(exc).__name__}: {exc}")
 
 
@@ -246,8 +291,10 @@ class SqliteLedger:
         return self._select("WHERE state='running' ORDER BY dispatched_at", ())
 
     def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        # delivery_state is left alone: a running row is pending unless its in-memory event
+        # was already acknowledged (its terminal write had failed), and then it stays delivered.
         return self._update(
-            "SET state='unknown', completed_at=?, updated_at=?, event_json=?, result_json=?, delivery_state='pending'"
+            "SET state='unknown', completed_at=?, updated_at=?, event_json=?, result_json=?"
             " WHERE delegation_id=? AND state='running'",
             (now, now, dumps(event), dumps(result), delegation_id))
 
@@ -315,11 +362,12 @@ class SqliteLedger:
             settled = "delivery_state IN ('delivered','dropped')"
             deleted = conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at < ?",
                                    (now - retention_s,)).rowcount
-            cutoff = conn.execute(f"SELECT updated_at FROM async_delegations WHERE {settled}"
-                                  " ORDER BY updated_at DESC LIMIT 1 OFFSET ?", (max_settled,)).fetchone()
-            if cutoff is not None:
-                deleted += conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at <= ?",
-                                        (cutoff[0],)).rowcount
+            # Keep exactly the newest max_settled by row, not by timestamp: rows settled in one
+            # tick share updated_at, and a timestamp cutoff would delete them all.
+            deleted += conn.execute(
+                f"DELETE FROM async_delegations WHERE {settled} AND delegation_id NOT IN"
+                f" (SELECT delegation_id FROM async_delegations WHERE {settled}"
+                " ORDER BY updated_at DESC, delegation_id DESC LIMIT ?)", (max_settled,)).rowcount
             return deleted
 
     # -- helpers ----------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[
             raise ConfigError(f"delegation.api_key_env names {cfg.api_key_env}, which is not set; "
                               f"export {cfg.api_key_env}=<key> or remove the setting")
     elif cfg.base_url and cfg.base_url != _str_attr(parent, "base_url"):
-        api_key = None  # never send the parent's key to a different host
+        api_key = ""  # never send the parent's key to a different host ("" = no key, None = inherit)
     else:
         api_key = _str_attr(parent, "api_key")
     return {"model": cfg.model or _str_attr(parent, "model"), "provider": cfg.provider, "base_url": base_url,

@@ -2,7 +2,7 @@
 
 A tool is plain data plus a handler: ``handler(args, ctx) -> str``. The handler returns the
 text the model sees; it raises ``ToolError`` for a failure the model should read and act on
-(bad path, non-zero exit, timeout). Handlers must poll ``ctx.interrupted`` at their natural
+(bad path, timeout, interrupt; a non-zero exit code is a normal result). Handlers must poll ``ctx.interrupted`` at their natural
 boundaries so an interrupt stops them promptly. Invariant: tools never import agent/.
 """
 from __future__ import annotations

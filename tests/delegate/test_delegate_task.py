@@ -197,7 +197,7 @@ def test_credentials_prefer_delegation_config_and_never_leak_the_parent_key(monk
     assert (inherited["model"], inherited["base_url"], inherited["api_key"]) == (
         "parent-model", parent.base_url, "parent-key")
     other = dt._resolve_delegation_credentials(DelegationConfig(model="m2", base_url="http://other/v1"), parent)
-    assert (other["model"], other["base_url"], other["api_key"]) == ("m2", "http://other/v1", None)
+    assert (other["model"], other["base_url"], other["api_key"]) == ("m2", "http://other/v1", "")
     monkeypatch.setenv("SUB_KEY", "sk-sub")
     keyed = dt._resolve_delegation_credentials(DelegationConfig(api_key_env="SUB_KEY"), parent)
     assert keyed["api_key"] == "sk-sub"

@@ -1,0 +1,566 @@
+"""The ledger contract: what every backend of ``DelegationLedger`` must do, exactly.
+
+Each test runs once per backend in ``BACKENDS``. A backend entry takes ``tmp_path`` and
+returns a *factory*: every call of the factory opens a new, independent ledger instance on
+the same store (the concurrency test needs one instance per thread, as one per process).
+Adding PostgreSQL later is one line in ``BACKENDS``.
+
+All times are explicit ``now`` arguments, so nothing here reads a clock or sleeps.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from tools.async_delegation_ledger import DelegationLedger, DispatchRow
+from tools.async_delegation_sqlite import SqliteLedger
+
+LedgerFactory = Callable[[], DelegationLedger]
+
+BACKENDS: dict[str, Callable[[Any], LedgerFactory]] = {
+    "sqlite": lambda tmp_path: (lambda: SqliteLedger(tmp_path / "state.db")),
+    # "postgresql": lambda tmp_path: pg_factory_for_test(tmp_path),  # one schema per test
+}
+
+T0 = 1_000_000.0  # a fixed epoch for every test
+LEASE_S = 300.0
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def ledger_factory(request, tmp_path) -> LedgerFactory:
+    opened: list[DelegationLedger] = []
+    make = BACKENDS[request.param](tmp_path)
+
+    def factory() -> DelegationLedger:
+        instance = make()
+        opened.append(instance)
+        return instance
+
+    yield factory
+    for instance in opened:
+        instance.close()
+
+
+@pytest.fixture
+def ledger(ledger_factory) -> DelegationLedger:
+    return ledger_factory()
+
+
+def dispatch_row(delegation_id: str = "deleg_0001", **overrides: Any) -> DispatchRow:
+    fields: dict[str, Any] = dict(
+        delegation_id=delegation_id, origin_session="agent:main:telegram:dm:42", dispatched_at=T0,
+        task={"goal": "summarize the repo", "is_batch": False, "owner_cwd": "/srv/work"},
+        origin_ui_session_id="ui-7", origin_session_id="api-9", parent_session_id="sess-parent",
+        owner_pid=4242, owner_started_at=987654,
+    )
+    fields.update(overrides)
+    return DispatchRow(**fields)
+
+
+def event_for(row: DispatchRow, status: str = "completed", completed_at: float = T0 + 10, **extra: Any) -> dict:
+    return {"type": "async_delegation", "delegation_id": row.delegation_id, "status": status,
+            "completed_at": completed_at, "summary": f"done {row.delegation_id}", **extra}
+
+
+def terminal(ledger: DelegationLedger, delegation_id: str, *, completed_at: float = T0 + 10,
+             status: str = "completed") -> DispatchRow:
+    """A row dispatched at T0 and finished at ``completed_at``: pending delivery."""
+    row = dispatch_row(delegation_id)
+    ledger.persist_dispatch(row, T0)
+    ledger.persist_completion(row, event_for(row, status, completed_at), {"status": status}, completed_at)
+    return row
+
+
+# -- dispatch and get ---------------------------------------------------------------------------
+def test_persist_dispatch_round_trips_every_field(ledger):
+    row = dispatch_row(task={"goal": "g", "goals": ["a", "b"], "is_batch": True, "task_indexes": [0, 1],
+                             "toolsets": ["web"], "owner_cwd": "/srv/work", "note": "ünïcode"})
+    ledger.persist_dispatch(row, T0 + 1)
+
+    got = ledger.get(row.delegation_id)
+
+    assert got is not None
+    assert (got.delegation_id, got.origin_session, got.state) == (row.delegation_id, row.origin_session, "running")
+    assert (got.dispatched_at, got.completed_at, got.updated_at) == (T0, None, T0 + 1)
+    assert (got.origin_ui_session_id, got.origin_session_id, got.parent_session_id) == ("ui-7", "api-9", "sess-parent")
+    assert got.task == row.task
+    assert (got.event, got.result) == (None, None)
+    assert (got.delivery_state, got.delivery_attempts, got.delivered_at) == ("pending", 0, None)
+    assert (got.delivery_claim, got.delivery_claimed_at) == (None, None)
+    assert (got.owner_pid, got.owner_started_at) == (4242, 987654)
+
+
+def test_optional_dispatch_fields_default(ledger):
+    row = DispatchRow("deleg_min", "", T0, {"goal": "g"})
+    ledger.persist_dispatch(row, T0)
+
+    got = ledger.get("deleg_min")
+
+    assert (got.origin_session, got.origin_ui_session_id, got.origin_session_id) == ("", "", "")
+    assert (got.parent_session_id, got.owner_pid, got.owner_started_at) == (None, None, None)
+
+
+def test_get_of_a_missing_id_is_none(ledger):
+    ledger.persist_dispatch(dispatch_row("deleg_a"), T0)
+    assert ledger.get("deleg_missing") is None
+
+
+def test_exists_turns_true_with_the_first_write(ledger):
+    assert ledger.exists() is False
+    ledger.persist_dispatch(dispatch_row(), T0)
+    assert ledger.exists() is True
+
+
+def test_forget_removes_the_row_and_ignores_a_missing_one(ledger):
+    ledger.persist_dispatch(dispatch_row("deleg_a"), T0)
+    ledger.persist_dispatch(dispatch_row("deleg_b"), T0)
+
+    ledger.forget("deleg_a")
+    ledger.forget("deleg_never")
+
+    assert ledger.get("deleg_a") is None
+    assert ledger.get("deleg_b") is not None
+
+
+# -- per-child records ------------------------------------------------------------------------------
+def test_record_unit_child_adds_entries_as_partial_results(ledger):
+    ledger.persist_dispatch(dispatch_row(), T0)
+
+    assert ledger.record_unit_child("deleg_0001", {"task_index": 0, "status": "completed", "summary": "a"}, T0 + 1)
+    assert ledger.record_unit_child("deleg_0001", {"task_index": 2, "status": "error", "error": "boom"}, T0 + 2)
+
+    got = ledger.get("deleg_0001")
+    assert got.state == "running"
+    assert got.result["partial"] is True
+    assert sorted(got.result["results"], key=lambda r: r["task_index"]) == [
+        {"task_index": 0, "status": "completed", "summary": "a"},
+        {"task_index": 2, "status": "error", "error": "boom"},
+    ]
+    assert got.updated_at == T0 + 2
+
+
+def test_record_unit_child_replaces_the_entry_of_the_same_task_index(ledger):
+    ledger.persist_dispatch(dispatch_row(), T0)
+    ledger.record_unit_child("deleg_0001", {"task_index": 1, "status": "error", "summary": "first"}, T0 + 1)
+
+    assert ledger.record_unit_child("deleg_0001", {"task_index": 1, "status": "completed", "summary": "retry"}, T0 + 2)
+
+    assert ledger.get("deleg_0001").result["results"] == [{"task_index": 1, "status": "completed", "summary": "retry"}]
+
+
+def test_record_unit_child_refuses_once_the_row_is_terminal(ledger):
+    terminal(ledger, "deleg_0001")
+    before = ledger.get("deleg_0001")
+
+    assert ledger.record_unit_child("deleg_0001", {"task_index": 0, "status": "completed"}, T0 + 50) is False
+
+    after = ledger.get("deleg_0001")
+    assert after.result == before.result == {"status": "completed"}
+    assert after.updated_at == before.updated_at
+
+
+def test_record_unit_child_of_a_missing_row_is_false(ledger):
+    ledger.persist_dispatch(dispatch_row("deleg_a"), T0)
+    assert ledger.record_unit_child("deleg_missing", {"task_index": 0}, T0) is False
+    assert ledger.get("deleg_missing") is None
+
+
+# -- terminal write ----------------------------------------------------------------------------------
+def test_persist_completion_moves_the_state_and_stores_event_and_result(ledger):
+    row = dispatch_row()
+    ledger.persist_dispatch(row, T0)
+    ledger.record_unit_child(row.delegation_id, {"task_index": 0, "status": "completed"}, T0 + 1)
+    event = event_for(row, "error", T0 + 5, error="model refused")
+    result = {"status": "error", "error": "model refused", "api_calls": 3}
+
+    ledger.persist_completion(row, event, result, T0 + 6)
+
+    got = ledger.get(row.delegation_id)
+    assert got.state == "error"
+    assert (got.completed_at, got.updated_at) == (T0 + 5, T0 + 6)
+    assert got.event == event
+    assert got.result == result
+    assert (got.delivery_state, got.delivery_claim) == ("pending", None)
+    assert got.task == row.task and got.owner_pid == row.owner_pid
+
+
+def test_persist_completion_without_completed_at_uses_now(ledger):
+    row = dispatch_row()
+    ledger.persist_dispatch(row, T0)
+    event = event_for(row)
+    del event["completed_at"]
+
+    ledger.persist_completion(row, event, {}, T0 + 7)
+
+    assert ledger.get(row.delegation_id).completed_at == T0 + 7
+
+
+def test_persist_completion_upserts_the_whole_row_when_it_vanished(ledger):
+    row = dispatch_row()
+    ledger.persist_dispatch(row, T0)
+    ledger.forget(row.delegation_id)
+    event = event_for(row)
+
+    ledger.persist_completion(row, event, {"status": "completed"}, T0 + 11)
+
+    got = ledger.get(row.delegation_id)
+    assert got is not None
+    assert (got.state, got.event, got.result) == ("completed", event, {"status": "completed"})
+    assert (got.origin_session, got.origin_ui_session_id, got.origin_session_id, got.parent_session_id) == (
+        row.origin_session, row.origin_ui_session_id, row.origin_session_id, row.parent_session_id)
+    assert (got.dispatched_at, got.task, got.owner_pid, got.owner_started_at) == (
+        T0, row.task, row.owner_pid, row.owner_started_at)
+    assert (got.delivery_state, got.delivery_attempts) == ("pending", 0)
+    assert [r.delegation_id for r in ledger.pending_rows()] == [row.delegation_id]
+
+
+# -- recovery ----------------------------------------------------------------------------------------
+def test_running_rows_lists_only_running_rows_oldest_first(ledger):
+    ledger.persist_dispatch(dispatch_row("deleg_late", dispatched_at=T0 + 5), T0 + 5)
+    ledger.persist_dispatch(dispatch_row("deleg_early", dispatched_at=T0 + 1), T0 + 1)
+    terminal(ledger, "deleg_done")
+
+    assert [r.delegation_id for r in ledger.running_rows()] == ["deleg_early", "deleg_late"]
+    assert all(r.state == "running" for r in ledger.running_rows())
+
+
+def test_settle_abandoned_marks_a_running_row_unknown_and_pending(ledger):
+    ledger.persist_dispatch(dispatch_row(), T0)
+    event = {"type": "async_delegation", "delegation_id": "deleg_0001", "status": "unknown", "error": "owner died"}
+    result = {"status": "unknown", "error": "owner died"}
+
+    assert ledger.settle_abandoned("deleg_0001", event, result, T0 + 20) is True
+
+    got = ledger.get("deleg_0001")
+    assert (got.state, got.event, got.result) == ("unknown", event, result)
+    assert (got.completed_at, got.updated_at, got.delivery_state) == (T0 + 20, T0 + 20, "pending")
+    assert ledger.running_rows() == []
+    assert [r.delegation_id for r in ledger.pending_rows()] == ["deleg_0001"]
+
+
+def test_settle_abandoned_is_false_once_the_row_is_no_longer_running(ledger):
+    ledger.persist_dispatch(dispatch_row("deleg_run"), T0)
+    ledger.settle_abandoned("deleg_run", {"status": "unknown"}, {}, T0 + 1)
+    terminal(ledger, "deleg_done")
+    done_before = ledger.get("deleg_done")
+
+    assert ledger.settle_abandoned("deleg_run", {"status": "unknown", "second": True}, {}, T0 + 2) is False
+    assert ledger.settle_abandoned("deleg_done", {"status": "unknown"}, {}, T0 + 2) is False
+    assert ledger.settle_abandoned("deleg_missing", {"status": "unknown"}, {}, T0 + 2) is False
+
+    assert ledger.get("deleg_run").event == {"status": "unknown"}
+    assert ledger.get("deleg_done") == done_before
+
+
+# -- replay selection --------------------------------------------------------------------------------
+def test_pending_rows_are_terminal_pending_rows_with_an_event_oldest_first(ledger):
+    terminal(ledger, "deleg_c", completed_at=T0 + 30)
+    terminal(ledger, "deleg_a", completed_at=T0 + 10)
+    terminal(ledger, "deleg_b", completed_at=T0 + 20, status="error")
+    ledger.persist_dispatch(dispatch_row("deleg_running"), T0)
+    terminal(ledger, "deleg_delivered", completed_at=T0 + 5)
+    ledger.mark_delivered("deleg_delivered", T0 + 40)
+    terminal(ledger, "deleg_dropped", completed_at=T0 + 6)
+    ledger.drop_delivery("deleg_dropped", None, T0 + 40)
+
+    rows = ledger.pending_rows()
+
+    assert [r.delegation_id for r in rows] == ["deleg_a", "deleg_b", "deleg_c"]
+    assert [r.event["status"] for r in rows] == ["completed", "error", "completed"]
+    assert all(r.delivery_state == "pending" for r in rows)
+
+
+def test_pending_rows_break_completion_ties_by_id(ledger):
+    terminal(ledger, "deleg_b", completed_at=T0 + 10)
+    terminal(ledger, "deleg_a", completed_at=T0 + 10)
+
+    assert [r.delegation_id for r in ledger.pending_rows()] == ["deleg_a", "deleg_b"]
+
+
+# -- claims -----------------------------------------------------------------------------------------
+def test_claim_is_granted_once_and_counts_an_attempt(ledger):
+    terminal(ledger, "deleg_0001")
+
+    assert ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S) is True
+    assert ledger.claim_delivery("deleg_0001", "B", T0 + 101, LEASE_S) is False
+
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_claim, got.delivery_claimed_at, got.delivery_attempts) == ("A", T0 + 100, 1)
+
+
+def test_claim_within_the_lease_is_refused_and_after_it_granted(ledger):
+    terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+
+    assert ledger.claim_delivery("deleg_0001", "B", T0 + 100 + LEASE_S, LEASE_S) is False  # not yet expired
+    assert ledger.claim_delivery("deleg_0001", "B", T0 + 100 + LEASE_S + 1, LEASE_S) is True
+
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_claim, got.delivery_attempts) == ("B", 2)
+    assert ledger.complete_delivery("deleg_0001", "A", T0 + 500) is False  # the expired claim is worthless
+
+
+def test_claim_of_a_missing_row_is_none(ledger):
+    terminal(ledger, "deleg_0001")
+    assert ledger.claim_delivery("deleg_missing", "A", T0, LEASE_S) is None
+
+
+def test_complete_with_the_wrong_claim_is_false_and_with_the_right_claim_delivers(ledger):
+    terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+
+    assert ledger.complete_delivery("deleg_0001", "B", T0 + 101) is False
+    assert ledger.get("deleg_0001").delivery_state == "pending"
+
+    assert ledger.complete_delivery("deleg_0001", "A", T0 + 102) is True
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_state, got.delivered_at, got.delivery_claim) == ("delivered", T0 + 102, None)
+    assert ledger.complete_delivery("deleg_0001", "A", T0 + 103) is False
+    assert ledger.pending_rows() == []
+
+
+def test_complete_of_a_missing_row_is_false(ledger):
+    terminal(ledger, "deleg_0001")
+    assert ledger.complete_delivery("deleg_missing", "A", T0) is False
+
+
+def test_a_delivered_row_cannot_be_claimed_even_after_the_lease(ledger):
+    terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+    ledger.complete_delivery("deleg_0001", "A", T0 + 101)
+
+    assert ledger.claim_delivery("deleg_0001", "B", T0 + 102, LEASE_S) is False
+    assert ledger.claim_delivery("deleg_0001", "B", T0 + 10 * LEASE_S, LEASE_S) is False
+    assert ledger.get("deleg_0001").delivery_attempts == 1
+
+
+def test_release_with_the_wrong_claim_changes_nothing(ledger):
+    terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+
+    assert ledger.release_delivery("deleg_0001", "B", T0 + 101, 8) == ""
+    assert ledger.release_delivery("deleg_missing", "A", T0 + 101, 8) == ""
+
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_state, got.delivery_claim, got.delivery_attempts) == ("pending", "A", 1)
+
+
+def test_release_under_the_budget_makes_the_row_claimable_again_and_keeps_the_attempt(ledger):
+    terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+
+    assert ledger.release_delivery("deleg_0001", "A", T0 + 101, 8) == "pending"
+
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_state, got.delivery_claim, got.delivery_attempts) == ("pending", None, 1)
+    assert ledger.claim_delivery("deleg_0001", "B", T0 + 102, LEASE_S) is True  # no lease wait
+    assert ledger.get("deleg_0001").delivery_attempts == 2
+
+
+def test_release_that_reaches_the_attempt_budget_drops_the_row(ledger):
+    terminal(ledger, "deleg_0001")
+    budget = 3
+    states = []
+    for attempt in range(budget):
+        assert ledger.claim_delivery("deleg_0001", f"c{attempt}", T0 + 100 + attempt, LEASE_S) is True
+        states.append(ledger.release_delivery("deleg_0001", f"c{attempt}", T0 + 100 + attempt, budget))
+
+    assert states == ["pending", "pending", "dropped"]
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_state, got.delivery_claim, got.delivery_attempts) == ("dropped", None, budget)
+    assert got.event is not None  # dropped, not deleted: the result stays queryable
+    assert ledger.pending_rows() == []
+    assert ledger.claim_delivery("deleg_0001", "late", T0 + 10 * LEASE_S, LEASE_S) is False
+
+
+def test_defer_clears_the_claim_and_gives_the_attempt_back(ledger):
+    terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+    ledger.release_delivery("deleg_0001", "A", T0 + 100, 8)
+    ledger.claim_delivery("deleg_0001", "B", T0 + 101, LEASE_S)
+    assert ledger.get("deleg_0001").delivery_attempts == 2
+
+    assert ledger.defer_delivery("deleg_0001", "wrong", T0 + 102) is False
+    assert ledger.defer_delivery("deleg_0001", "B", T0 + 102) is True
+
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_state, got.delivery_claim, got.delivery_attempts) == ("pending", None, 1)
+    assert ledger.defer_delivery("deleg_0001", "B", T0 + 103) is False  # the claim is gone: no double refund
+    assert ledger.get("deleg_0001").delivery_attempts == 1
+    assert ledger.claim_delivery("deleg_0001", "C", T0 + 104, LEASE_S) is True
+
+
+def test_claim_and_defer_cycles_cost_no_attempts(ledger):
+    terminal(ledger, "deleg_0001")
+    for step in range(3):
+        ledger.claim_delivery("deleg_0001", "A", T0 + step, LEASE_S)
+        ledger.defer_delivery("deleg_0001", "A", T0 + step)
+
+    assert ledger.get("deleg_0001").delivery_attempts == 0
+
+
+def test_drop_with_a_claim_needs_the_matching_claim(ledger):
+    terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+
+    assert ledger.drop_delivery("deleg_0001", "B", T0 + 101) is False
+    assert ledger.get("deleg_0001").delivery_state == "pending"
+
+    assert ledger.drop_delivery("deleg_0001", "A", T0 + 102) is True
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_state, got.delivery_claim) == ("dropped", None)
+    assert ledger.drop_delivery("deleg_0001", "A", T0 + 103) is False
+
+
+def test_drop_without_a_claim_is_unconditional_while_pending(ledger):
+    terminal(ledger, "deleg_claimed")
+    ledger.claim_delivery("deleg_claimed", "A", T0 + 100, LEASE_S)
+    terminal(ledger, "deleg_free")
+    terminal(ledger, "deleg_delivered")
+    ledger.mark_delivered("deleg_delivered", T0 + 100)
+
+    assert ledger.drop_delivery("deleg_claimed", None, T0 + 101) is True
+    assert ledger.drop_delivery("deleg_free", None, T0 + 101) is True
+    assert ledger.drop_delivery("deleg_delivered", None, T0 + 101) is False
+    assert ledger.drop_delivery("deleg_missing", None, T0 + 101) is False
+
+    assert [ledger.get(i).delivery_state for i in ("deleg_claimed", "deleg_free", "deleg_delivered")] == [
+        "dropped", "dropped", "delivered"]
+    assert ledger.complete_delivery("deleg_claimed", "A", T0 + 102) is False  # dropped is final
+
+
+def test_mark_delivered_acknowledges_once(ledger):
+    terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+
+    assert ledger.mark_delivered("deleg_0001", T0 + 101) is True
+    assert ledger.mark_delivered("deleg_0001", T0 + 102) is False
+    assert ledger.mark_delivered("deleg_missing", T0 + 102) is False
+
+    got = ledger.get("deleg_0001")
+    assert (got.delivery_state, got.delivered_at, got.delivery_claim) == ("delivered", T0 + 101, None)
+    assert ledger.pending_rows() == []
+
+
+# -- pruning ----------------------------------------------------------------------------------------
+def settled(ledger: DelegationLedger, delegation_id: str, at: float, *, how: str = "delivered") -> None:
+    terminal(ledger, delegation_id, completed_at=at)
+    if how == "delivered":
+        ledger.mark_delivered(delegation_id, at)
+    else:
+        ledger.drop_delivery(delegation_id, None, at)
+
+
+def ids(ledger: DelegationLedger, candidates) -> list[str]:
+    return [i for i in candidates if ledger.get(i) is not None]
+
+
+def test_prune_deletes_settled_rows_past_retention_only(ledger):
+    settled(ledger, "deleg_old_delivered", T0 + 10)
+    settled(ledger, "deleg_old_dropped", T0 + 11, how="dropped")
+    settled(ledger, "deleg_recent", T0 + 500)
+    terminal(ledger, "deleg_old_pending", completed_at=T0 + 1)
+    ledger.persist_dispatch(dispatch_row("deleg_old_running"), T0)
+
+    deleted = ledger.prune(T0 + 600, retention_s=200, max_settled=100)
+
+    assert deleted == 2
+    assert ids(ledger, ["deleg_old_delivered", "deleg_old_dropped", "deleg_recent", "deleg_old_pending",
+                        "deleg_old_running"]) == ["deleg_recent", "deleg_old_pending", "deleg_old_running"]
+
+
+def test_prune_keeps_only_the_newest_max_settled_rows(ledger):
+    for i in range(5):
+        settled(ledger, f"deleg_s{i}", T0 + 100 + i, how="delivered" if i % 2 else "dropped")
+    for i in range(4):
+        terminal(ledger, f"deleg_p{i}", completed_at=T0 + i)
+    ledger.persist_dispatch(dispatch_row("deleg_r"), T0)
+
+    deleted = ledger.prune(T0 + 200, retention_s=10_000, max_settled=2)
+
+    assert deleted == 3
+    assert ids(ledger, [f"deleg_s{i}" for i in range(5)]) == ["deleg_s3", "deleg_s4"]
+    assert ids(ledger, [f"deleg_p{i}" for i in range(4)] + ["deleg_r"]) == [
+        "deleg_p0", "deleg_p1", "deleg_p2", "deleg_p3", "deleg_r"]
+
+
+def test_prune_keeps_max_settled_rows_even_when_they_share_a_timestamp(ledger):
+    # Rows settled in one tick (one ack of a coalesced fan-out) share updated_at.
+    for i in range(3):
+        settled(ledger, f"deleg_s{i}", T0 + 100)
+
+    deleted = ledger.prune(T0 + 200, retention_s=10_000, max_settled=2)
+
+    assert deleted == 1
+    assert len(ids(ledger, [f"deleg_s{i}" for i in range(3)])) == 2
+
+
+def test_prune_never_deletes_pending_or_running_rows(ledger):
+    for i in range(3):
+        terminal(ledger, f"deleg_p{i}", completed_at=T0 + i)
+    ledger.persist_dispatch(dispatch_row("deleg_r"), T0)
+
+    assert ledger.prune(T0 + 10**9, retention_s=0, max_settled=0) == 0
+    assert len(ledger.pending_rows()) == 3
+    assert [r.delegation_id for r in ledger.running_rows()] == ["deleg_r"]
+
+
+def test_prune_with_nothing_to_do_returns_zero(ledger):
+    settled(ledger, "deleg_s", T0 + 100)
+    assert ledger.prune(T0 + 200, retention_s=10_000, max_settled=10) == 0
+    assert ledger.get("deleg_s") is not None
+
+
+# -- instances and concurrency ------------------------------------------------------------------------
+def test_a_second_instance_sees_what_the_first_wrote(ledger_factory):
+    first, second = ledger_factory(), ledger_factory()
+    terminal(first, "deleg_0001")
+    assert second.claim_delivery("deleg_0001", "B", T0 + 100, LEASE_S) is True
+    assert first.claim_delivery("deleg_0001", "A", T0 + 101, LEASE_S) is False
+    first.close()
+    assert ledger_factory().get("deleg_0001").delivery_claim == "B"
+
+
+@pytest.mark.timeout(30)
+def test_sixteen_instances_racing_for_one_row_yield_exactly_one_claim(ledger_factory):
+    terminal(ledger_factory(), "deleg_race")
+    contenders = 16
+    instances = [ledger_factory() for _ in range(contenders)]
+    barrier = threading.Barrier(contenders)
+    outcomes: list[Any] = [None] * contenders
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[i] = instances[i].claim_delivery("deleg_race", f"consumer-{i}", T0 + 100, LEASE_S)
+        except Exception as exc:  # a backend error is a failure of the contract, not a lost race
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert outcomes.count(True) == 1, outcomes
+    assert outcomes.count(False) == contenders - 1, outcomes
+    winner = outcomes.index(True)
+    got = ledger_factory().get("deleg_race")
+    assert (got.delivery_claim, got.delivery_attempts) == (f"consumer-{winner}", 1)
+
+
+def test_settle_abandoned_keeps_an_acknowledged_row_acknowledged(ledger):
+    # The terminal write failed (locked/full), the in-memory event was delivered and its ack
+    # recorded on the still-running row, then the owner died. Recovery must settle the state
+    # without re-opening delivery: the parent already has this result.
+    ledger.persist_dispatch(dispatch_row(), T0)
+    assert ledger.claim_delivery("deleg_0001", "A", T0 + 5, LEASE_S) is True
+    assert ledger.complete_delivery("deleg_0001", "A", T0 + 6) is True
+
+    assert ledger.settle_abandoned("deleg_0001", {"status": "unknown"}, {"status": "unknown"}, T0 + 100) is True
+
+    got = ledger.get("deleg_0001")
+    assert (got.state, got.delivery_state, got.delivered_at) == ("unknown", "delivered", T0 + 6)
+    assert ledger.pending_rows() == []

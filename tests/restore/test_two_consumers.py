@@ -1,0 +1,135 @@
+"""Two consumer processes on one ``state.db``: the durable claim is the only cross-process
+gate, so every pending row (and every row both recover from a dead owner) is delivered by
+exactly one of them; and a consumer that dies holding a claim blocks the row only until its
+lease expires."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import tools.async_delegation_delivery as delivery
+
+ROWS = 20
+ABANDONED = 5
+
+# Restore, then wait until every consumer has its replay queued, so both contend for every row.
+CONSUMER = r'''
+import os, pathlib, queue, sys, time
+from tools import async_delegation as ad
+
+name, rendezvous, expected = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
+q = queue.Queue()
+ad.restore_undelivered_completions(q)
+(rendezvous / name).touch()
+deadline = time.monotonic() + 30
+while len(list(rendezvous.iterdir())) < expected:
+    assert time.monotonic() < deadline, "the other consumer never got ready"
+    time.sleep(0.01)
+while not q.empty():
+    evt = q.get_nowait()
+    claim = ad.claim_event_delivery(evt, name)
+    if claim:
+        assert ad.complete_event_delivery(evt, claim), evt["delegation_id"]
+        print(evt["delegation_id"], flush=True)
+'''
+
+# Claims the one replayed row, reports it, and then hangs as if the turn injection wedged.
+CLAIM_AND_HANG = r'''
+import queue, threading
+from tools import async_delegation as ad
+q = queue.Queue()
+ad.restore_undelivered_completions(q)
+evt = q.get_nowait()
+print(ad.claim_event_delivery(evt, "consumer-A"), flush=True)
+threading.Event().wait()
+'''
+
+# With the default lease A's claim still holds; with a short lease B polls until it expires.
+CLAIM_AFTER_LEASE = r'''
+import json, queue, sys, time
+import tools.async_delegation_delivery as delivery
+from tools import async_delegation as ad
+q = queue.Queue()
+ad.restore_undelivered_completions(q)
+evt = q.get_nowait()
+under_default_lease = ad.claim_event_delivery(evt, "consumer-B")
+delivery._CLAIM_LEASE_S = float(sys.argv[1])
+claimed_at = delivery.current_ledger().get(evt["delegation_id"]).delivery_claimed_at
+refused_at, deadline = [], time.monotonic() + 30
+while True:
+    before = time.time()
+    claim = ad.claim_event_delivery(evt, "consumer-B")
+    after = time.time()
+    if claim:
+        break
+    refused_at.append(before - claimed_at)
+    assert time.monotonic() < deadline, "the lease never expired"
+    time.sleep(0.02)
+print(json.dumps({"under_default_lease": under_default_lease, "refused_at": refused_at,
+                  "granted_by": after - claimed_at, "completed": ad.complete_event_delivery(evt, claim)}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_two_consumer_processes_deliver_every_row_exactly_once(seed, tmp_path, _isolated_hermes_home, child_env):
+    now = time.time()
+    ids = [seed(f"deleg_{i:02d}", completed_at=now - 100 + i) for i in range(ROWS)]
+    abandoned = [seed(f"deleg_run_{i}") for i in range(ABANDONED)]  # both consumers recover these at once
+    delivery.reset_for_tests()  # the seeding connection is closed before the consumers start
+    rendezvous = tmp_path / "ready"
+    rendezvous.mkdir()
+    env = child_env(_isolated_hermes_home)
+
+    consumers = {name: subprocess.Popen([sys.executable, "-c", CONSUMER, name, str(rendezvous), "2"],
+                                        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+                 for name in ("consumer-A", "consumer-B")}
+    delivered: dict[str, list[str]] = {}
+    for name, proc in consumers.items():
+        out, err = proc.communicate(timeout=45)
+        assert proc.returncode == 0, f"{name} failed:\n{err}"
+        delivered[name] = out.split()
+
+    a, b = delivered["consumer-A"], delivered["consumer-B"]
+    assert len(a) == len(set(a)) and len(b) == len(set(b))
+    assert set(a).isdisjoint(b), f"delivered twice: {sorted(set(a) & set(b))}"
+    assert sorted(a + b) == sorted(ids + abandoned)
+    for delegation_id in ids + abandoned:
+        row = delivery.get_durable_delegation(delegation_id)
+        assert (row["delivery_state"], row["delivery_attempts"]) == ("delivered", 1), delegation_id
+    assert {delivery.get_durable_delegation(i)["state"] for i in abandoned} == {"unknown"}
+
+
+@pytest.mark.timeout(60)
+def test_a_consumer_that_dies_mid_delivery_blocks_the_row_only_until_its_lease_expires(
+        seed, tmp_path, _isolated_hermes_home, child_env, run_python):
+    seed("deleg_orphaned", completed_at=time.time() - 30)
+    delivery.reset_for_tests()
+    env = child_env(_isolated_hermes_home)
+    lease_s = 1.5
+
+    a = subprocess.Popen([sys.executable, "-c", CLAIM_AND_HANG], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        claim_line = a.stdout.readline().strip()  # A prints right after claiming, then hangs
+        assert claim_line.startswith("consumer-A:"), a.stderr.read() if a.poll() is not None else claim_line
+    finally:
+        a.send_signal(signal.SIGKILL)
+        a.communicate(timeout=20)
+    held = delivery.get_durable_delegation("deleg_orphaned")
+    assert (held["delivery_state"], held["delivery_attempts"]) == ("pending", 1)
+
+    done = run_python(CLAIM_AFTER_LEASE, _isolated_hermes_home, str(lease_s), timeout_s=45)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert out["under_default_lease"] is None  # A's claim, though its owner is dead, still holds
+    assert all(age <= lease_s for age in out["refused_at"]), out
+    assert out["granted_by"] > lease_s, out
+    assert out["completed"] is True
+    row = delivery.get_durable_delegation("deleg_orphaned")
+    assert (row["delivery_state"], row["delivery_attempts"]) == ("delivered", 2)
