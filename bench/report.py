@@ -120,7 +120,10 @@ def _flat_metrics(metrics: dict[str, Any], prefix: str = "") -> list[tuple[str, 
 
 
 def render(payload: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # CI logs and pipes: do not squeeze the table into 80 columns
+            console = Console(width=120)
     cases = list(payload["cases"].values())
     for case in cases:
         if case.get("metrics"):
