@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.json or RESULTS_DIR / ("quick.json" if args.quick else "latest.json")
     saved_home = os.environ.get("HERMES_HOME")
+    load_before = report.load_average()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="offload-bench-", dir=args.workdir) as tmp:
         try:
@@ -86,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ.pop("HERMES_HOME", None)
             else:
                 os.environ["HERMES_HOME"] = saved_home
-    payload = {"schema": 1, "command": "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv),
+    payload = {"schema": 1, "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
                "quick": args.quick, "machine": report.machine_info(), "total_wall_s": time.perf_counter() - started,
+               "load_average_1m": {"before": load_before, "after": report.load_average()},
                "cases": cases}
     report.write_json(out, payload)
     report.render(payload)

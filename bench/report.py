@@ -44,13 +44,28 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _git_commit() -> str | None:
+def _git(*args: str) -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
     except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _git_commit() -> str | None:
+    commit = _git("rev-parse", "--short", "HEAD")
+    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"  # the figures came from uncommitted code
+    return commit or None
+
+
+def load_average() -> float | None:
+    """1-minute load average: other work on a shared machine shows up here, not in the ratios."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
         return None
-    return out.stdout.strip() or None
 
 
 def _clean(value: Any) -> Any:
@@ -131,4 +146,5 @@ def render(payload: dict[str, Any], console: Console | None = None) -> None:
     console.print(headline_table(cases))
     machine = payload["machine"]
     console.print(f"machine: {machine['nproc']} cores, {machine['cpu_model']}, Python {machine['python']}, "
-                  f"SQLite {machine['sqlite']}; total {payload['total_wall_s']:.0f} s; command: {payload['command']}")
+                  f"SQLite {machine['sqlite']}; load average {payload['load_average_1m']}; "
+                  f"total {payload['total_wall_s']:.0f} s; command: {payload['command']}")

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from bench import __main__ as bench_main
-from bench import case_cost, case_fanout, case_growth, case_scale
+from bench import case_cost, case_fanout, case_growth, case_scale, readme_table
 from tools import async_delegation as ad
 
 pytestmark = pytest.mark.timeout(60)
@@ -88,3 +88,6 @@ def test_cli_writes_the_json_the_readme_table_comes_from(tmp_path, monkeypatch):
     assert payload["quick"] is True and set(payload["cases"]) == {"1", "3"}
     assert payload["machine"]["nproc"] >= 1 and payload["machine"]["python"]
     assert payload["command"].startswith("python -m bench --quick")
+    markdown = readme_table.table(payload)
+    assert "| 1. per-delegation cost | offload / floor: wall time per delegation |" in markdown
+    assert "n/a" not in markdown and payload["command"] in readme_table.machine_line(payload)
