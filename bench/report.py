@@ -55,7 +55,9 @@ def _git(*args: str) -> str:
 
 def _git_commit() -> str | None:
     commit = _git("rev-parse", "--short", "HEAD")
-    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+    changed = [line for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()
+               if "bench/results/" not in line]  # a previous run's figures are not code
+    if commit and changed:
         commit += "-dirty"  # the figures came from uncommitted code
     return commit or None
 
