@@ -2,8 +2,8 @@
 whose token moves on every sample (an active child), so a sweep does its full write path.
 
 Per round, at a small and a large live count (100 and 1,000 by default): the time of one
-stall sweep (``_check_stalls(now)``) and of ``list_async_delegations()`` (fastest of 15 calls),
-and of one more dispatch (median of 10). Linearity is the ratio large/small over the ratio of live counts. In a separate
+stall sweep (``_check_stalls(now)``) and of ``list_async_delegations()`` (fastest of 25
+equally long samples in 5 bursts), and of one more dispatch (median of 10). Linearity is the ratio large/small over the ratio of live counts. In a separate
 phase (tracemalloc slows everything, so no timing runs under it): Python heap and RSS per
 live unit.
 """
@@ -22,7 +22,7 @@ from bench.stats import check, headline, median, spread, to_ms, to_us
 from tools import async_delegation as ad
 from tools.process_registry import process_registry
 
-REPEATS = 15  # timed calls per measurement point; the round keeps the fastest (as timeit does)
+BURSTS, SAMPLES_PER_BURST, BURST_GAP_S = 5, 5, 0.05  # timed samples per point, spread out in time
 EXTRA_DISPATCHES = 10  # "one more dispatch", timed this many times at each live count
 
 
@@ -68,21 +68,31 @@ class LiveUnits:
         return received
 
 
-def _timed_min(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
-    """Fastest of ``repeats`` calls: a CPU-bound call is only ever slowed by the machine's
-    other work, so the minimum is its cost; the spread across rounds is reported separately."""
+def _timed_min(fn: Callable[[], Any], calls: int = 1) -> float:
+    """Seconds per call: the fastest sample of ``calls`` back-to-back calls.
+
+    A CPU-bound call is only ever slowed by the machine's other work, so the fastest sample
+    is its cost; samples come in bursts spread over a quarter second, so one busy moment of
+    a shared machine cannot spoil them all. ``calls`` makes samples at the small live count
+    as long as one call at the large count: a short sample finds a quiet moment far more
+    often than a long one, which would bias the large/small ratio upward.
+    """
     samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
+    for burst in range(BURSTS):
+        if burst:
+            time.sleep(BURST_GAP_S)
+        for _ in range(SAMPLES_PER_BURST):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples.append((time.perf_counter() - start) / calls)
     return min(samples)
 
 
-def _measure_point(units: LiveUnits) -> dict[str, float]:
+def _measure_point(units: LiveUnits, calls: int) -> dict[str, float]:
     units.wait_started()
-    sweep_s = _timed_min(lambda: ad._check_stalls(time.monotonic()))
-    listing_s = _timed_min(ad.list_async_delegations)
+    sweep_s = _timed_min(lambda: ad._check_stalls(time.monotonic()), calls=calls)
+    listing_s = _timed_min(ad.list_async_delegations, calls=calls)
     dispatch_s = median(units.dispatch(EXTRA_DISPATCHES))
     return {"sweep_ms": to_ms(sweep_s), "listing_ms": to_ms(listing_s), "dispatch_us": to_us(dispatch_s)}
 
@@ -92,9 +102,9 @@ def timing_round(small: int, large: int, root: Path) -> dict[str, float]:
     harness.new_home(root, "scale")
     units = LiveUnits(cap=large + 4 * EXTRA_DISPATCHES)
     units.dispatch(small)
-    at_small = _measure_point(units)
+    at_small = _measure_point(units, calls=max(1, round(large / small)))
     units.dispatch(large - units.dispatched)
-    at_large = _measure_point(units)
+    at_large = _measure_point(units, calls=1)
     received = units.release_and_wait()
     if received != units.dispatched:
         raise RuntimeError(f"only {received} of {units.dispatched} live units reported after release")
