@@ -26,9 +26,9 @@ from typing import Any, Callable
 
 from tools import async_delegation_delivery as _delivery
 from tools.async_delegation_delivery import (  # noqa: F401 - re-exported facade
-    _CLAIM_LEASE_S, _DURABLE_RETENTION_SECONDS, _MAX_COMPLETION_REPLAY_AGE_S, _MAX_DELIVERY_ATTEMPTS,
     claim_completion_delivery, claim_event_delivery, complete_completion_delivery, complete_event_delivery,
     defer_completion_delivery, drop_completion_delivery, get_durable_delegation, mark_completion_delivered,
+    maybe_sweep_orphaned_completions,
     recover_abandoned_delegations, release_completion_delivery, release_event_delivery,
     restore_undelivered_completions,
 )
@@ -50,6 +50,14 @@ _STALE_CHECK_INTERVAL = 30.0
 _STALE_IDLE_SECONDS = 450.0
 _STALE_IN_TOOL_SECONDS = 1200.0
 _STALL_GRACE_SECONDS = 120.0
+# Delivery policy (read at call time by async_delegation_delivery).
+_MAX_DELIVERY_ATTEMPTS = 8
+_MAX_COMPLETION_REPLAY_AGE_S = 48 * 3600.0
+_CLAIM_LEASE_S = 300.0
+_DURABLE_RETENTION_SECONDS = 7 * 24 * 3600.0
+_MAX_RETAINED_SETTLED = 1000  # delivered/dropped rows kept in the ledger
+_DURABLE_PRUNE_INTERVAL_S = 60.0
+_ORPHAN_SWEEP_INTERVAL_S = 30.0
 _LIVE_STATES = frozenset({"running", "stalling", "finalizing"})
 _ACTIVE_STATES = ("running", "stalling")
 
