@@ -1,0 +1,167 @@
+"""What the CLI prints: agent answers, delegation handles, landed results, and the tables
+for ``/agents``, ``offload agents`` and ``offload inbox``.
+
+Pure presentation over rich: builders return renderables from plain data, ``Ui`` prints.
+Invariant: text that came from a model, a child or the ledger is never parsed as rich markup
+(it is wrapped in ``Text`` or printed with ``markup=False``), and long lines are not wrapped
+(``soft_wrap``), so ids and result lines stay intact in pipes and logs.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tools.async_delegation_ledger import LedgerRow
+from tools.process_liveness import owner_alive
+from tools.process_registry_notifications import async_delegation_display_text
+
+_GOAL_CHARS = 48
+
+
+def _clip(text: Any, limit: int = _GOAL_CHARS) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _age(since: float | None, now: float) -> str:
+    if not since:
+        return "-"
+    seconds = max(0, int(now - since))
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m" if seconds < 7200 else f"{seconds // 3600}h"
+
+
+# -- the live roster (in-process records) ---------------------------------------------------
+def live_roster(items: list[dict[str, Any]]) -> RenderableType:
+    """``list_async_delegations()`` as a table: one row per unit, one per child while running."""
+    if not items:
+        return Text("no background delegations in this session")
+    table = Table(title="background delegations", title_justify="left", expand=False)
+    for name, justify in (("delegation", "left"), ("status", "left"), ("task", "left"), ("api calls", "right"),
+                          ("current tool", "left"), ("idle s", "right"), ("progress s", "right")):
+        table.add_column(name, justify=justify, no_wrap=name in ("delegation", "status"))
+    for item in items:
+        label = f"group {item['group']}" if item.get("group") else item.get("goal")
+        table.add_row(Text(str(item.get("delegation_id"))), Text(str(item.get("status"))), Text(_clip(label)),
+                      "", "", "", _seconds(item.get("seconds_since_progress")))
+        goals = item.get("goals") or []
+        indexes = item.get("task_indexes") or list(range(len(goals)))
+        for position, activity in enumerate(item.get("children_activity") or []):
+            index = indexes[position] if position < len(indexes) else position
+            goal = goals[index] if index < len(goals) else ""
+            if not isinstance(activity, dict):
+                table.add_row("", "", Text(f"#{index + 1} {_clip(goal, 40)}"), "?", "?", "?", "")
+                continue
+            table.add_row("", "", Text(f"#{index + 1} {_clip(goal, 40)}"), str(activity.get("api_calls", "?")),
+                          Text(str(activity.get("current_tool") or "-")),
+                          _seconds(activity.get("seconds_since_activity")), "")
+    return table
+
+
+# -- ledger views (any process) ---------------------------------------------------------------
+def _owner(row: LedgerRow) -> str:
+    if not row.owner_pid:
+        return "-"
+    return f"{row.owner_pid} ({'alive' if owner_alive(row.owner_pid, row.owner_started_at) else 'dead'})"
+
+
+def _children_recorded(row: LedgerRow) -> str:
+    task = row.task or {}
+    total = len(task.get("task_indexes") or task.get("goals") or []) or 1
+    done = len((row.result or {}).get("results") or [])
+    return f"{done}/{total}"
+
+
+def _label(row: LedgerRow) -> str:
+    task = row.task or {}
+    return _clip(f"group {task['group']}" if task.get("group") else task.get("goal") or (row.event or {}).get("goal"))
+
+
+def ledger_running(rows: Iterable[LedgerRow], now: float | None = None) -> RenderableType:
+    """Running rows, two lines each: id, age, owner, children done; then session and task."""
+    now = time.time() if now is None else now
+    rows = list(rows)
+    if not rows:
+        return Text("nothing running")
+    lines = [Text(f"running ({len(rows)})", style="bold")]
+    for row in rows:
+        lines.append(Text(f"  {row.delegation_id}  running {_age(row.dispatched_at, now)}  owner {_owner(row)}  "
+                          f"children done {_children_recorded(row)}"))
+        lines.append(Text(f"      session {row.parent_session_id or row.origin_session or '-'}  ·  {_label(row)}",
+                          style="dim"))
+    return Group(*lines)
+
+
+def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = None) -> RenderableType:
+    """Finished rows, two lines each: id, state, when, delivery, attempts, owner; then session and task."""
+    now = time.time() if now is None else now
+    rows = list(rows)
+    if not rows:
+        return Text(f"{title}: none")
+    lines = [Text(f"{title} ({len(rows)})", style="bold")]
+    for row in rows:
+        lines.append(Text(f"  {row.delegation_id}  {row.state}  finished {_age(row.completed_at, now)} ago  "
+                          f"{row.delivery_state} (attempts {row.delivery_attempts})  owner {_owner(row)}"))
+        lines.append(Text(f"      session {row.parent_session_id or row.origin_session or '-'}  ·  {_label(row)}",
+                          style="dim"))
+    return Group(*lines)
+
+
+# -- printing ----------------------------------------------------------------------------------
+def make_console(**options: Any) -> Console:
+    """A console that is 160 columns wide when not a terminal, so tables stay readable in logs."""
+    console = Console(highlight=False, **options)
+    if not console.is_terminal and "width" not in options:
+        console = Console(highlight=False, width=160, **options)
+    return console
+
+
+class Ui:
+    """Console output of chat, run and the demo."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or make_console()
+
+    def say(self, text: str, style: str | None = None) -> None:
+        self.console.print(Text(text, style=style or ""), soft_wrap=True)
+
+    def answer(self, text: str | None, label: str = "agent") -> None:
+        self.console.print(Text.assemble((f"{label}> ", "bold cyan"), text or "(no answer)"), soft_wrap=True)
+
+    def handles(self, handles: list[dict[str, Any]]) -> None:
+        for handle in handles:
+            self.say(_describe_handle(handle), style="magenta")
+
+    def result(self, event: dict[str, Any], text: str) -> None:
+        """A landed background result: a header line, then exactly what the agent will read."""
+        title = async_delegation_display_text(event) if event.get("type") == "async_delegation" else event.get("type")
+        origin = " (replayed from the ledger)" if event.get("restored") else ""
+        self.say(f"⇠ background result {event.get('delegation_id')} landed{origin}: {title}", style="bold green")
+        self.console.print(Text(text, style="dim"), soft_wrap=True)
+
+    def error(self, text: str) -> None:
+        self.say(text, style="bold red")
+
+    def show(self, renderable: RenderableType) -> None:
+        self.console.print(renderable)
+
+
+def _describe_handle(handle: dict[str, Any]) -> str:
+    status = handle.get("status")
+    if status == "dispatched":
+        units = [u.get("delegation_id") for u in handle.get("units") or []]
+        split = f" as units {', '.join(units)}" if units else ""
+        return (f"↳ delegated {handle.get('count', '?')} task(s) in the background: "
+                f"{handle.get('delegation_id')}{split}")
+    if status == "error":
+        return f"↳ delegate_task refused: {handle.get('error')}"
+    count = len(handle.get("results") or [])
+    note = f" ({handle['note']})" if handle.get("note") else ""
+    return f"↳ delegate_task ran {count} task(s) synchronously{note}"
