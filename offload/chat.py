@@ -20,7 +20,6 @@ from typing import IO
 
 from offload.driver import POLL_S, SessionDriver
 from offload.views import live_roster
-from tools.async_delegation import list_async_delegations
 
 HELP = ("commands: /agents (live roster of background subagents), /stop (interrupt them), "
         "/quit (wait for their results, then leave), /help")
@@ -80,7 +79,7 @@ class ChatLoop:
     def _command(self, line: str) -> bool:
         """Answer a slash command that must not wait for the running turn; False if not one."""
         if line == "/agents":
-            self.ui.show(live_roster([item for item in list_async_delegations() if self._mine(item)]))
+            self.ui.show(live_roster(self.driver.units()))
         elif line == "/stop":
             stopped = self.driver.stop_background()
             self.ui.say(f"stopped {stopped} background delegation(s); their results will be reported here",
@@ -92,6 +91,3 @@ class ChatLoop:
         else:
             return False
         return True
-
-    def _mine(self, item: dict) -> bool:
-        return self.driver.session_id in (item.get("parent_session_id"), item.get("session_key"))

@@ -19,7 +19,7 @@ from rich.live import Live
 
 from agent.session_store import SessionStoreError
 from offload import config as config_mod
-from offload.config import ConfigError, load_config
+from offload.config import ConfigError
 from offload.errors import CliError
 from offload.views import Ui, ledger_finished, ledger_running, make_console
 from tools import async_delegation as engine
@@ -41,19 +41,11 @@ _RESUME = typer.Option(None, "--resume", "-r", metavar="SESSION", help="continue
 
 
 def _driver(verbose: bool, resume: str | None, sync: bool = False) -> SessionDriver:
-    """Config, engine tuning, the session store and the session: what chat and run share."""
-    from agent.session_store import SessionStore
-    from offload.driver import SessionDriver
-    from offload.inbox import SessionInbox
-    from offload.runtime import apply_engine_tuning, open_conversation
+    from offload.driver import start_session
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="offload: %(levelname)s: %(message)s")
-    cfg = load_config()
-    apply_engine_tuning(cfg.delegation)
-    store = SessionStore()
-    conversation = open_conversation(cfg, store, resume, sync_delegation=sync)
-    return SessionDriver(conversation, SessionInbox(conversation.session_id, store), Ui())
+    return start_session(resume, sync_delegation=sync)
 
 
 @app.command()

@@ -31,15 +31,12 @@ from typing import IO, Iterator
 from rich.live import Live
 
 import offload
-from agent.session_store import SessionStore
-from offload.config import load_config, write_config_file
-from offload.demo_script import (CRASH_PROMPT, DEMO_MODEL, DEMO_MODEL_LABEL, DEMO_PROMPT, demo_script)
-from offload.driver import SessionDriver
-from offload.inbox import SessionInbox
+from offload.config import write_config_file
+from offload.demo_script import CRASH_PROMPT, DEMO_MODEL, DEMO_MODEL_LABEL, DEMO_PROMPT, demo_script
+from offload.driver import SessionDriver, start_session
 from offload.model_server import ScriptedModelServer
-from offload.runtime import apply_engine_tuning, open_conversation
 from offload.views import Ui, live_roster
-from tools.async_delegation import get_durable_delegation, list_async_delegations
+from tools.async_delegation import get_durable_delegation
 from tools.ledger_queries import running_rows
 
 DRILL_DEADLINE_S = 30.0
@@ -95,16 +92,12 @@ def _demo_home(keep: bool) -> Iterator[tuple[Path, Path]]:
 # -- 1. fan-out with the live roster ------------------------------------------------------------
 def _fan_out(ui: Ui) -> None:
     ui.say("\n1/2 background fan-out: a group 'compare' of two tasks, plus one terminal task", style="bold")
-    cfg = load_config()
-    apply_engine_tuning(cfg.delegation)
-    store = SessionStore()
-    conversation = open_conversation(cfg, store)
-    driver = SessionDriver(conversation, SessionInbox(conversation.session_id, store), ui)
+    driver = start_session(ui=ui)
     ui.answer(DEMO_PROMPT, label="you")
     driver.user_turn(DEMO_PROMPT)
-    with _RosterView(ui, conversation.session_id) as view:
+    with _RosterView(driver) as view:
         driver.wait_for_background(on_wait=view.refresh)
-    store.close()
+    driver.conversation.store.close()
 
 
 class _RosterView:
@@ -113,13 +106,13 @@ class _RosterView:
 
     SNAPSHOT_EVERY_S = 1.0
 
-    def __init__(self, ui: Ui, session_id: str) -> None:
-        self.ui, self.session_id = ui, session_id
+    def __init__(self, driver: SessionDriver) -> None:
+        self.driver, self.ui = driver, driver.ui
         self._live: Live | None = None
         self._last_snapshot = 0.0
 
     def _table(self):
-        return live_roster([i for i in list_async_delegations() if i.get("parent_session_id") == self.session_id])
+        return live_roster(self.driver.units())
 
     def __enter__(self) -> _RosterView:
         if self.ui.console.is_terminal:
@@ -133,8 +126,7 @@ class _RosterView:
         if self._live is not None:
             self._live.update(self._table())
             return
-        running = any(i.get("status") == "running" and i.get("parent_session_id") == self.session_id
-                      for i in list_async_delegations())
+        running = any(unit.get("status") == "running" for unit in self.driver.units())
         if running and time.monotonic() - self._last_snapshot >= self.SNAPSHOT_EVERY_S:
             self._last_snapshot = time.monotonic()
             self.ui.show(self._table())

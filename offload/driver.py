@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Any, Callable
 
+from agent.session_store import SessionStore
+from offload.config import load_config
 from offload.inbox import Delivery, SessionInbox
-from offload.runtime import Conversation, TurnResult
+from offload.runtime import Conversation, TurnResult, apply_engine_tuning, open_conversation
 from offload.views import Ui
 from tools.async_delegation import interrupt_for_session, list_async_delegations
 
@@ -23,6 +25,15 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.2
 _LIVE = ("running", "stalling", "finalizing")
+
+
+def start_session(resume: str | None = None, *, sync_delegation: bool = False, ui: Ui | None = None) -> SessionDriver:
+    """Load the config, tune the engine, open the store and the session (new, or ``resume``)."""
+    cfg = load_config()
+    apply_engine_tuning(cfg.delegation)
+    store = SessionStore()
+    conversation = open_conversation(cfg, store, resume, sync_delegation=sync_delegation)
+    return SessionDriver(conversation, SessionInbox(conversation.session_id, store), ui or Ui())
 
 
 class SessionDriver:
@@ -70,11 +81,13 @@ class SessionDriver:
         self.inbox.acknowledge(item)
         self.show_turn(result)
 
+    def units(self) -> list[dict[str, Any]]:
+        """This session's background units as the engine lists them (live per-child activity)."""
+        return [item for item in list_async_delegations() if self.inbox.owns(item)]
+
     def live_count(self) -> int:
         """Background units of this session that have not reported yet."""
-        return sum(1 for item in list_async_delegations()
-                   if item.get("status") in _LIVE and self.session_id in (item.get("parent_session_id"),
-                                                                          item.get("session_key")))
+        return sum(1 for item in self.units() if item.get("status") in _LIVE)
 
     def stop_background(self, reason: str = "stopped by the user") -> int:
         return interrupt_for_session(session_key=self.session_id, parent_session_id=self.session_id, reason=reason)

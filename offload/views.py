@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tools.async_delegation_ledger import LedgerRow
+from tools.notification_text import format_age
 from tools.process_liveness import owner_alive
 from tools.process_registry_notifications import async_delegation_display_text
 
@@ -32,10 +33,7 @@ def _seconds(value: Any) -> str:
 
 
 def _age(since: float | None, now: float) -> str:
-    if not since:
-        return "-"
-    seconds = max(0, int(now - since))
-    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m" if seconds < 7200 else f"{seconds // 3600}h"
+    return format_age(max(0.0, now - since)) if since else "-"
 
 
 # -- the live roster (in-process records) ---------------------------------------------------

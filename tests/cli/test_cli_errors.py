@@ -1,23 +1,19 @@
 """Every user-fixable failure is one clear line and a non-zero exit, never a traceback."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import cli_env
 from tools.hermes_home import config_path
 
 pytestmark = pytest.mark.timeout(60)
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def offload(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "OPENAI_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True, env=cli_env(),
                           timeout=50, stdin=subprocess.DEVNULL)
 
 

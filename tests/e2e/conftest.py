@@ -25,10 +25,16 @@ ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 30.0
 
 
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for ``python -m offload``: this checkout, no user overrides or keys."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
 class Cli:
     def __init__(self, args: tuple[str, ...], home: Path, cwd: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "OPENAI_"))}
-        env.update(PYTHONPATH=str(ROOT), HERMES_HOME=str(home), PYTHONUNBUFFERED="1")
+        env = cli_env(HERMES_HOME=str(home))
         self.proc = subprocess.Popen([sys.executable, "-m", "offload", *args], cwd=cwd, env=env, text=True,
                                      encoding="utf-8", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT)

@@ -1,21 +1,19 @@
 """`offload demo`, as the README runs it: offline, exit 0, the whole story, well under a minute."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.e2e.conftest import ROOT
+from tests.e2e.conftest import cli_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
 def test_demo_runs_offline_and_tells_the_whole_story(tmp_path, _isolated_hermes_home):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "OPENAI_"))}
-    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env = cli_env()
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "offload", "demo"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=110, stdin=subprocess.DEVNULL)
