@@ -12,7 +12,6 @@ import time
 from typing import Any, Iterable
 
 from rich.console import Console, Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from tools.async_delegation_ledger import LedgerRow
@@ -38,29 +37,29 @@ def _age(since: float | None, now: float) -> str:
 
 # -- the live roster (in-process records) ---------------------------------------------------
 def live_roster(items: list[dict[str, Any]]) -> RenderableType:
-    """``list_async_delegations()`` as a table: one row per unit, one per child while running."""
+    """``list_async_delegations()`` as lines: one per unit, one per child while it runs
+    (API calls, current tool, seconds since its last activity)."""
     if not items:
         return Text("no background delegations in this session")
-    table = Table(title="background delegations", title_justify="left", expand=False)
-    for name, justify in (("delegation", "left"), ("status", "left"), ("task", "left"), ("api calls", "right"),
-                          ("current tool", "left"), ("idle s", "right"), ("progress s", "right")):
-        table.add_column(name, justify=justify, no_wrap=name in ("delegation", "status"))
+    lines = [Text(f"background delegations ({len(items)})", style="bold")]
     for item in items:
         label = f"group {item['group']}" if item.get("group") else item.get("goal")
-        table.add_row(Text(str(item.get("delegation_id"))), Text(str(item.get("status"))), Text(_clip(label)),
-                      "", "", "", _seconds(item.get("seconds_since_progress")))
+        progress = item.get("seconds_since_progress")
+        since = f"  (last progress {_seconds(progress)} s ago)" if progress is not None else ""
+        lines.append(Text(f"  {item.get('delegation_id')}  {item.get('status')}  {_clip(label)}{since}"))
         goals = item.get("goals") or []
         indexes = item.get("task_indexes") or list(range(len(goals)))
         for position, activity in enumerate(item.get("children_activity") or []):
             index = indexes[position] if position < len(indexes) else position
-            goal = goals[index] if index < len(goals) else ""
+            goal = _clip(goals[index] if index < len(goals) else "")
             if not isinstance(activity, dict):
-                table.add_row("", "", Text(f"#{index + 1} {_clip(goal, 40)}"), "?", "?", "?", "")
-                continue
-            table.add_row("", "", Text(f"#{index + 1} {_clip(goal, 40)}"), str(activity.get("api_calls", "?")),
-                          Text(str(activity.get("current_tool") or "-")),
-                          _seconds(activity.get("seconds_since_activity")), "")
-    return table
+                activity = {}
+            lines.append(Text(f"      #{index + 1}  api calls {activity.get('api_calls', '?')!s:<3} "
+                              f"tool {activity.get('current_tool') or '-':<12} "
+                              f"idle {_seconds(activity.get('seconds_since_activity')):>5} s  {goal}", style="dim"))
+    for line in lines:  # one row per line whatever the width: cut the end rather than wrap
+        line.no_wrap, line.overflow = True, "ellipsis"
+    return Group(*lines)
 
 
 # -- ledger views (any process) ---------------------------------------------------------------

@@ -32,7 +32,7 @@ def test_background_result_is_reinjected_as_a_new_turn_while_idle(cli, model_ser
         mark = chat.mark()
         chat.send("/agents")
         chat.wait_for(rf"{did}\s.*running", start=mark)
-        chat.wait_for(r"#1 compute the answer", start=mark)
+        chat.wait_for(r"#1 .*api calls .*compute the answer", start=mark)
     finally:
         release_child.set()
     chat.wait_for(rf"background result {did} landed")
