@@ -45,7 +45,8 @@ def live_roster(items: list[dict[str, Any]]) -> RenderableType:
     for item in items:
         label = f"group {item['group']}" if item.get("group") else item.get("goal")
         progress = item.get("seconds_since_progress")
-        since = f"  (last progress {_seconds(progress)} s ago)" if progress is not None else ""
+        # The monitor's clock: seconds since a sweep last saw progress, compared to the stall limits.
+        since = f"  (stall clock {_seconds(progress)} s)" if progress is not None else ""
         lines.append(Text(f"  {item.get('delegation_id')}  {item.get('status')}  {_clip(label)}{since}"))
         goals = item.get("goals") or []
         indexes = item.get("task_indexes") or list(range(len(goals)))
