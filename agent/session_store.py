@@ -30,6 +30,8 @@ from tools.hermes_home import state_db_path
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_S = 10.0
+WAL_SWITCH_TIMEOUT_S = 5.0
+_WAL_RETRY_S = 0.05
 _TITLE_CHARS = 60
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, created_at REAL NOT NULL,"
@@ -76,9 +78,7 @@ class SessionStore:
         secure_files(self.path, create_main=True)
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":  # e.g. a network file system without shared memory
-                logger.warning("state.db at %s stays in %s journal mode (WAL unavailable)", self.path, mode)
+            enable_wal(conn, self.path)
             conn.execute("PRAGMA synchronous=FULL")  # a stored turn must survive a power cut too
             for statement in _SCHEMA:
                 conn.execute(statement)
@@ -168,6 +168,31 @@ class SessionStore:
             row = self._conn.execute("SELECT 1 FROM injected_results WHERE session_id=? AND delegation_id=?",
                                      (session_id, delegation_id)).fetchone()
         return row is not None
+
+
+def enable_wal(conn: sqlite3.Connection, path: Path, timeout_s: float = WAL_SWITCH_TIMEOUT_S) -> str:
+    """Switch the file to WAL; returns the journal mode in effect.
+
+    Switching from a rollback journal needs the file to itself for a moment. If another
+    connection is mid-write, SQLite answers "locked" at once instead of waiting (its busy
+    handler would deadlock there), so we retry briefly; if the file stays busy we carry on in
+    the current mode (correct, just less concurrent) and the next start switches it.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+                raise
+            if time.monotonic() >= deadline:
+                mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+                break
+            time.sleep(_WAL_RETRY_S)
+    if mode != "wal":  # still busy, or e.g. a network file system without shared memory
+        logger.warning("state.db at %s stays in %s journal mode for now (could not switch to WAL)", path, mode)
+    return mode
 
 
 def _title_of(messages: list[dict[str, Any]]) -> str | None:

@@ -97,3 +97,59 @@ def test_an_unopenable_file_is_a_clear_error(tmp_path):
     bad.write_bytes(b"this is not a database" * 100)
     with pytest.raises(SessionStoreError, match="move a damaged file aside"):
         SessionStore(bad)
+
+
+class _BusyThenFine:
+    """A connection whose journal-mode switch is refused as "locked" a few times."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.calls = refusals, 0
+
+    def execute(self, sql: str):
+        self.calls += 1
+        if sql == "PRAGMA journal_mode=WAL" and self.refusals:
+            self.refusals -= 1
+            raise sqlite3.OperationalError("database is locked")
+        mode = "delete" if sql == "PRAGMA journal_mode" else "wal"
+        return type("Cursor", (), {"fetchone": lambda self: (mode,)})()
+
+
+def test_switching_to_wal_retries_while_another_writer_holds_the_file(tmp_path):
+    from agent.session_store import enable_wal
+
+    conn = _BusyThenFine(refusals=3)
+    assert enable_wal(conn, tmp_path / "state.db") == "wal"
+    assert conn.calls == 4
+
+
+def test_a_file_that_stays_busy_is_used_in_its_current_mode(tmp_path):
+    from agent.session_store import enable_wal
+
+    assert enable_wal(_BusyThenFine(refusals=10**6), tmp_path / "state.db", timeout_s=0.1) == "delete"
+
+
+def test_opening_the_store_while_the_ledger_writes_in_another_thread():
+    """The store is often opened after the ledger created state.db in rollback mode."""
+    conn = ad._connect()
+    try:
+        stop = threading.Event()
+
+        def writer() -> None:
+            while not stop.is_set():
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("INSERT OR REPLACE INTO async_delegations (delegation_id, state, dispatched_at,"
+                             " updated_at) VALUES ('x', 'running', 0, 0)")
+                conn.execute("COMMIT")
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            for _ in range(5):
+                SessionStore().close()
+        finally:
+            stop.set()
+            thread.join()
+    finally:
+        conn.close()
+    with sqlite3.connect(state_db_path()) as check:
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
