@@ -9,7 +9,7 @@ Invariant: text that came from a model, a child or the ledger is never parsed as
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
@@ -82,34 +82,32 @@ def _label(row: LedgerRow) -> str:
     return _clip(f"group {task['group']}" if task.get("group") else task.get("goal") or (row.event or {}).get("goal"))
 
 
-def ledger_running(rows: Iterable[LedgerRow], now: float | None = None) -> RenderableType:
-    """Running rows, two lines each: id, age, owner, children done; then session and task."""
-    now = time.time() if now is None else now
-    rows = list(rows)
-    if not rows:
-        return Text("nothing running")
-    lines = [Text(f"running ({len(rows)})", style="bold")]
-    for row in rows:
-        lines.append(Text(f"  {row.delegation_id}  running {_age(row.dispatched_at, now)}  owner {_owner(row)}  "
-                          f"children done {_children_recorded(row)}"))
-        lines.append(Text(f"      session {row.parent_session_id or row.origin_session or '-'}  ·  {_label(row)}",
-                          style="dim"))
-    return Group(*lines)
-
-
-def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = None) -> RenderableType:
-    """Finished rows, two lines each: id, state, when, delivery, attempts, owner; then session and task."""
-    now = time.time() if now is None else now
+def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[LedgerRow], str]) -> RenderableType:
+    """Two lines per row: id and ``status(row)``; then its session and task."""
     rows = list(rows)
     if not rows:
         return Text(f"{title}: none")
     lines = [Text(f"{title} ({len(rows)})", style="bold")]
     for row in rows:
-        lines.append(Text(f"  {row.delegation_id}  {row.state}  finished {_age(row.completed_at, now)} ago  "
-                          f"{row.delivery_state} (attempts {row.delivery_attempts})  owner {_owner(row)}"))
+        lines.append(Text(f"  {row.delegation_id}  {status(row)}"))
         lines.append(Text(f"      session {row.parent_session_id or row.origin_session or '-'}  ·  {_label(row)}",
                           style="dim"))
     return Group(*lines)
+
+
+def ledger_running(rows: Iterable[LedgerRow], now: float | None = None) -> RenderableType:
+    """Running rows: age, owner (alive or dead), children finished so far."""
+    now = time.time() if now is None else now
+    return _ledger_rows(rows, "running", lambda row: f"running {_age(row.dispatched_at, now)}  owner {_owner(row)}  "
+                                                   f"children done {_children_recorded(row)}")
+
+
+def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = None) -> RenderableType:
+    """Finished rows: state, when, delivery state and attempts, owner."""
+    now = time.time() if now is None else now
+    return _ledger_rows(rows, title, lambda row: f"{row.state}  finished {_age(row.completed_at, now)} ago  "
+                                                f"{row.delivery_state} (attempts {row.delivery_attempts})  "
+                                                f"owner {_owner(row)}")
 
 
 # -- printing ----------------------------------------------------------------------------------
