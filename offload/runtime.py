@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from agent.core import AIAgent
-from agent.session_store import SessionStore
+from agent.session_store import SessionStore, new_session_id
 from offload.config import ConfigError, OffloadConfig, resolve_api_key
 from offload.errors import CliError
 from tools import async_delegation as engine
@@ -55,11 +55,10 @@ def build_agent(cfg: OffloadConfig, session_id: str, *, api_key: str | None = No
 def open_conversation(cfg: OffloadConfig, store: SessionStore, resume: str | None = None, *,
                       sync_delegation: bool = False, api_key: str | None = None) -> Conversation:
     """A new session, or the stored one ``resume`` names (``last`` = the most recent)."""
-    if resume:
-        session_id = _resolve_session(store, resume)
-    else:
-        session_id = store.create_session(model=cfg.model)
-    agent = build_agent(cfg, session_id, api_key=api_key)
+    session_id = _resolve_session(store, resume) if resume else new_session_id()
+    agent = build_agent(cfg, session_id, api_key=api_key)  # first: a config error must not leave an empty session
+    if not resume:
+        store.create_session(session_id, model=cfg.model)
     return Conversation(agent, store, sync_delegation=sync_delegation)
 
 
