@@ -302,6 +302,10 @@ class SqliteLedger:
         return self._select("WHERE delivery_state='pending' AND state!='running' AND event_json IS NOT NULL"
                             " ORDER BY completed_at, delegation_id", ())
 
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        return self._select("WHERE delivery_state IN ('delivered','dropped') ORDER BY updated_at DESC LIMIT ?",
+                            (int(limit),))
+
     def get(self, delegation_id: str) -> LedgerRow | None:
         rows = self._select("WHERE delegation_id=?", (delegation_id,))
         return rows[0] if rows else None

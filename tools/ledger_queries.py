@@ -4,9 +4,6 @@
 Another process cannot see the engine's in-memory records, so these read ``state.db``.
 Invariants: nothing here writes, and nothing creates a ledger that does not exist (an empty
 list is returned instead).
-
-The settled-rows query uses the SQLite ledger's row selector directly; it belongs in the
-ledger interface (``recent_rows``) once the ledger modules settle, so every backend has it.
 """
 from __future__ import annotations
 
@@ -30,5 +27,4 @@ def settled_rows(limit: int = 20) -> list[LedgerRow]:
     ledger = current_ledger()
     if not ledger.exists():
         return []
-    return ledger._select("WHERE delivery_state IN ('delivered', 'dropped') ORDER BY updated_at DESC LIMIT ?",
-                          (int(limit),))
+    return ledger.settled_rows(limit)
