@@ -11,9 +11,11 @@ an interrupt within ``poll_interval_s``.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -51,6 +53,18 @@ class _Failure:
 
 def _never_stop() -> bool:
     return False
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_ssl_context() -> ssl.SSLContext:
+    """One TLS context per process, shared by every client's connection pool.
+
+    Building one loads the whole CA bundle: tens of milliseconds of CPU that hold the GIL.
+    Each child agent has its own client, so a fan-out of 50 children spent most of its wall
+    time loading the same certificates 50 times (benchmark case 4). An SSLContext is safe to
+    share between connections and threads.
+    """
+    return httpx.create_ssl_context()
 
 
 class LLMClient:
@@ -98,7 +112,7 @@ class LLMClient:
         # The HTTP read timeout only frees an abandoned reader thread; the idle check in
         # _read_stream fires first, so it sits a little above stream_idle_timeout_s.
         timeout = httpx.Timeout(connect_timeout_s, read=self.stream_idle_timeout_s + 5.0)
-        http_client = http_client or httpx.Client(timeout=timeout)
+        http_client = http_client or httpx.Client(timeout=timeout, verify=_shared_ssl_context())
         sdk = openai.OpenAI(
             base_url=self.base_url,
             api_key=api_key or PLACEHOLDER_API_KEY,

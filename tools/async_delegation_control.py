@@ -21,6 +21,9 @@ from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, 
 logger = logging.getLogger("tools.async_delegation")
 
 
+_CALLABLE_KEYS = frozenset({"interrupt_fn", "progress_fn"})  # public names, never listed
+
+
 # -- counts and the roster ---------------------------------------------------------------
 def active_count() -> int:
     """Units still live (running, stalling or finalizing)."""
@@ -56,7 +59,7 @@ def list_async_delegations() -> list[dict[str, Any]]:
         raw = [(dict(r), r.get("progress_fn")) for r in ad._records.values()]
     items = []
     for record, progress_fn in raw:
-        item = {k: v for k, v in record.items() if not k.startswith("_") and k not in ("interrupt_fn", "progress_fn")}
+        item = {k: v for k, v in record.items() if k[:1] != "_" and k not in _CALLABLE_KEYS}
         if record.get("status") in ad._ACTIVE_STATES:
             item["seconds_since_progress"] = round(now_mono - record.get("_progress_ts", now_mono), 2)
             _add_live_activity(item, progress_fn)

@@ -70,6 +70,11 @@ _UPSERT_COMPLETION = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT") + (
     " updated_at=excluded.updated_at, event_json=excluded.event_json, result_json=excluded.result_json,"
     " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL"
 )
+# The common case of the terminal write: the same fields, on the row written at dispatch.
+_UPDATE_COMPLETION = (
+    "UPDATE async_delegations SET state=?, completed_at=?, updated_at=?, event_json=?, result_json=?,"
+    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL WHERE delegation_id=?"
+)
 
 
 def dumps(obj: Any) -> str:
@@ -257,8 +262,9 @@ class SqliteLedger:
 
     # -- writes of the running engine ------------------------------------------------
     def persist_dispatch(self, row: DispatchRow, now: float) -> None:
+        values = _row_values(row, "running", None, now, None, None)  # serialized before taking the lock
         with self._use(create=True) as conn:
-            conn.execute(_INSERT_DISPATCH, _row_values(row, "running", None, now, None, None))
+            conn.execute(_INSERT_DISPATCH, values)
 
     def forget(self, delegation_id: str) -> None:
         with self._use() as conn:
@@ -281,10 +287,15 @@ class SqliteLedger:
             return True
 
     def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
+        state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
+        event_json, result_json = dumps(event), dumps(result)  # serialized before taking the lock
         with self._use(create=True) as conn:
-            conn.execute(_UPSERT_COMPLETION,
-                         _row_values(row, event.get("status") or "unknown", event.get("completed_at") or now, now,
-                                     dumps(event), dumps(result)))
+            # The dispatch row is normally there: move only the terminal fields. If it vanished
+            # (state.db deleted or replaced mid-run), write the whole row again.
+            moved = conn.execute(_UPDATE_COMPLETION, (state, completed_at, now, event_json, result_json,
+                                                      row.delegation_id)).rowcount
+            if not moved:
+                conn.execute(_UPSERT_COMPLETION, _row_values(row, state, completed_at, now, event_json, result_json))
 
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:

@@ -57,6 +57,22 @@ def owner_alive(pid: int | None, started_at: int | None) -> bool:
     return current is None or current == started_at
 
 
+_own_fingerprint: tuple[int, int] | None = None  # (pid, start time) of this process, read once
+
+
 def current_owner() -> tuple[int, int | None]:
+    """This process's pid and start-time fingerprint, stamped on every ledger row it writes.
+
+    A live process's start time never changes, so it is read from /proc once per pid instead
+    of once per dispatch (an open + read + parse on the hot path); a forked child has a new
+    pid and reads its own. A failed read is not cached: the next dispatch tries again.
+    """
+    global _own_fingerprint
     pid = os.getpid()
-    return pid, process_start_time(pid)
+    cached = _own_fingerprint
+    if cached is not None and cached[0] == pid:
+        return cached
+    started = process_start_time(pid)
+    if started is not None:
+        _own_fingerprint = (pid, started)
+    return pid, started

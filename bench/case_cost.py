@@ -1,0 +1,175 @@
+"""Case 1 — per-delegation cost: N trivial delegations (the runner returns at once),
+dispatched and awaited, through offload, the hand-written floor and huey, in the same round.
+
+For each system and round: wall time from the first dispatch to the last completion seen by
+the waiting side, process CPU time over the same window, dispatch latency (call to handle)
+and completion latency (runner return to the event in the waiter's hands). The order of the
+three systems rotates between rounds so none always runs on a cold (or warm) machine.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from bench import harness
+from bench.baselines import HUEY_WORKERS, Floor, HueyRig
+from bench.stats import headline, percentile, spread, to_us
+from tools.process_registry import process_registry
+
+TRIVIAL_RESULT = {"status": "completed", "summary": "ok"}
+SYSTEMS = ("offload", "floor", "huey")
+
+
+@dataclass
+class SystemRun:
+    """One system's round: raw timings in seconds."""
+
+    total_s: float
+    cpu_s: float
+    dispatch_s: list[float]
+    completion_s: list[float] = field(default_factory=list)
+    completed: int = 0
+
+    def figures(self, n: int) -> dict[str, float]:
+        return {"wall_per_delegation_us": to_us(self.total_s / n), "delegations_per_s": n / self.total_s,
+                "cpu_per_delegation_us": to_us(self.cpu_s / n),
+                "dispatch_p50_us": to_us(percentile(self.dispatch_s, 50)),
+                "dispatch_p99_us": to_us(percentile(self.dispatch_s, 99)),
+                "completion_p50_us": to_us(percentile(self.completion_s, 50)),
+                "completion_p99_us": to_us(percentile(self.completion_s, 99)),
+                "completed": float(self.completed)}
+
+
+def _stamping_runners(n: int) -> tuple[list[float], list[Callable[[], dict]]]:
+    returned_at = [0.0] * n
+
+    def make(i: int) -> Callable[[], dict]:
+        def run() -> dict:
+            returned_at[i] = time.perf_counter()
+            return dict(TRIVIAL_RESULT)
+        return run
+    return returned_at, [make(i) for i in range(n)]
+
+
+def _finish(n: int, t0: float, cpu0: float, dispatch_s: list[float], returned_at: list[float],
+            arrived_at: dict[int, float]) -> SystemRun:
+    cpu_s = time.process_time() - cpu0
+    end = max(arrived_at.values()) if arrived_at else time.perf_counter()
+    completion = [arrived_at[i] - returned_at[i] for i in arrived_at if returned_at[i]]
+    return SystemRun(end - t0, cpu_s, dispatch_s, completion, completed=len(arrived_at))
+
+
+def run_offload(n: int, root: Path) -> SystemRun:
+    harness.reset_engine()
+    harness.new_home(root, "offload")
+    returned_at, runners = _stamping_runners(n)
+    collector = harness.Collector(process_registry.completion_queue, n, harness.goal_index).start()
+    dispatch_s, rejected = [], 0
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for i in range(n):
+        start = time.perf_counter()
+        handle = harness.dispatch_unit(i, runners[i], cap=n)
+        dispatch_s.append(time.perf_counter() - start)
+        rejected += handle["status"] != "dispatched"
+    collector.join(120)
+    run = _finish(n, t0, cpu0, dispatch_s, returned_at, collector.arrived_at)
+    if rejected:
+        raise RuntimeError(f"offload rejected {rejected} of {n} trivial delegations")
+    harness.reset_engine()
+    return run
+
+
+def run_floor(n: int, root: Path) -> SystemRun:
+    home = harness.new_home(root, "floor")
+    floor = Floor(harness.make_wal_db(home / "floor.db"))
+    returned_at, runners = _stamping_runners(n)
+    collector = harness.Collector(floor.done, n, lambda evt: int(evt["goal"][1:])).start()
+    dispatch_s = []
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for i in range(n):
+        start = time.perf_counter()
+        floor.submit(runners[i], {"goal": f"u{i}", "context": None, "model": "bench-model"})
+        dispatch_s.append(time.perf_counter() - start)
+    collector.join(120)
+    run = _finish(n, t0, cpu0, dispatch_s, returned_at, collector.arrived_at)
+    floor.close()
+    return run
+
+
+def run_huey(n: int, root: Path) -> SystemRun:
+    home = harness.new_home(root, "huey")
+    returned_at = [0.0] * n
+
+    def trivial(i: int) -> dict:
+        returned_at[i] = time.perf_counter()
+        return dict(TRIVIAL_RESULT)
+
+    rig = HueyRig(home / "huey.db", trivial)
+    rig.start()
+    handles: queue.Queue = queue.Queue()
+    arrived_at: dict[int, float] = {}
+    waiter = threading.Thread(target=_wait_huey, args=(rig, handles, n, arrived_at), daemon=True)
+    waiter.start()
+    dispatch_s = []
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for i in range(n):
+        start = time.perf_counter()
+        result = rig.enqueue(i)
+        dispatch_s.append(time.perf_counter() - start)
+        handles.put((i, result))
+    waiter.join(120)
+    run = _finish(n, t0, cpu0, dispatch_s, returned_at, arrived_at)
+    rig.stop()
+    return run
+
+
+def _wait_huey(rig: HueyRig, handles: queue.Queue, n: int, arrived_at: dict[int, float]) -> None:
+    """Await every result in submission order, as a caller holding the handles would."""
+    for _ in range(n):
+        i, result = handles.get(timeout=120)
+        rig.wait(result)
+        arrived_at[i] = time.perf_counter()
+
+
+RUNNERS: dict[str, Callable[[int, Path], SystemRun]] = {"offload": run_offload, "floor": run_floor, "huey": run_huey}
+
+
+def run(n: int, rounds: int, root: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    per_round: dict[str, list[dict[str, float]]] = {name: [] for name in SYSTEMS}
+    for r in range(rounds):
+        order = SYSTEMS[r % 3:] + SYSTEMS[:r % 3]
+        for name in order:
+            per_round[name].append(RUNNERS[name](n, root).figures(n))
+        log(f"  case 1 round {r + 1}/{rounds}: " + ", ".join(
+            f"{name} {per_round[name][-1]['wall_per_delegation_us']:.0f} us/deleg" for name in SYSTEMS))
+    return summarize(n, rounds, per_round)
+
+
+def _series(per_round: dict[str, list[dict[str, float]]], system: str, metric: str) -> list[float]:
+    return [figures[metric] for figures in per_round[system]]
+
+
+def summarize(n: int, rounds: int, per_round: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    metrics = {system: {metric: spread(_series(per_round, system, metric)) for metric in per_round[system][0]}
+               for system in SYSTEMS}
+    s = lambda system, metric: _series(per_round, system, metric)  # noqa: E731
+    heads = [
+        headline("offload / floor: wall time per delegation", s("offload", "wall_per_delegation_us"),
+                 s("floor", "wall_per_delegation_us"), target_max=1.5, target="<= 1.5"),
+        headline("offload / floor: CPU time per delegation", s("offload", "cpu_per_delegation_us"),
+                 s("floor", "cpu_per_delegation_us"), target_max=None, target="(info)"),
+        headline("offload / huey: wall time per delegation", s("offload", "wall_per_delegation_us"),
+                 s("huey", "wall_per_delegation_us"), target_max=1.0, target="< 1 (ahead of huey)"),
+        headline("offload / huey: p50 dispatch latency", s("offload", "dispatch_p50_us"),
+                 s("huey", "dispatch_p50_us"), target_max=1.0, target="< 1"),
+        headline("offload / huey: p50 completion latency", s("offload", "completion_p50_us"),
+                 s("huey", "completion_p50_us"), target_max=1.0, target="< 1"),
+        headline("offload / huey: p99 completion latency", s("offload", "completion_p99_us"),
+                 s("huey", "completion_p99_us"), target_max=1.0, target="< 1"),
+    ]
+    return {"case": 1, "title": "per-delegation cost", "params": {"n": n, "rounds": rounds,
+            "huey_workers": HUEY_WORKERS}, "metrics": metrics, "headlines": heads, "skipped": None}

@@ -1,0 +1,93 @@
+"""The benchmark must not rot: each case runs in-process at tiny N and yields complete,
+positive figures, and the CLI writes the JSON the README table is made from."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench import __main__ as bench_main
+from bench import case_cost, case_fanout, case_growth, case_scale, readme_table
+from tools import async_delegation as ad
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _clean_engine():
+    ad._reset_for_tests()
+    yield
+    ad._reset_for_tests()
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+def _assert_figures(result: dict, *, case: int) -> None:
+    assert result["case"] == case and not result.get("error")
+    assert result["headlines"], "every case reports at least one headline ratio"
+    for row in [*result["headlines"], *result.get("checks", [])]:
+        assert {"name", "median", "p95", "target", "met", "rounds"} <= row.keys()
+        assert row["median"] > 0 and math.isfinite(row["median"]), row
+        assert row["p95"] >= row["median"] - 1e-12, row
+    for name, spread in _leaves(result["metrics"]):
+        assert spread["median"] >= 0 and math.isfinite(spread["median"]), name
+
+
+def _leaves(metrics: dict, prefix: str = ""):
+    for name, row in metrics.items():
+        if "median" in row:
+            yield prefix + name, row
+        else:
+            yield from _leaves(row, f"{prefix}{name}.")
+
+
+def test_cost_case_completes_every_delegation_in_each_system(tmp_path):
+    n = 40
+    result = case_cost.run(n, 2, tmp_path, log=_quiet)
+    _assert_figures(result, case=1)
+    for system in case_cost.SYSTEMS:
+        assert result["metrics"][system]["completed"]["min"] == n, system
+        assert result["metrics"][system]["delegations_per_s"]["median"] > 0
+    assert {h["name"].split(":")[0] for h in result["headlines"]} >= {"offload / floor", "offload / huey"}
+
+
+def test_scale_case_measures_sweep_listing_and_memory(tmp_path):
+    result = case_scale.run(5, 20, 2, tmp_path, log=_quiet)
+    _assert_figures(result, case=2)
+    assert result["metrics"]["heap_kib_per_unit"]["median"] > 0
+    assert [c["unit"] for c in result["checks"]] == ["ms", "ms"]
+
+
+def test_growth_case_replays_every_pending_row(tmp_path):
+    result = case_growth.run(300, 20, 100, 2, tmp_path, burst=10, log=_quiet)
+    _assert_figures(result, case=3)
+    assert result["metrics"]["replay_small_rows"]["min"] == 20
+    assert result["metrics"]["replay_large_rows"]["min"] == 100
+
+
+def test_fanout_case_runs_or_says_why_it_is_skipped(tmp_path):
+    result = case_fanout.run(3, 2, 0.05, 2, tmp_path, log=_quiet)
+    if result["skipped"]:
+        assert "not" in result["skipped"] and not result["headlines"]
+        return
+    _assert_figures(result, case=4)
+    stream_s = result["metrics"]["text_chunks_x_delay_s"]["median"]
+    for mode in ("floor", "one_unit", "per_child_units"):
+        assert result["metrics"][f"{mode}_wall_s"]["min"] >= stream_s, mode
+
+
+def test_cli_writes_the_json_the_readme_table_comes_from(tmp_path, monkeypatch):
+    out = tmp_path / "bench.json"
+    monkeypatch.setattr(bench_main, "QUICK", {**bench_main.QUICK, "cost_n": 20, "rows": 100, "replay": (10, 50),
+                                              "burst": 5, "scale": (4, 12), "fanout": (2, 2, 0.05)})
+    assert bench_main.main(["--quick", "--rounds", "1", "--cases", "1,3", "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["quick"] is True and set(payload["cases"]) == {"1", "3"}
+    assert payload["machine"]["nproc"] >= 1 and payload["machine"]["python"]
+    assert payload["command"].startswith("python -m bench --quick")
+    markdown = readme_table.table(payload)
+    assert "| 1. per-delegation cost | offload / floor: wall time per delegation |" in markdown
+    assert "n/a" not in markdown and payload["command"] in readme_table.machine_line(payload)
