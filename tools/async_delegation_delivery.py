@@ -118,17 +118,23 @@ def restore_undelivered_completions(target_queue: queue.Queue, now: float | None
     if not ledger.exists():
         return 0  # replay never creates a ledger
     now = time.time() if now is None else now
-    recover_abandoned_delegations(now)
     offered = 0
-    for row in ledger.pending_rows():
-        if owner_alive(row.owner_pid, row.owner_started_at):
-            continue  # its owner is running and delivers it itself
-        if not _still_deliverable(ledger, row, now):
-            continue
-        event = dict(row.event or {})
-        event["restored"] = True
-        target_queue.put(event)
-        offered += 1
+    try:
+        recover_abandoned_delegations(now)
+        for row in ledger.pending_rows():
+            if owner_alive(row.owner_pid, row.owner_started_at):
+                continue  # its owner is running and delivers it itself
+            if not _still_deliverable(ledger, row, now):
+                continue
+            event = dict(row.event or {})
+            event["restored"] = True
+            target_queue.put(event)
+            offered += 1
+    except LedgerError as exc:
+        # An unreadable or locked ledger must not take the consumer down with it; what it
+        # holds stays there and is replayed by the first start after it is repaired.
+        report_ledger_error(ledger, "restoring undelivered completions", exc,
+                            "Undelivered results recorded there are replayed once it is readable again.")
     return offered
 
 
