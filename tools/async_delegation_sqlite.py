@@ -12,6 +12,7 @@ noticed and reopened instead of silently writing into an unlinked file.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tools.async_delegation_ledger import DispatchRow, LedgerError, LedgerRow
+
+logger = logging.getLogger("tools.async_delegation")
 
 BUSY_TIMEOUT_S = 10.0
 
@@ -155,6 +158,7 @@ class SqliteLedger:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
+        self._known: tuple[int, int] | None = None  # the file last opened; survives a dropped connection
 
     # -- connection -------------------------------------------------------------------
     def exists(self) -> bool:
@@ -166,6 +170,8 @@ class SqliteLedger:
             identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
         except FileNotFoundError:
             identity = None
+        if self._known is not None and identity != self._known:
+            self._file_changed(identity)
         if self._conn is not None and identity == self._identity and identity is not None:
             return self._conn
         self._drop_connection()
@@ -173,8 +179,19 @@ class SqliteLedger:
             return None
         self._conn = open_connection(self.path)
         st = os.stat(self.path)
-        self._identity = (st.st_dev, st.st_ino)
+        self._identity = self._known = (st.st_dev, st.st_ino)
         return self._conn
+
+    def _file_changed(self, identity: tuple[int, int] | None) -> None:
+        """Say once that the file under us changed: a deleted ledger silently loses rows."""
+        self._known = None
+        if identity is None:
+            logger.error("Delegation ledger: %s was deleted while this process was using it; the rows recorded "
+                         "there (undelivered results, running units, finished children) are lost. Units still "
+                         "running are delivered in memory and written to a new ledger when they finish.", self.path)
+        else:
+            logger.warning("Delegation ledger: %s was replaced by another file while in use; using the new file "
+                           "from now on.", self.path)
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
