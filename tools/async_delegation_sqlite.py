@@ -75,7 +75,14 @@ _UPSERT_COMPLETION = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT") + (
 
 def dumps(obj: Any) -> str:
     # default=str: a foreign object in a runner's result must not cost the whole record.
-    return json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate ("\ud800" is valid JSON, and model output carries it) cannot be
+        # bound as UTF-8 text; escaped JSON stores it and reads back the identical string.
+        text = json.dumps(obj, default=str, ensure_ascii=True, separators=(",", ":"))
+    return text
 
 
 def _loads(raw: str | None) -> Any:
@@ -219,7 +226,9 @@ class SqliteLedger:
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
-            except (sqlite3.Error, OSError) as exc:
+            except (sqlite3.Error, OSError, ValueError, OverflowError) as exc:
+                # ValueError/OverflowError: a value sqlite3 cannot bind (a lone surrogate in a
+                # session key) -- a failed write like any other, never a crash of the caller.
                 self._drop_connection()  # reopen next time: the file may have been repaired
                 raise classify_error(self.path, exc) from exc
 
