@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import tools.delegate_tool as dt
 from gateway.session_keys import parse_session_key
-from tests.chaos.support import drain_queue, report, wait_until
+from tests.chaos.support import drain_queue, report, scaled, wait_until
 from tests.delegate.fakes import FakeParent
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
@@ -38,7 +38,7 @@ from tools.process_registry_notifications import format_process_notification
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600), pytest.mark.usefixtures("engine")]
 
-EXAMPLES = settings(max_examples=200, deadline=None,
+EXAMPLES = settings(max_examples=scaled(200, 1000), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # Text as a model's JSON can carry it: any code point, lone surrogates included ("\ud800"
@@ -224,7 +224,7 @@ def test_any_config_file_loads_or_says_what_is_wrong(doc):
 
 
 @pytest.mark.parametrize("doc", [
-    "delegation:\n  fallback_providers: " + "[" * 3000 + "]" * 3000,  # the parser recurses per level
+    "delegation:\n  fallback_providers: " + "[" * 800 + "]" * 800,  # the parser recurses per level
     b"delegation:\n  model: \xff\xfe\n",  # not UTF-8
     "delegation:\n  model: !!timestamp 2001-13-45\n",  # a tag the loader cannot build
     "delegation:\n  max_concurrent_children: " + "9" * 5000 + "\n",  # past Python's int-from-str limit
