@@ -33,7 +33,7 @@ from tools.async_delegation_delivery import (  # noqa: F401 - re-exported facade
     restore_undelivered_completions,
 )
 from tools.async_delegation_events import ROUTING_KEYS, batch_status, build_event, crash_result, stalled_result
-from tools.async_delegation_ledger import DispatchRow, LedgerError
+from tools.async_delegation_ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
 from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, sweep
 from tools.async_delegation_pool import DaemonThreadPool
 from tools.async_delegation_sqlite import initialize_schema as _initialize_schema  # noqa: F401
@@ -204,7 +204,7 @@ def _persist_dispatch(record: dict[str, Any]) -> str | None:
     record["_ledger"], record["_ledger_row"] = ledger, row
     try:
         ledger.persist_dispatch(row, time.time())
-    except LedgerError as exc:
+    except Exception as exc:  # any backend failure: the slot is taken, so the unit must run
         _delivery.report_ledger_error(ledger, "recording a dispatch", exc,
                                       "The unit runs and its result is delivered in memory only.")
         return f"not recorded durably ({exc}); a restart before delivery would lose this result"
@@ -218,7 +218,7 @@ def _abandon_unscheduled(record: dict[str, Any]) -> None:
             _release_slot_locked(record)
     try:
         record["_ledger"].forget(record["delegation_id"])
-    except LedgerError as exc:
+    except Exception as exc:
         _delivery.report_ledger_error(record["_ledger"], "forgetting an unscheduled unit", exc, "")
 
 
@@ -289,7 +289,7 @@ def _persist_completion(evt: dict[str, Any], result: dict[str, Any], snapshot: d
         return
     try:
         ledger.persist_completion(row, evt, result, time.time())
-    except LedgerError as exc:
+    except Exception as exc:
         _delivery.report_ledger_error(ledger, "recording a completion", exc,
                                       "The result is delivered in memory only.")
         return
@@ -309,7 +309,7 @@ def record_unit_child(delegation_id: str, entry: dict[str, Any]) -> bool:
         return False
     try:
         return ledger.record_unit_child(delegation_id, entry, time.time())
-    except LedgerError as exc:
+    except Exception as exc:  # best effort: a failing record must never fail the unit runner
         _delivery.report_ledger_error(ledger, "recording a finished child", exc,
                                       "A crash before the unit ends would report this child as unknown.")
         return False

@@ -144,27 +144,35 @@ def _offer_orphans(target_queue: queue.Queue, now: float, *, only_new: bool) -> 
     ledger = current_ledger()
     if not ledger.exists():
         return 0  # replay never creates a ledger
-    recover_abandoned_delegations(now)
     offered = 0
-    lease_s = _policy()._CLAIM_LEASE_S
-    for row in ledger.pending_rows():
-        if owner_alive(row.owner_pid, row.owner_started_at):
-            continue  # its owner is running and delivers it itself
-        claim_live = row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - lease_s
-        key = (str(ledger.path), row.delegation_id)
-        last_offer = _offered.get(key)
-        reclaimable = not claim_live and row.delivery_claimed_at is not None and row.delivery_claimed_at > (
-            last_offer or 0.0)
-        if only_new and last_offer is not None and not reclaimable:
-            continue  # still on our queue, or being delivered right now
-        if not claim_live and not _still_deliverable(ledger, row, now):
-            continue
-        event = dict(row.event or {})
-        event["restored"] = True
-        target_queue.put(event)
-        _offered[key] = now
-        offered += 1
+    try:
+        recover_abandoned_delegations(now)
+        for row in ledger.pending_rows():
+            if not _should_offer(ledger, row, now, only_new):
+                continue
+            event = dict(row.event or {})
+            event["restored"] = True
+            target_queue.put(event)
+            _offered[(str(ledger.path), row.delegation_id)] = now
+            offered += 1
+    except LedgerError as exc:
+        # An unreadable or locked ledger must not take the consumer down with it; what it
+        # holds stays there and is replayed by the first start after it is repaired.
+        report_ledger_error(ledger, "restoring undelivered completions", exc,
+                            "Undelivered results recorded there are replayed once it is readable again.")
     return offered
+
+
+def _should_offer(ledger: SqliteLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
+    if owner_alive(row.owner_pid, row.owner_started_at):
+        return False  # its owner is running and delivers it itself
+    claim_live = row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - _policy()._CLAIM_LEASE_S
+    last_offer = _offered.get((str(ledger.path), row.delegation_id))
+    reclaimable = not claim_live and (row.delivery_claimed_at or 0.0) > (last_offer or 0.0)
+    if only_new and last_offer is not None and not reclaimable:
+        return False  # still on our queue, or being delivered right now
+    # A row someone holds a live claim on is offered but never dropped for its attempt count.
+    return claim_live or _still_deliverable(ledger, row, now)
 
 
 def _still_deliverable(ledger: SqliteLedger, row: LedgerRow, now: float) -> bool:

@@ -66,10 +66,17 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}; check its permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 or move the file aside") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML ({exc}); fix the syntax or move the file aside") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path} nests too deeply to read; flatten it or move the file aside") from exc
+    except Exception as exc:  # a YAML tag or scalar the loader cannot build: !!timestamp 2001-13-45, huge ints
+        raise ConfigError(f"{path} has a value YAML cannot read ({type(exc).__name__}: {exc}); "
+                          "fix or quote that value, or move the file aside") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
