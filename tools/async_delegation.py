@@ -106,9 +106,12 @@ def dispatch_async_delegation_batch(*, goals, context, toolsets, role, model, se
                                     parent_session_id=None, origin_ui_session_id="", origin_session_id="",
                                     interrupt_fn=None, max_async_children=_DEFAULT_MAX_ASYNC_CHILDREN,
                                     delegation_id=None, progress_fn=None, slot_key=None, task_indexes=None,
-                                    task_transcripts=None, group=None, origin: dict | None = None) -> dict[str, Any]:
+                                    task_transcripts=None, group=None, origin: dict | None = None,
+                                    hold_slot: bool = False) -> dict[str, Any]:
     """Run a fan-out unit (a whole call, or one group of it). ``goals`` is the whole call's
-    goal list; ``task_indexes`` names the subset this unit runs."""
+    goal list; ``task_indexes`` names the subset this unit runs. ``hold_slot`` keeps the
+    unit's slot taken even if the unit finishes at once, until ``release_slot_hold``: the
+    caller is still dispatching the other units of the same call, which must not be refused."""
     goals = list(goals or [])
     unit_goals = [goals[i] for i in task_indexes if 0 <= i < len(goals)] if task_indexes else goals
     label = unit_goals[0] if len(unit_goals) == 1 else (
@@ -119,7 +122,7 @@ def dispatch_async_delegation_batch(*, goals, context, toolsets, role, model, se
     for key, value in (("task_indexes", task_indexes), ("task_transcripts", task_transcripts), ("group", group)):
         if value:
             record[key] = list(value) if key == "task_indexes" else value
-    return _dispatch(record, runner, max_async_children, interrupt_fn, progress_fn)
+    return _dispatch(record, runner, max_async_children, interrupt_fn, progress_fn, hold_slot)
 
 
 def _new_record(delegation_id, goal, context, toolsets, role, model, session_key, parent_session_id,
@@ -156,7 +159,7 @@ def _capacity_error(record: dict[str, Any], cap: int) -> str:
             "in config.yaml to allow more concurrent background subagents.")
 
 
-def _dispatch(record, runner, cap, interrupt_fn, progress_fn) -> dict[str, Any]:
+def _dispatch(record, runner, cap, interrupt_fn, progress_fn, hold_slot: bool = False) -> dict[str, Any]:
     invalid = _invalid_dispatch(runner, cap)
     if invalid:
         return {"status": "rejected", "error": invalid}
@@ -168,7 +171,7 @@ def _dispatch(record, runner, cap, interrupt_fn, progress_fn) -> dict[str, Any]:
         if slot not in _active_slots and len(_active_slots) >= cap:
             return {"status": "rejected", "error": _capacity_error(record, cap)}
         _records[did] = record
-        _active_slots[slot] += 1
+        _active_slots[slot] += 2 if hold_slot else 1
         live_units = sum(1 for r in _records.values() if r["status"] in _LIVE_STATES)
     warning = _persist_dispatch(record)
     # The worker runs in the dispatcher's context (session variables, profile). A Context can
@@ -177,7 +180,7 @@ def _dispatch(record, runner, cap, interrupt_fn, progress_fn) -> dict[str, Any]:
     try:
         _get_executor(max(cap, live_units)).submit(lambda: context.run(_worker, did, runner))
     except Exception as exc:  # the pool refused (shut down): undo everything
-        _abandon_unscheduled(record)
+        _abandon_unscheduled(record, holds=2 if hold_slot else 1)
         kind = " batch" if record["is_batch"] else ""
         return {"status": "rejected", "error": f"Failed to schedule async delegation{kind}: {exc}"}
     if progress_fn is not None:
@@ -212,18 +215,27 @@ def _persist_dispatch(record: dict[str, Any]) -> str | None:
     return None
 
 
-def _abandon_unscheduled(record: dict[str, Any]) -> None:
+def _abandon_unscheduled(record: dict[str, Any], holds: int) -> None:
     with _records_lock:
         if _records.pop(record["delegation_id"], None) is not None:
-            _release_slot_locked(record)
+            for _ in range(holds):
+                _release_slot_locked(record)
     try:
         record["_ledger"].forget(record["delegation_id"])
     except Exception as exc:
         _delivery.report_ledger_error(record["_ledger"], "forgetting an unscheduled unit", exc, "")
 
 
+def release_slot_hold(slot_key: str) -> None:
+    """Give back the extra hold a ``hold_slot=True`` dispatch took on ``slot_key``."""
+    with _records_lock:
+        _release_slot_locked({"slot_key": slot_key})
+
+
 def _release_slot_locked(record: dict[str, Any]) -> None:
     slot = record["slot_key"]
+    if slot not in _active_slots:
+        return
     _active_slots[slot] -= 1
     if _active_slots[slot] <= 0:
         del _active_slots[slot]
