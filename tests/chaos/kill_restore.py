@@ -1,6 +1,8 @@
 """Restore side of a kill-fuzzing trial: a fresh interpreter replays the dead owner's ledger.
 
-Prints one JSON object: ``{"count": <restore's return>, "events": [...], "rows": [...]}``;
+With ``registry`` as argument it goes through the lazy facade a consumer uses
+(``process_registry.restore_completions()``), otherwise through
+``restore_undelivered_completions``. Prints one JSON object: ``{"count": <restore's return>, "events": [...], "rows": [...]}``;
 ``rows`` is every ledger row after the restore, for the checker and for diagnostics.
 """
 from __future__ import annotations
@@ -14,9 +16,14 @@ from tools.async_delegation import restore_undelivered_completions
 from tools.hermes_home import state_db_path
 
 
-def main() -> None:
-    q: queue.Queue = queue.Queue()
-    count = restore_undelivered_completions(q)
+def main(via_registry: bool) -> None:
+    if via_registry:
+        from tools.process_registry import process_registry
+        q = process_registry.completion_queue
+        count = process_registry.restore_completions()
+    else:
+        q = queue.Queue()
+        count = restore_undelivered_completions(q)
     events = []
     while not q.empty():
         events.append(q.get_nowait())
@@ -31,4 +38,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:] == ["registry"])

@@ -127,7 +127,8 @@ def _run_owner_and_kill(trial: Trial) -> None:
 
 
 def _restore(trial: Trial) -> None:
-    out = subprocess.run([sys.executable, str(RESTORE)], env=_env(trial.home), capture_output=True, text=True,
+    via = ["registry"] if trial.seed % 2 else []  # half through the lazy facade consumers use
+    out = subprocess.run([sys.executable, str(RESTORE), *via], env=_env(trial.home), capture_output=True, text=True,
                          cwd=str(ROOT), timeout=120)
     if out.returncode != 0:
         raise AssertionError(f"restore of trial {trial.seed} crashed: {out.stderr[-3000:]}")

@@ -256,6 +256,7 @@ def test_forced_stall_racing_the_late_return_finalizes_once(monkeypatch):
     def runner() -> dict:
         started.release()
         gate.wait(10)
+        time.sleep(random.choice((0, random.random() / 5)))  # spread the late returns across the forced finalizes
         return {"status": "completed", "summary": "late"}
 
     ids = []
