@@ -258,3 +258,9 @@ def test_a_hold_is_given_back_when_scheduling_fails(monkeypatch):
     res = batch(lambda: {}, hold_slot=True)
     assert res["status"] == "rejected" and "Failed to schedule async delegation batch" in res["error"]
     assert not ad._active_slots and ad.active_count() == 0
+
+
+def test_generated_ids_carry_48_random_bits():
+    ids = {ad._new_delegation_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(i.startswith("deleg_") and len(i) == len("deleg_") + 12 for i in ids)
