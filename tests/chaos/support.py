@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import random
 import time
 from typing import Any
 
-from tools.process_registry import process_registry
+from tests.engine.conftest import drain_queue  # noqa: F401 - one drain helper for every engine test
 
 LONG = os.environ.get("OFFLOAD_CHAOS_LONG", "").strip() not in ("", "0", "false", "no")
 ENGINE_LOGGER = "tools.async_delegation"
@@ -39,15 +38,6 @@ def report(section: str, **counts: Any) -> None:
             bucket[key] += value
         else:
             bucket[key] = value
-
-
-def drain_queue() -> list[dict]:
-    events = []
-    while True:
-        try:
-            events.append(process_registry.completion_queue.get_nowait())
-        except queue.Empty:
-            return events
 
 
 def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.005) -> bool:
