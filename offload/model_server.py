@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -68,6 +69,13 @@ class _HTTPServer(ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         self.owner._track(request, open_=False)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that vanished mid-request (killed, interrupted, timed out) resets its
+        # connection; that is routine here, not a server fault worth a traceback on stderr.
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

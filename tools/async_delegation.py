@@ -26,14 +26,14 @@ from typing import Any, Callable
 
 from tools import async_delegation_delivery as _delivery
 from tools.async_delegation_delivery import (  # noqa: F401 - re-exported facade
-    _CLAIM_LEASE_S, _DURABLE_RETENTION_SECONDS, _MAX_COMPLETION_REPLAY_AGE_S, _MAX_DELIVERY_ATTEMPTS,
     claim_completion_delivery, claim_event_delivery, complete_completion_delivery, complete_event_delivery,
     defer_completion_delivery, drop_completion_delivery, get_durable_delegation, mark_completion_delivered,
+    maybe_sweep_orphaned_completions,
     recover_abandoned_delegations, release_completion_delivery, release_event_delivery,
     restore_undelivered_completions,
 )
 from tools.async_delegation_events import ROUTING_KEYS, batch_status, build_event, crash_result, stalled_result
-from tools.async_delegation_ledger import DispatchRow, LedgerError
+from tools.async_delegation_ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
 from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, sweep
 from tools.async_delegation_pool import DaemonThreadPool
 from tools.async_delegation_sqlite import initialize_schema as _initialize_schema  # noqa: F401
@@ -50,6 +50,14 @@ _STALE_CHECK_INTERVAL = 30.0
 _STALE_IDLE_SECONDS = 450.0
 _STALE_IN_TOOL_SECONDS = 1200.0
 _STALL_GRACE_SECONDS = 120.0
+# Delivery policy (read at call time by async_delegation_delivery).
+_MAX_DELIVERY_ATTEMPTS = 8
+_MAX_COMPLETION_REPLAY_AGE_S = 48 * 3600.0
+_CLAIM_LEASE_S = 300.0
+_DURABLE_RETENTION_SECONDS = 7 * 24 * 3600.0
+_MAX_RETAINED_SETTLED = 1000  # delivered/dropped rows kept in the ledger
+_DURABLE_PRUNE_INTERVAL_S = 60.0
+_ORPHAN_SWEEP_INTERVAL_S = 30.0
 _LIVE_STATES = frozenset({"running", "stalling", "finalizing"})
 _ACTIVE_STATES = ("running", "stalling")
 
@@ -64,7 +72,9 @@ _monitor_stop = threading.Event()
 
 
 def _new_delegation_id() -> str:
-    return "deleg_" + uuid.uuid4().hex[:8]
+    # 48 random bits: with 32 (the reference's 8 hex digits) two of 10,000 delegations share an
+    # id about once in a hundred runs, and the ledger row of the older one is replaced.
+    return "deleg_" + uuid.uuid4().hex[:12]
 
 
 def _connect():
@@ -98,9 +108,12 @@ def dispatch_async_delegation_batch(*, goals, context, toolsets, role, model, se
                                     parent_session_id=None, origin_ui_session_id="", origin_session_id="",
                                     interrupt_fn=None, max_async_children=_DEFAULT_MAX_ASYNC_CHILDREN,
                                     delegation_id=None, progress_fn=None, slot_key=None, task_indexes=None,
-                                    task_transcripts=None, group=None, origin: dict | None = None) -> dict[str, Any]:
+                                    task_transcripts=None, group=None, origin: dict | None = None,
+                                    hold_slot: bool = False) -> dict[str, Any]:
     """Run a fan-out unit (a whole call, or one group of it). ``goals`` is the whole call's
-    goal list; ``task_indexes`` names the subset this unit runs."""
+    goal list; ``task_indexes`` names the subset this unit runs. ``hold_slot`` keeps the
+    unit's slot taken even if the unit finishes at once, until ``release_slot_hold``: the
+    caller is still dispatching the other units of the same call, which must not be refused."""
     goals = list(goals or [])
     unit_goals = [goals[i] for i in task_indexes if 0 <= i < len(goals)] if task_indexes else goals
     label = unit_goals[0] if len(unit_goals) == 1 else (
@@ -111,7 +124,7 @@ def dispatch_async_delegation_batch(*, goals, context, toolsets, role, model, se
     for key, value in (("task_indexes", task_indexes), ("task_transcripts", task_transcripts), ("group", group)):
         if value:
             record[key] = list(value) if key == "task_indexes" else value
-    return _dispatch(record, runner, max_async_children, interrupt_fn, progress_fn)
+    return _dispatch(record, runner, max_async_children, interrupt_fn, progress_fn, hold_slot)
 
 
 def _new_record(delegation_id, goal, context, toolsets, role, model, session_key, parent_session_id,
@@ -148,7 +161,7 @@ def _capacity_error(record: dict[str, Any], cap: int) -> str:
             "in config.yaml to allow more concurrent background subagents.")
 
 
-def _dispatch(record, runner, cap, interrupt_fn, progress_fn) -> dict[str, Any]:
+def _dispatch(record, runner, cap, interrupt_fn, progress_fn, hold_slot: bool = False) -> dict[str, Any]:
     invalid = _invalid_dispatch(runner, cap)
     if invalid:
         return {"status": "rejected", "error": invalid}
@@ -160,7 +173,7 @@ def _dispatch(record, runner, cap, interrupt_fn, progress_fn) -> dict[str, Any]:
         if slot not in _active_slots and len(_active_slots) >= cap:
             return {"status": "rejected", "error": _capacity_error(record, cap)}
         _records[did] = record
-        _active_slots[slot] += 1
+        _active_slots[slot] += 2 if hold_slot else 1
         live_units = sum(1 for r in _records.values() if r["status"] in _LIVE_STATES)
     warning = _persist_dispatch(record)
     # The worker runs in the dispatcher's context (session variables, profile). A Context can
@@ -169,7 +182,7 @@ def _dispatch(record, runner, cap, interrupt_fn, progress_fn) -> dict[str, Any]:
     try:
         _get_executor(max(cap, live_units)).submit(lambda: context.run(_worker, did, runner))
     except Exception as exc:  # the pool refused (shut down): undo everything
-        _abandon_unscheduled(record)
+        _abandon_unscheduled(record, holds=2 if hold_slot else 1)
         kind = " batch" if record["is_batch"] else ""
         return {"status": "rejected", "error": f"Failed to schedule async delegation{kind}: {exc}"}
     if progress_fn is not None:
@@ -196,7 +209,7 @@ def _persist_dispatch(record: dict[str, Any]) -> str | None:
     record["_ledger"], record["_ledger_row"] = ledger, row
     try:
         ledger.persist_dispatch(row, time.time())
-    except LedgerError as exc:
+    except Exception as exc:  # any backend failure: the slot is taken, so the unit must run
         _delivery.report_ledger_error(ledger, "recording a dispatch", exc,
                                       "The unit runs and its result is delivered in memory only.")
         return f"not recorded durably ({exc}); a restart before delivery would lose this result"
@@ -204,18 +217,27 @@ def _persist_dispatch(record: dict[str, Any]) -> str | None:
     return None
 
 
-def _abandon_unscheduled(record: dict[str, Any]) -> None:
+def _abandon_unscheduled(record: dict[str, Any], holds: int) -> None:
     with _records_lock:
         if _records.pop(record["delegation_id"], None) is not None:
-            _release_slot_locked(record)
+            for _ in range(holds):
+                _release_slot_locked(record)
     try:
         record["_ledger"].forget(record["delegation_id"])
-    except LedgerError as exc:
+    except Exception as exc:
         _delivery.report_ledger_error(record["_ledger"], "forgetting an unscheduled unit", exc, "")
+
+
+def release_slot_hold(slot_key: str) -> None:
+    """Give back the extra hold a ``hold_slot=True`` dispatch took on ``slot_key``."""
+    with _records_lock:
+        _release_slot_locked({"slot_key": slot_key})
 
 
 def _release_slot_locked(record: dict[str, Any]) -> None:
     slot = record["slot_key"]
+    if slot not in _active_slots:
+        return
     _active_slots[slot] -= 1
     if _active_slots[slot] <= 0:
         del _active_slots[slot]
@@ -281,7 +303,7 @@ def _persist_completion(evt: dict[str, Any], result: dict[str, Any], snapshot: d
         return
     try:
         ledger.persist_completion(row, evt, result, time.time())
-    except LedgerError as exc:
+    except Exception as exc:
         _delivery.report_ledger_error(ledger, "recording a completion", exc,
                                       "The result is delivered in memory only.")
         return
@@ -301,7 +323,7 @@ def record_unit_child(delegation_id: str, entry: dict[str, Any]) -> bool:
         return False
     try:
         return ledger.record_unit_child(delegation_id, entry, time.time())
-    except LedgerError as exc:
+    except Exception as exc:  # best effort: a failing record must never fail the unit runner
         _delivery.report_ledger_error(ledger, "recording a finished child", exc,
                                       "A crash before the unit ends would report this child as unknown.")
         return False

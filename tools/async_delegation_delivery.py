@@ -28,19 +28,22 @@ from tools.process_liveness import owner_alive
 
 logger = logging.getLogger("tools.async_delegation")
 
-# Delivery policy. Read at call time; a backend never hard-codes these.
-_MAX_DELIVERY_ATTEMPTS = 8
-_MAX_COMPLETION_REPLAY_AGE_S = 48 * 3600.0
-_CLAIM_LEASE_S = 300.0
-_DURABLE_RETENTION_SECONDS = 7 * 24 * 3600.0
-_MAX_RETAINED_SETTLED = 1000
-_DURABLE_PRUNE_INTERVAL_S = 60.0
+
+
+def _policy():
+    """The engine module, which owns the delivery policy numbers (lease, attempt budget,
+    ages). Read at call time so a patched constant takes effect; no backend hard-codes them."""
+    from tools import async_delegation
+    return async_delegation
+
 
 _ledgers: dict[tuple[int, str], SqliteLedger] = {}
 _ledgers_lock = threading.Lock()
 _reported: set[tuple[str, str]] = set()  # (path, kind) already logged at error level
 _reported_lock = threading.Lock()  # workers, dispatchers and consumers report concurrently
 _last_prune: dict[str, float] = {}
+_last_sweep: dict[str, float] = {}
+_offered: dict[tuple[str, str], float] = {}  # (ledger path, delegation id) -> when we last offered it
 
 
 def current_ledger() -> SqliteLedger:
@@ -80,11 +83,11 @@ def maybe_prune(ledger: SqliteLedger, now: float | None = None) -> None:
     """Prune settled rows at most once per interval per file, off the dispatch path."""
     now = time.time() if now is None else now
     key = str(ledger.path)
-    if now - _last_prune.get(key, 0.0) < _DURABLE_PRUNE_INTERVAL_S:
+    if now - _last_prune.get(key, 0.0) < _policy()._DURABLE_PRUNE_INTERVAL_S:
         return
     _last_prune[key] = now
     try:
-        ledger.prune(now, _DURABLE_RETENTION_SECONDS, _MAX_RETAINED_SETTLED)
+        ledger.prune(now, _policy()._DURABLE_RETENTION_SECONDS, _policy()._MAX_RETAINED_SETTLED)
     except LedgerError as exc:
         report_ledger_error(ledger, "prune", exc, "Old delivered rows are kept until the next prune.")
 
@@ -118,30 +121,66 @@ def restore_undelivered_completions(target_queue: queue.Queue, now: float | None
     Replayed events are stamped ``restored=True`` (in memory only), so a drain without an
     ownership filter leaves them for a consumer that can prove it owns them.
     """
+    return _offer_orphans(target_queue, time.time() if now is None else now, only_new=False)
+
+
+def maybe_sweep_orphaned_completions(target_queue: queue.Queue, now: float | None = None) -> int:
+    """While running, offer rows that became deliverable here since the last offer: their owner
+    died after our restore, or a consumer died holding a claim that has now expired. At most
+    once per ``_ORPHAN_SWEEP_INTERVAL_S`` per home; never raises."""
+    now = time.time() if now is None else now
+    key = str(state_db_path())
+    if now - _last_sweep.get(key, 0.0) < _policy()._ORPHAN_SWEEP_INTERVAL_S:
+        return 0
+    _last_sweep[key] = now
+    try:
+        return _offer_orphans(target_queue, now, only_new=True)
+    except Exception:
+        logger.debug("orphan sweep failed", exc_info=True)
+        return 0
+
+
+def _offer_orphans(target_queue: queue.Queue, now: float, *, only_new: bool) -> int:
     ledger = current_ledger()
     if not ledger.exists():
         return 0  # replay never creates a ledger
-    now = time.time() if now is None else now
-    recover_abandoned_delegations(now)
     offered = 0
-    for row in ledger.pending_rows():
-        if owner_alive(row.owner_pid, row.owner_started_at):
-            continue  # its owner is running and delivers it itself
-        if not _still_deliverable(ledger, row, now):
-            continue
-        event = dict(row.event or {})
-        event["restored"] = True
-        target_queue.put(event)
-        offered += 1
+    try:
+        recover_abandoned_delegations(now)
+        for row in ledger.pending_rows():
+            if not _should_offer(ledger, row, now, only_new):
+                continue
+            event = dict(row.event or {})
+            event["restored"] = True
+            target_queue.put(event)
+            _offered[(str(ledger.path), row.delegation_id)] = now
+            offered += 1
+    except LedgerError as exc:
+        # An unreadable or locked ledger must not take the consumer down with it; what it
+        # holds stays there and is replayed by the first start after it is repaired.
+        report_ledger_error(ledger, "restoring undelivered completions", exc,
+                            "Undelivered results recorded there are replayed once it is readable again.")
     return offered
+
+
+def _should_offer(ledger: SqliteLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
+    if owner_alive(row.owner_pid, row.owner_started_at):
+        return False  # its owner is running and delivers it itself
+    claim_live = row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - _policy()._CLAIM_LEASE_S
+    last_offer = _offered.get((str(ledger.path), row.delegation_id))
+    reclaimable = not claim_live and (row.delivery_claimed_at or 0.0) > (last_offer or 0.0)
+    if only_new and last_offer is not None and not reclaimable:
+        return False  # still on our queue, or being delivered right now
+    # A row someone holds a live claim on is offered but never dropped for its attempt count.
+    return claim_live or _still_deliverable(ledger, row, now)
 
 
 def _still_deliverable(ledger: SqliteLedger, row: LedgerRow, now: float) -> bool:
     age_s = now - (row.completed_at or row.dispatched_at)
-    if age_s > _MAX_COMPLETION_REPLAY_AGE_S:
-        reason = f"{age_s / 3600:.1f}h old (cap {_MAX_COMPLETION_REPLAY_AGE_S / 3600:.1f}h)"
-    elif row.delivery_attempts >= _MAX_DELIVERY_ATTEMPTS:
-        reason = f"it exhausted its {_MAX_DELIVERY_ATTEMPTS} delivery attempts"
+    if age_s > _policy()._MAX_COMPLETION_REPLAY_AGE_S:
+        reason = f"{age_s / 3600:.1f}h old (cap {_policy()._MAX_COMPLETION_REPLAY_AGE_S / 3600:.1f}h)"
+    elif row.delivery_attempts >= _policy()._MAX_DELIVERY_ATTEMPTS:
+        reason = f"it exhausted its {_policy()._MAX_DELIVERY_ATTEMPTS} delivery attempts"
     elif not row.event:
         reason = "its stored event is unreadable"
     else:
@@ -167,7 +206,7 @@ def _guarded(op: str, default: Any, fn, *args: Any) -> Any:
 def claim_completion_delivery(delegation_id: str, claim_id: str) -> bool:
     """Claim a row for delivery. True also when there is no row (nothing durable to guard)."""
     def claim(ledger: SqliteLedger) -> bool:
-        got = ledger.claim_delivery(delegation_id, claim_id, time.time(), _CLAIM_LEASE_S)
+        got = ledger.claim_delivery(delegation_id, claim_id, time.time(), _policy()._CLAIM_LEASE_S)
         return True if got is None else got
     return _guarded("claim", True, claim)
 
@@ -178,10 +217,10 @@ def complete_completion_delivery(delegation_id: str, claim_id: str) -> bool:
 
 def release_completion_delivery(delegation_id: str, claim_id: str) -> str:
     state = _guarded("release delivery", "", lambda l: l.release_delivery(
-        delegation_id, claim_id, time.time(), _MAX_DELIVERY_ATTEMPTS))
+        delegation_id, claim_id, time.time(), _policy()._MAX_DELIVERY_ATTEMPTS))
     if state == "dropped":
         logger.warning("Delegation %s exhausted its %d delivery attempts and was dropped; the result remains "
-                       "queryable with `offload inbox --all`.", delegation_id, _MAX_DELIVERY_ATTEMPTS)
+                       "queryable with `offload inbox --all`.", delegation_id, _policy()._MAX_DELIVERY_ATTEMPTS)
     return state
 
 
@@ -246,3 +285,5 @@ def reset_for_tests() -> None:
     with _reported_lock:
         _reported.clear()
     _last_prune.clear()
+    _last_sweep.clear()
+    _offered.clear()

@@ -108,6 +108,9 @@ class DelegationLedger(Protocol):
     def prune(self, now: float, retention_s: float, max_settled: int) -> int:
         """Delete settled (delivered/dropped) rows past retention or beyond the newest max_settled."""
 
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        """Delivered or dropped rows, most recently updated first."""
+
     def get(self, delegation_id: str) -> LedgerRow | None: ...
 
     def close(self) -> None: ...

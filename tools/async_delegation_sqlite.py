@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shlex
 import sqlite3
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tools.async_delegation_ledger import DispatchRow, LedgerError, LedgerRow
+
+logger = logging.getLogger("tools.async_delegation")
 
 BUSY_TIMEOUT_S = 10.0
 
@@ -79,7 +82,14 @@ _UPDATE_COMPLETION = (
 
 def dumps(obj: Any) -> str:
     # default=str: a foreign object in a runner's result must not cost the whole record.
-    return json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate ("\ud800" is valid JSON, and model output carries it) cannot be
+        # bound as UTF-8 text; escaped JSON stores it and reads back the identical string.
+        text = json.dumps(obj, default=str, ensure_ascii=True, separators=(",", ":"))
+    return text
 
 
 def _loads(raw: str | None) -> Any:
@@ -205,6 +215,7 @@ class SqliteLedger:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
+        self._known: tuple[int, int] | None = None  # the file last opened; survives a dropped connection
 
     # -- connection -------------------------------------------------------------------
     def exists(self) -> bool:
@@ -216,6 +227,8 @@ class SqliteLedger:
             identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
         except FileNotFoundError:
             identity = None
+        if self._known is not None and identity != self._known:
+            self._file_changed(identity)
         if self._conn is not None and identity == self._identity and identity is not None:
             return self._conn
         self._drop_connection()
@@ -223,8 +236,19 @@ class SqliteLedger:
             return None
         self._conn = open_connection(self.path)
         st = os.stat(self.path)
-        self._identity = (st.st_dev, st.st_ino)
+        self._identity = self._known = (st.st_dev, st.st_ino)
         return self._conn
+
+    def _file_changed(self, identity: tuple[int, int] | None) -> None:
+        """Say once that the file under us changed: a deleted ledger silently loses rows."""
+        self._known = None
+        if identity is None:
+            logger.error("Delegation ledger: %s was deleted while this process was using it; the rows recorded "
+                         "there (undelivered results, running units, finished children) are lost. Units still "
+                         "running are delivered in memory and written to a new ledger when they finish.", self.path)
+        else:
+            logger.warning("Delegation ledger: %s was replaced by another file while in use; using the new file "
+                           "from now on.", self.path)
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
@@ -252,7 +276,9 @@ class SqliteLedger:
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
-            except (sqlite3.Error, OSError) as exc:
+            except (sqlite3.Error, OSError, ValueError, OverflowError) as exc:
+                # ValueError/OverflowError: a value sqlite3 cannot bind (a lone surrogate in a
+                # session key) -- a failed write like any other, never a crash of the caller.
                 self._drop_connection()  # reopen next time: the file may have been repaired
                 raise classify_error(self.path, exc) from exc
 
@@ -312,6 +338,10 @@ class SqliteLedger:
     def pending_rows(self) -> list[LedgerRow]:
         return self._select("WHERE delivery_state='pending' AND state!='running' AND event_json IS NOT NULL"
                             " ORDER BY completed_at, delegation_id", ())
+
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        return self._select("WHERE delivery_state IN ('delivered','dropped') ORDER BY updated_at DESC LIMIT ?",
+                            (int(limit),))
 
     def get(self, delegation_id: str) -> LedgerRow | None:
         rows = self._select("WHERE delegation_id=?", (delegation_id,))

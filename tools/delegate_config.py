@@ -38,6 +38,11 @@ class DelegationConfig(BaseModel):
     max_summary_chars: int = Field(24_000, ge=200, description="cap on a subagent's summary")
     fallback_providers: list[Any] = Field(default_factory=list)
     max_async_children: int | None = Field(None, description="deprecated and ignored")
+    # Stall monitor tuning; a frontend applies these to the engine when it starts.
+    stall_idle_seconds: float = Field(450.0, gt=0, description="no progress this long (not in a tool) = stalled")
+    stall_in_tool_seconds: float = Field(1200.0, gt=0, description="no progress this long inside a tool = stalled")
+    stall_grace_seconds: float = Field(120.0, ge=0, description="after the interrupt, wait this long, then report it")
+    stall_check_interval_seconds: float = Field(30.0, gt=0, description="how often the stall monitor looks")
 
 
 def _format_validation(path: Path, exc: ValidationError) -> str:
@@ -61,10 +66,17 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}; check its permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 or move the file aside") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML ({exc}); fix the syntax or move the file aside") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path} nests too deeply to read; flatten it or move the file aside") from exc
+    except Exception as exc:  # a YAML tag or scalar the loader cannot build: !!timestamp 2001-13-45, huge ints
+        raise ConfigError(f"{path} has a value YAML cannot read ({type(exc).__name__}: {exc}); "
+                          "fix or quote that value, or move the file aside") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -67,18 +67,24 @@ def _units_of(batch: dt.Batch) -> list[dt.Batch]:
 def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, Any]:
     units = _units_of(batch)
     call_id = ad._new_delegation_id()
-    cap = batch.cfg.max_concurrent_children
     handles, inline, slot_key = [], [], None
-    for k, unit in enumerate(units):
-        unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"
-        res = _dispatch_unit(unit, unit_id, routing, cap, slot_key)
-        if res["status"] == "dispatched":
-            slot_key = slot_key or unit_id
-            handles.append({"delegation_id": unit_id, "group": unit.group, "task_indexes": unit.indexes})
-        elif k == 0:
-            return run_sync(batch, note="at_capacity")
-        else:  # a later unit can only fail to schedule, never at capacity: run it here
-            inline.extend(_run_children(unit, None, honor_parent_interrupt=True))
+    try:
+        for k, unit in enumerate(units):
+            unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"
+            # The first unit holds the call's slot until every unit is out, so a fast first
+            # unit that finishes meanwhile cannot leave its siblings to be refused at capacity.
+            res = _dispatch_unit(unit, unit_id, routing, batch.cfg.max_concurrent_children, slot_key,
+                                 hold_slot=slot_key is None and len(units) > 1)
+            if res["status"] == "dispatched":
+                slot_key = slot_key or unit_id
+                handles.append({"delegation_id": unit_id, "group": unit.group, "task_indexes": unit.indexes})
+            elif k == 0:
+                return run_sync(batch, note="at_capacity")
+            else:  # a later unit can only fail to schedule, never at capacity: run it here
+                inline.extend(_run_children(unit, None, honor_parent_interrupt=True))
+    finally:
+        if slot_key is not None and len(units) > 1:
+            ad.release_slot_hold(slot_key)
     handle: dict[str, Any] = {"status": "dispatched", "mode": "background", "count": len(batch.tasks),
                               "delegation_id": handles[0]["delegation_id"], "goals": batch.goals,
                               "note": _NOTES["background"]}
@@ -89,7 +95,8 @@ def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, A
     return handle
 
 
-def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: int, slot_key: str | None):
+def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: int, slot_key: str | None,
+                   hold_slot: bool):
     whole_call = unit.indexes == list(range(len(unit.tasks)))
     return ad.dispatch_async_delegation_batch(
         goals=unit.goals, context=unit.context, toolsets=None, role=unit.role, model=unit.creds.get("model"),
@@ -98,7 +105,7 @@ def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: i
         runner=_unit_runner(unit, unit_id), interrupt_fn=lambda: _signal_child_stop(unit.children),
         max_async_children=cap, delegation_id=unit_id, slot_key=slot_key,
         task_indexes=None if whole_call else unit.indexes, group=unit.group,
-        progress_fn=_batch_progress_token(unit.children), origin=routing["origin"])
+        progress_fn=_batch_progress_token(unit.children), origin=routing["origin"], hold_slot=hold_slot)
 
 
 def _unit_runner(unit: dt.Batch, unit_id: str) -> Callable[[], dict[str, Any]]:

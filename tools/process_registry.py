@@ -6,7 +6,9 @@ Ownership rules (``drain_notifications``): a consumer takes only the events it o
 a ``session_key``, only events of that session; with no filter, everything except events
 restored from a previous process — those wait for a consumer that can prove ownership, or a
 new session would adopt a dead session's results. Unowned events go back on the queue.
-Restore runs once per process, on the first consumer, never at import.
+Restore runs once per process, on the first consumer, never at import; after that each drain
+may run a rate-limited orphan sweep, so a result whose owner or claiming consumer died while
+we run is offered again once its claim lease has expired.
 """
 from __future__ import annotations
 
@@ -41,12 +43,21 @@ class ProcessRegistry:
             logger.exception("Could not restore async delegation completions")
             return 0
 
+    def _sweep_orphans(self) -> None:
+        """Re-offer results whose owner or claiming consumer died while we run (rate-limited)."""
+        try:
+            from tools.async_delegation import maybe_sweep_orphaned_completions
+            maybe_sweep_orphaned_completions(self.completion_queue)
+        except Exception:
+            logger.debug("orphan sweep failed", exc_info=True)
+
     def drain_notifications(self, session_key: str = "",
                             owns_event: Callable[[Event], bool] | None = None) -> list[tuple[Event, str | None]]:
         """Take every event this consumer owns, rendered; put the rest back."""
         from tools.process_registry_notifications import format_process_notification
 
         self.restore_completions()
+        self._sweep_orphans()
         taken: list[Event] = []
         others: list[Event] = []
         while True:

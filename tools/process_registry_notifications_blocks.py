@@ -199,7 +199,7 @@ def batch_block(evt: dict[str, Any], notice: list[str]) -> str:
     lines = preamble(evt, title, BATCH_INTRO.format(unit=_unit_phrase(evt, results)), with_goal=False)
     total = evt.get("total_duration_seconds")
     total = total if is_number(total) else evt.get("duration_seconds")
-    lines[-1] += f"   Total duration: {format_seconds(total)}s"
+    lines[-1] += f"   Total duration: {format_seconds(total)}s" if is_number(total) else "   Total duration: unknown"
     error, recovery = evt.get("error"), recovery_lines(evt)
     if not results and _present(error):
         lines += _section(recovery)

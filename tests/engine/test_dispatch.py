@@ -230,3 +230,37 @@ def test_record_unit_child_keeps_partial_results_for_the_stall_result(monkeypatc
 
 def test_no_stray_events_after_each_test():
     assert drain_queue() == []
+
+
+def test_a_held_slot_outlives_a_unit_that_finishes_at_once():
+    """The first unit of a call may finish before its siblings are dispatched; the call's slot
+    must stay taken until the caller releases it, or a sibling could be refused at capacity."""
+    first = batch(lambda: {"results": []}, delegation_id="deleg_h-1", max_async_children=1, hold_slot=True)
+    wait_event(first["delegation_id"])
+    gate = threading.Event()
+    sibling = batch(lambda: (gate.wait(10), {"results": []})[1], delegation_id="deleg_h-2", slot_key="deleg_h-1",
+                    max_async_children=1)
+    stranger = batch(lambda: {"results": []}, max_async_children=1)
+    assert (sibling["status"], stranger["status"]) == ("dispatched", "rejected")
+    ad.release_slot_hold("deleg_h-1")
+    gate.set()
+    wait_event("deleg_h-2")
+    assert not ad._active_slots
+    assert batch(lambda: {"results": []}, max_async_children=1)["status"] == "dispatched"
+
+
+def test_a_hold_is_given_back_when_scheduling_fails(monkeypatch):
+    class Refusing:
+        def submit(self, fn):
+            raise RuntimeError("pool is shut down")
+
+    monkeypatch.setattr(ad, "_get_executor", lambda n: Refusing())
+    res = batch(lambda: {}, hold_slot=True)
+    assert res["status"] == "rejected" and "Failed to schedule async delegation batch" in res["error"]
+    assert not ad._active_slots and ad.active_count() == 0
+
+
+def test_generated_ids_carry_48_random_bits():
+    ids = {ad._new_delegation_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(i.startswith("deleg_") and len(i) == len("deleg_") + 12 for i in ids)

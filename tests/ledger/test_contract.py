@@ -457,6 +457,16 @@ def ids(ledger: DelegationLedger, candidates) -> list[str]:
     return [i for i in candidates if ledger.get(i) is not None]
 
 
+def test_settled_rows_are_delivered_and_dropped_ones_newest_first(ledger):
+    settled(ledger, "deleg_a", T0 + 10)
+    settled(ledger, "deleg_b", T0 + 30, how="dropped")
+    settled(ledger, "deleg_c", T0 + 20)
+    terminal(ledger, "deleg_pending", completed_at=T0 + 40)
+
+    assert [r.delegation_id for r in ledger.settled_rows(10)] == ["deleg_b", "deleg_c", "deleg_a"]
+    assert [r.delegation_id for r in ledger.settled_rows(1)] == ["deleg_b"]
+
+
 def test_prune_deletes_settled_rows_past_retention_only(ledger):
     settled(ledger, "deleg_old_delivered", T0 + 10)
     settled(ledger, "deleg_old_dropped", T0 + 11, how="dropped")

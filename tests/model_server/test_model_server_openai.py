@@ -304,3 +304,21 @@ def test_loopback_only_and_single_start() -> None:
             server.start()
     with pytest.raises(RuntimeError, match="starts once"):
         server.start()
+
+
+def test_a_client_that_vanishes_mid_request_leaves_no_traceback(serve, capsys) -> None:
+    """A killed client resets its keep-alive connection; that is normal, not a server error."""
+    import socket
+    import struct
+
+    server = serve(text_reply("unused"))
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    deadline = time.monotonic() + 5
+    while server.open_connections < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # with a zero linger: RST, as from a SIGKILLed process
+    while server.open_connections > 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.open_connections == 0
+    assert "Traceback" not in capsys.readouterr().err

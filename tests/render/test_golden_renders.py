@@ -108,3 +108,8 @@ def test_recovered_partial_unit_golden(make_batch):
         completed_at=1000.0 + 2 * 3600 + 3 * 60, context=None, toolsets=[],
     )
     assert format_process_notification(evt) == RECOVERED_PARTIAL
+
+
+def test_a_unit_without_a_known_duration_says_so(make_batch):
+    evt = make_batch([{"task_index": 0, "status": "unknown"}], total_duration_seconds=None, duration_seconds=None)
+    assert "Total duration: unknown" in format_process_notification(evt)

@@ -194,14 +194,14 @@ def test_rows_over_the_attempt_budget_are_dropped_but_stay_queryable(seed):
     seed("deleg_tired", completed_at=now - 600)
     seed("deleg_fresh", completed_at=now - 500)
     ledger = delivery.current_ledger()
-    for attempt in range(delivery._MAX_DELIVERY_ATTEMPTS):  # each claim takes over the expired one
+    for attempt in range(ad._MAX_DELIVERY_ATTEMPTS):  # each claim takes over the expired one
         assert ledger.claim_delivery("deleg_tired", f"c{attempt}", now - 400 + attempt, lease_s=0) is True
 
     events = restore(now)
 
     assert [e["delegation_id"] for e in events] == ["deleg_fresh"]
     tired = stored("deleg_tired")
-    assert (tired["delivery_state"], tired["delivery_attempts"]) == ("dropped", delivery._MAX_DELIVERY_ATTEMPTS)
+    assert (tired["delivery_state"], tired["delivery_attempts"]) == ("dropped", ad._MAX_DELIVERY_ATTEMPTS)
     assert tired["result"] == {"status": "completed", "summary": "summary of deleg_tired"}
 
 

@@ -58,7 +58,7 @@ q = queue.Queue()
 ad.restore_undelivered_completions(q)
 evt = q.get_nowait()
 under_default_lease = ad.claim_event_delivery(evt, "consumer-B")
-delivery._CLAIM_LEASE_S = float(sys.argv[1])
+ad._CLAIM_LEASE_S = float(sys.argv[1])
 claimed_at = delivery.current_ledger().get(evt["delegation_id"]).delivery_claimed_at
 refused_at, deadline = [], time.monotonic() + 30
 while True:

@@ -1,0 +1,4 @@
+"""`python -m offload` runs the CLI, as the `offload` console script does."""
+from offload.cli import main
+
+main()

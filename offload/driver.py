@@ -1,0 +1,118 @@
+"""Drives one session for a frontend: user turns, injected results, waiting for background work.
+
+``SessionDriver`` is shared by ``offload chat``, ``offload run`` and the demo. It owns the
+inject protocol: print the landed result, run it as a NEW turn (its rendered notification is
+the user-role message), and acknowledge the claim only after that turn is stored; a failed
+injection gives the result back to the bus.
+
+Invariant: the driver never injects while a turn runs — it is called from the one loop that
+owns the conversation, between turns.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from agent.session_store import SessionStore
+from offload.config import load_config
+from offload.inbox import Delivery, SessionInbox
+from offload.runtime import Conversation, TurnResult, apply_engine_tuning, open_conversation
+from offload.views import Ui
+from tools.async_delegation import interrupt_for_session, list_async_delegations
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.2
+_LIVE = ("running", "stalling", "finalizing")
+
+
+def start_session(resume: str | None = None, *, sync_delegation: bool = False, ui: Ui | None = None) -> SessionDriver:
+    """Load the config, tune the engine, open the store and the session (new, or ``resume``)."""
+    cfg = load_config()
+    apply_engine_tuning(cfg.delegation)
+    store = SessionStore()
+    conversation = open_conversation(cfg, store, resume, sync_delegation=sync_delegation)
+    return SessionDriver(conversation, SessionInbox(conversation.session_id, store), ui or Ui())
+
+
+class SessionDriver:
+    def __init__(self, conversation: Conversation, inbox: SessionInbox, ui: Ui) -> None:
+        self.conversation = conversation
+        self.inbox = inbox
+        self.ui = ui
+
+    @property
+    def session_id(self) -> str:
+        return self.conversation.session_id
+
+    def user_turn(self, text: str, on_wait: Callable[[], None] | None = None) -> TurnResult:
+        result = self.conversation.run_turn(text, on_wait=on_wait)
+        self.show_turn(result)
+        return result
+
+    def show_turn(self, result: TurnResult) -> None:
+        self.ui.handles(result.handles)
+        if result.exit_reason == "error":
+            self.ui.error(f"agent error: {result.error}")
+            if result.answer:
+                self.ui.answer(result.answer)
+            return
+        if result.exit_reason == "interrupted":
+            self.ui.say("(turn interrupted)", style="yellow")
+        self.ui.answer(result.answer)
+
+    def deliver_ready(self, on_wait: Callable[[], None] | None = None) -> int:
+        """Inject every result that has landed for this session; returns how many."""
+        items = self.inbox.poll()
+        for item in items:
+            self.inject(item, on_wait)
+        return len(items)
+
+    def inject(self, item: Delivery, on_wait: Callable[[], None] | None = None) -> None:
+        self.ui.result(item.event, item.text)
+        try:
+            result = self.conversation.run_turn(item.text, [item.dedupe_id] if item.dedupe_id else [], on_wait)
+        except Exception as exc:
+            self.inbox.give_back(item)
+            logger.exception("injecting delegation %s failed", item.delegation_id)
+            self.ui.error(f"could not inject result {item.delegation_id} ({exc}); it stays queued and is retried")
+            return
+        self.inbox.acknowledge(item)
+        self.show_turn(result)
+
+    def units(self) -> list[dict[str, Any]]:
+        """This session's background units as the engine lists them (live per-child activity)."""
+        return [item for item in list_async_delegations() if self.inbox.owns(item)]
+
+    def live_count(self) -> int:
+        """Background units of this session that have not reported yet."""
+        return sum(1 for item in self.units() if item.get("status") in _LIVE)
+
+    def stop_background(self, reason: str = "stopped by the user") -> int:
+        return interrupt_for_session(session_key=self.session_id, parent_session_id=self.session_id, reason=reason)
+
+    def wait_for_background(self, on_wait: Callable[[], None] | None = None) -> bool:
+        """Inject results until nothing of this session is running or queued.
+
+        The first Ctrl-C stops the running subagents (their partial results are still
+        delivered); a second one returns at once. True if everything was delivered.
+        """
+        stopping = False
+        while True:
+            try:
+                live = self.live_count()  # read BEFORE polling: a unit queues its event before it stops being live
+                if not self.deliver_ready(on_wait) and not live:
+                    return True
+                if on_wait is not None:
+                    on_wait()
+                time.sleep(POLL_S)
+            except KeyboardInterrupt:
+                if stopping:
+                    self.ui.say("leaving now: unfinished results stay in the ledger and are delivered on "
+                                f"`offload chat --resume {self.session_id}`", style="yellow")
+                    return False
+                stopping = True
+                stopped = self.stop_background()
+                self.ui.say(f"stopping {stopped} background delegation(s); Ctrl-C again to leave at once",
+                            style="yellow")

@@ -1,0 +1,6 @@
+"""Errors a user can fix, shared by the CLI modules without importing the agent runtime."""
+from __future__ import annotations
+
+
+class CliError(Exception):
+    """A problem the user must fix (unknown session, bad argument). The message says how."""

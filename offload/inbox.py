@@ -1,0 +1,90 @@
+"""The consumer side of the completion bus for ONE session (the CLI's inbox).
+
+``SessionInbox.poll()`` drains the events this session owns (its ``session_key`` or
+``parent_session_id`` is the session id; restored events of a previous process are included,
+because ownership is proven by that id), claims each in the ledger and hands back the ones
+to inject. The caller injects each as a new turn, and only AFTER the turn is stored calls
+``acknowledge`` (completes the claim); if injecting fails it calls ``give_back`` (releases
+the claim and requeues the event).
+
+Invariants: delivery is at least once and deduplicated by delegation id — an event whose
+result a stored turn already carries (a crash hit between "turn stored" and "claim
+completed") is only acknowledged, never injected again; an event another consumer holds a
+live claim on is left to it. The first poll of a process replays the ledger (lazily, through
+``process_registry.restore_completions``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from agent.session_store import SessionStore
+from tools import async_delegation_delivery as delivery
+from tools.process_registry import ProcessRegistry, process_registry
+
+logger = logging.getLogger(__name__)
+
+CONSUMER = "cli"
+Event = dict[str, Any]
+
+
+@dataclass
+class Delivery:
+    """One result to inject: the event, the text the parent reads, and the claim to settle."""
+
+    event: Event
+    text: str
+    claim: str  # "" when the event needs no claim (e.g. an interim failure notice)
+
+    @property
+    def delegation_id(self) -> str:
+        return str(self.event.get("delegation_id") or "")
+
+    @property
+    def dedupe_id(self) -> str | None:
+        """The id a stored turn records; interim notices are not the result, so they have none."""
+        if self.event.get("task_failure_notice") or self.event.get("type") != "async_delegation":
+            return None
+        return self.delegation_id or None
+
+
+class SessionInbox:
+    def __init__(self, session_id: str, store: SessionStore, registry: ProcessRegistry = process_registry) -> None:
+        self.session_id = session_id
+        self.store = store
+        self.registry = registry
+
+    def owns(self, evt: Event) -> bool:
+        return self.session_id in (evt.get("session_key"), evt.get("parent_session_id"))
+
+    def poll(self) -> list[Delivery]:
+        """Claim and return every owned result that is ready; never blocks on the bus."""
+        ready: list[Delivery] = []
+        for evt, text in self.registry.drain_notifications(session_key=self.session_id, owns_event=self.owns):
+            claim = delivery.claim_event_delivery(evt, CONSUMER)
+            if claim is None:
+                logger.info("delegation %s is being delivered by another consumer", evt.get("delegation_id"))
+                continue
+            item = Delivery(evt, text or "", claim)
+            if item.dedupe_id and self.store.was_injected(self.session_id, item.dedupe_id):
+                self.acknowledge(item)  # stored before a crash; only the acknowledgement was lost
+                continue
+            if not item.text:  # only non-delegation events can lack text: nothing to show
+                logger.debug("dropping an unrenderable %s event", evt.get("type"))
+                self.acknowledge(item)
+                continue
+            ready.append(item)
+        return ready
+
+    def acknowledge(self, item: Delivery) -> None:
+        """The turn carrying ``item`` is stored: settle the claim."""
+        if item.claim and not delivery.complete_event_delivery(item.event, item.claim):
+            # The lease ran out and the row moved on; the stored turn is what counts.
+            delivery.mark_completion_delivered(item.delegation_id)
+
+    def give_back(self, item: Delivery) -> None:
+        """Injecting failed: release the claim and put the event back for a later poll."""
+        state = delivery.release_event_delivery(item.event, item.claim)
+        if state != "dropped":
+            self.registry.completion_queue.put(item.event)

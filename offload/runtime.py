@@ -1,0 +1,167 @@
+"""App wiring shared by ``chat``, ``run`` and the demo: config → engine tuning and agent, and
+``Conversation``, one session's agent plus its stored history.
+
+Invariants:
+- the parent agent's ``session_id`` is the session id, and every turn runs with the session
+  key bound to it, so ``delegate_task`` routes each background result back to this session;
+- a turn is stored whole (its new messages, plus the delegation ids it injected, in one
+  transaction) only after the agent returned; a turn the process did not survive is not
+  stored, and the results it dispatched still come back through the ledger;
+- one turn at a time: ``run_turn`` is not re-entrant, and nothing is injected into a running
+  turn (callers inject results only between turns).
+"""
+from __future__ import annotations
+
+import contextvars
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from agent.core import AIAgent
+from agent.session_store import SessionStore, new_session_id
+from offload.config import ConfigError, OffloadConfig, resolve_api_key
+from offload.errors import CliError
+from tools import async_delegation as engine
+from tools.approval_context import reset_current_session_key, set_current_session_key
+from tools.delegate_config import DelegationConfig
+from tools.session_env import set_async_delivery
+
+
+def apply_engine_tuning(delegation: DelegationConfig) -> None:
+    """Hand the configured stall thresholds to the engine (it reads them at call time)."""
+    engine._STALE_IDLE_SECONDS = float(delegation.stall_idle_seconds)
+    engine._STALE_IN_TOOL_SECONDS = float(delegation.stall_in_tool_seconds)
+    engine._STALL_GRACE_SECONDS = float(delegation.stall_grace_seconds)
+    engine._STALE_CHECK_INTERVAL = float(delegation.stall_check_interval_seconds)
+
+
+def workspace_of(cfg: OffloadConfig) -> Path:
+    path = Path(cfg.workspace).expanduser() if cfg.workspace else Path.cwd()
+    if not path.is_dir():
+        raise ConfigError(f"workspace {path} is not a directory; create it or run "
+                          "`offload config set workspace <dir>` (null = the current directory)")
+    return path.resolve()
+
+
+def build_agent(cfg: OffloadConfig, session_id: str, *, api_key: str | None = None) -> AIAgent:
+    return AIAgent(model=cfg.model, base_url=cfg.base_url,
+                   api_key=api_key if api_key is not None else resolve_api_key(cfg),
+                   toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
+                   session_id=session_id, tool_settings={"max_spawn_depth": cfg.delegation.max_spawn_depth})
+
+
+def open_conversation(cfg: OffloadConfig, store: SessionStore, resume: str | None = None, *,
+                      sync_delegation: bool = False, api_key: str | None = None) -> Conversation:
+    """A new session, or the stored one ``resume`` names (``last`` = the most recent)."""
+    session_id = _resolve_session(store, resume) if resume else new_session_id()
+    agent = build_agent(cfg, session_id, api_key=api_key)  # first: a config error must not leave an empty session
+    if not resume:
+        store.create_session(session_id, model=cfg.model)
+    return Conversation(agent, store, sync_delegation=sync_delegation)
+
+
+def _resolve_session(store: SessionStore, wanted: str) -> str:
+    if wanted == "last":
+        recent = store.list_sessions(limit=1)
+        if not recent:
+            raise CliError("there is no session to resume yet; start one with `offload chat`")
+        return recent[0].session_id
+    if store.session_exists(wanted):
+        return wanted
+    recent = ", ".join(s.session_id for s in store.list_sessions(limit=5)) or "none yet"
+    raise CliError(f"no session {wanted!r} in {store.path}; recent sessions: {recent} "
+                   "(or `--resume last` for the most recent)")
+
+
+@dataclass
+class TurnResult:
+    answer: str | None
+    exit_reason: str
+    error: str | None = None
+    handles: list[dict[str, Any]] = field(default_factory=list)  # what each delegate_task call returned
+
+    @property
+    def dispatched(self) -> list[dict[str, Any]]:
+        return [h for h in self.handles if h.get("status") == "dispatched"]
+
+
+class Conversation:
+    """One session: its agent, its history (as stored) and the turn runner."""
+
+    def __init__(self, agent: AIAgent, store: SessionStore, *, sync_delegation: bool = False) -> None:
+        self.agent = agent
+        self.store = store
+        self.session_id = agent.session_id
+        self.sync_delegation = sync_delegation
+        self.history: list[dict[str, Any]] = store.load_messages(self.session_id)
+        self._turn_lock = threading.Lock()
+
+    def run_turn(self, text: str, injected_ids: Iterable[str] = (),
+                 on_wait: Callable[[], None] | None = None) -> TurnResult:
+        """Run one turn on a worker thread and store it; Ctrl-C interrupts the turn, not us.
+
+        ``on_wait`` is called about every 0.1 s while the turn runs (e.g. to refresh a view).
+        """
+        if not self._turn_lock.acquire(blocking=False):
+            raise RuntimeError("a turn is already running in this conversation; wait for it to finish")
+        try:
+            box: dict[str, Any] = {}
+            context = contextvars.copy_context()
+            worker = threading.Thread(target=context.run, args=(self._turn, text, list(injected_ids), box),
+                                      name="offload-turn", daemon=True)
+            worker.start()
+            while worker.is_alive():
+                try:
+                    worker.join(0.1)
+                    if on_wait is not None:
+                        on_wait()
+                except KeyboardInterrupt:
+                    self.agent.interrupt("stopped by the user (Ctrl-C)")
+            if "error" in box:
+                raise box["error"]
+            return box["result"]
+        finally:
+            self._turn_lock.release()
+
+    def _turn(self, text: str, injected_ids: list[str], box: dict[str, Any]) -> None:
+        token = set_current_session_key(self.session_id)
+        if self.sync_delegation:
+            set_async_delivery(False)  # delegate_task then runs its children in this turn
+        try:
+            out = self.agent.run_conversation(text, self.history)
+            messages = out.get("messages") or []
+            new = _new_messages(self.history, messages)
+            self.store.append_turn(self.session_id, new, injected_ids)
+            self.history = messages
+            box["result"] = TurnResult(out.get("final_response"), out.get("exit_reason") or "?", out.get("error"),
+                                       delegate_handles(new))
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+        finally:
+            reset_current_session_key(token)
+
+
+def _new_messages(history: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the turn added. The agent puts its system prompt first when history has none."""
+    start = len(history)
+    if history and messages and messages[0].get("role") == "system" and history[0].get("role") != "system":
+        start += 1
+    return messages[start:] if history else messages
+
+
+def delegate_handles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The parsed results of the delegate_task calls among ``messages``, in call order."""
+    call_ids = [call.get("id") for m in messages if m.get("role") == "assistant"
+                for call in m.get("tool_calls") or [] if (call.get("function") or {}).get("name") == "delegate_task"]
+    by_id = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
+    handles = []
+    for call_id in call_ids:
+        try:
+            parsed = json.loads(by_id.get(call_id) or "")
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            handles.append(parsed)
+    return handles

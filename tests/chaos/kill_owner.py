@@ -1,0 +1,157 @@
+"""Owner process of one kill-fuzzing trial (run as a script; the test SIGKILLs it).
+
+It dispatches a few fan-outs through the real engine and ledger -- engine-level single
+units, whole-call batch units and grouped units (``independent_completions``) through
+``delegate_task`` -- whose children finish at random times, and keeps an append-only
+manifest, every line flushed and fsynced before the next step:
+
+    READY                                   imports done, about to dispatch
+    B <call> <json unit ids that may exist>  before a dispatch starts
+    A <call> <json unit ids dispatched>     after it returned (``[]``: ran synchronously)
+    R <unit> <task_index>                   ``record_unit_child`` returned True
+    E <unit> <status>                       the completion event was queued (so it was
+                                            persisted before: the row is terminal)
+    DONE                                    nothing left to dispatch
+
+With ``kill_at=N`` the owner also SIGKILLs itself right before (or right after) its N-th
+ledger write, which lands kills on the narrow windows a timer rarely hits: between a dispatch
+row and the handle, between the terminal write and the queue, inside a child record.
+
+A child's goal says what it will do: ``c<call>t<task>:<ok|fail|crash>:<ms>``, so the
+checker can derive every real result from the event alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+OUTCOMES = ("ok", "ok", "ok", "fail", "crash")
+
+
+def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") -> None:
+    rng = random.Random(seed)
+    fd = os.open(manifest_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    lock = threading.Lock()
+
+    def log(line: str) -> None:
+        with lock:
+            os.write(fd, (line + "\n").encode())
+            os.fsync(fd)
+
+    import tools.delegate_tool as dt
+    from tests.delegate.fakes import FakeParent
+    from tools import async_delegation as ad
+    from tools.process_registry import process_registry
+
+    issued = [0]
+
+    def new_delegation_id() -> str:  # predictable ids, so the manifest can name them up front
+        issued[0] += 1
+        return f"deleg_{issued[0]:04d}"
+
+    ad._new_delegation_id = new_delegation_id
+    real_record = ad.record_unit_child
+
+    def record_unit_child(delegation_id, entry):
+        ok = real_record(delegation_id, entry)
+        if ok:
+            log(f"R {delegation_id} {entry.get('task_index')}")
+        return ok
+
+    ad.record_unit_child = record_unit_child
+    if kill_at:
+        _kill_at_ledger_write(kill_at, when)
+
+    def watch_events() -> None:
+        while True:
+            evt = process_registry.completion_queue.get()
+            log(f"E {evt.get('delegation_id')} {evt.get('status')}")
+
+    threading.Thread(target=watch_events, daemon=True).start()
+    log("READY")
+    for call in range(rng.randint(2, 5)):
+        kind = rng.choice(("single", "batch", "grouped"))
+        n = 1 if kind == "single" else rng.randint(1, 8)
+        goals = [f"c{call}t{i}:{rng.choice(OUTCOMES)}:{rng.randint(0, 600)}" for i in range(n)]
+        peek = f"deleg_{issued[0] + 1:04d}"
+        maybe = [peek] + ([f"{peek}-{k}" for k in range(1, n + 1)] if kind == "grouped" else [])
+        log(f"B {call} {json.dumps(maybe)}")
+        if kind == "single":
+            res = ad.dispatch_async_delegation(goal=goals[0], context=None, toolsets=None, role="leaf", model="m",
+                                               session_key="agent:main:cli:dm:owner", runner=single_runner(goals[0]),
+                                               max_async_children=6)
+            ids = [res["delegation_id"]] if res["status"] == "dispatched" else []
+        else:
+            grouped = kind == "grouped"
+            dt._load_config = lambda grouped=grouped: {"independent_completions": grouped, "max_concurrent_children": 8}
+            tasks = [{"goal": g, **({"group": rng.choice(("a", "b"))} if grouped and rng.random() < 0.6 else {})}
+                     for g in goals]
+            out = json.loads(dt.delegate_task(tasks=tasks, background=True, parent_agent=FakeParent(child_behaviour)))
+            ids = ([u["delegation_id"] for u in out.get("units") or []] or [out["delegation_id"]]
+                   if out.get("mode") == "background" else [])
+        log(f"A {call} {json.dumps(ids)}")
+        time.sleep(rng.uniform(0, 0.1))
+    log("DONE")
+    time.sleep(3600)  # wait to be killed
+
+
+def _kill_at_ledger_write(n: int, when: str) -> None:
+    from tools.async_delegation_sqlite import SqliteLedger
+
+    writes = [0]
+    lock = threading.Lock()
+
+    def wrap(name: str) -> None:
+        real = getattr(SqliteLedger, name)
+
+        def write(self, *args, **kwargs):
+            with lock:
+                writes[0] += 1
+                mine = writes[0]
+            if mine == n and when == "before":
+                os.kill(os.getpid(), signal.SIGKILL)
+            out = real(self, *args, **kwargs)
+            if mine == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+
+        setattr(SqliteLedger, name, write)
+
+    for name in ("persist_dispatch", "record_unit_child", "persist_completion"):
+        wrap(name)
+
+
+def parse_goal(goal: str) -> tuple[str, float]:
+    _, outcome, ms = goal.split(":")
+    return outcome, int(ms) / 1000
+
+
+def child_behaviour(child) -> dict:
+    outcome, delay_s = parse_goal(child.goal)
+    time.sleep(delay_s)
+    if outcome == "crash":
+        raise RuntimeError(f"crash:{child.goal}")
+    if outcome == "fail":
+        return {"final_response": None, "error": f"boom:{child.goal}", "api_calls": 1, "completed": False}
+    return {"final_response": f"real:{child.goal}", "completed": True, "api_calls": 1}
+
+
+def single_runner(goal: str):
+    def run() -> dict:
+        outcome, delay_s = parse_goal(goal)
+        time.sleep(delay_s)
+        if outcome == "crash":
+            raise RuntimeError(f"crash:{goal}")
+        if outcome == "fail":
+            return {"status": "failed", "summary": None, "error": f"boom:{goal}", "api_calls": 1}
+        return {"status": "completed", "summary": f"real:{goal}", "api_calls": 1}
+    return run
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), *(int(sys.argv[3]), sys.argv[4]) if len(sys.argv) > 4 else ())

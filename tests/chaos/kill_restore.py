@@ -1,0 +1,41 @@
+"""Restore side of a kill-fuzzing trial: a fresh interpreter replays the dead owner's ledger.
+
+With ``registry`` as argument it goes through the lazy facade a consumer uses
+(``process_registry.restore_completions()``), otherwise through
+``restore_undelivered_completions``. Prints one JSON object: ``{"count": <restore's return>, "events": [...], "rows": [...]}``;
+``rows`` is every ledger row after the restore, for the checker and for diagnostics.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import sqlite3
+import sys
+
+from tools.async_delegation import restore_undelivered_completions
+from tools.hermes_home import state_db_path
+
+
+def main(via_registry: bool) -> None:
+    if via_registry:
+        from tools.process_registry import process_registry
+        q = process_registry.completion_queue
+        count = process_registry.restore_completions()
+    else:
+        q = queue.Queue()
+        count = restore_undelivered_completions(q)
+    events = []
+    while not q.empty():
+        events.append(q.get_nowait())
+    rows = []
+    if state_db_path().exists():
+        conn = sqlite3.connect(state_db_path())
+        conn.row_factory = sqlite3.Row
+        rows = [dict(r) for r in conn.execute(
+            "SELECT delegation_id, state, delivery_state, result_json FROM async_delegations")]
+        conn.close()
+    json.dump({"count": count, "events": events, "rows": rows}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] == ["registry"])

@@ -1,0 +1,106 @@
+"""``offload chat`` end to end: background delegation, re-injection, stall, rejected model, /stop."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from agent.session_store import SessionStore
+from offload.model_server import hang_reply, text_reply
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, parent_requests_with_results, scripted_parent
+from tools.async_delegation import get_durable_delegation
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+
+def test_background_result_is_reinjected_as_a_new_turn_while_idle(cli, model_server, write_config):
+    release_child = threading.Event()
+
+    def child(request):
+        release_child.wait(30)  # the child stays mid-call until the roster has been checked
+        return text_reply("The answer is 42.", chunk_chars=4)
+
+    server = model_server(scripted_parent(child=child, delegate={"goal": "compute the answer"},
+                                          on_result=text_reply("Noted: the subagent found 42.")))
+    write_config(server)
+    chat = cli("chat")
+    try:
+        sid = chat.wait_for(SESSION_RE).group(1)
+        chat.send("please work this out in the background")
+        did = chat.wait_for(HANDLE_RE).group(1)
+        chat.wait_for(r"agent> Started it in the background\.")
+        mark = chat.mark()
+        chat.send("/agents")
+        chat.wait_for(rf"{did}\s.*running", start=mark)
+        chat.wait_for(r"#1 .*api calls .*compute the answer", start=mark)
+    finally:
+        release_child.set()
+    chat.wait_for(rf"background result {did} landed")
+    chat.wait_for(r"agent> Noted: the subagent found 42\.")
+    chat.send("/quit")
+    assert chat.finish() == 0
+    assert "Traceback" not in chat.output
+
+    [injected] = parent_requests_with_results(server)
+    assert injected["messages"][-2] == {"role": "assistant", "content": "Started it in the background."}
+    assert "The answer is 42." in injected["messages"][-1]["content"]  # a new turn after the finished one
+    with SessionStore() as store:
+        assert store.was_injected(sid, did)
+        contents = [m.get("content") or "" for m in store.load_messages(sid)]
+    assert any(c.startswith(f"[ASYNC DELEGATION BATCH COMPLETE — {did}]") for c in contents)
+    assert contents[-1] == "Noted: the subagent found 42."
+    assert get_durable_delegation(did)["delivery_state"] == "delivered"
+
+
+def test_a_stalled_child_is_interrupted_and_reported(cli, model_server, write_config):
+    server = model_server(scripted_parent(child=lambda r: hang_reply("thinking…"), delegate={"goal": "slow work"},
+                                          on_result=text_reply("The subagent stalled; I will retry later.")))
+    write_config(server, stall_idle_seconds=1, stall_grace_seconds=1, stall_check_interval_seconds=0.2)
+    chat = cli("chat")
+    chat.send("go")
+    did = chat.wait_for(HANDLE_RE).group(1)
+    mark = chat.mark()
+    chat.wait_for(rf"background result {did} landed: Subagent Task Interrupted", start=mark)
+    chat.wait_for(r"status=interrupted", start=mark)
+    chat.wait_for(r"agent> The subagent stalled", start=mark)
+    chat.send("/quit")
+    assert chat.finish() == 0
+
+
+def test_a_rejected_subagent_model_is_reported_once(cli, model_server, write_config):
+    server = model_server(scripted_parent(child=lambda r: text_reply("unused"),
+                                          delegate={"tasks": [{"goal": "first"}, {"goal": "second"}]},
+                                          on_result=text_reply("The subagent model is misconfigured.")),
+                          model_ids=("demo-model",))
+    write_config(server, model="no-such-model")
+    chat = cli("chat")
+    chat.send("go")
+    did = chat.wait_for(HANDLE_RE).group(1)
+    chat.wait_for(rf"background result {did} landed")
+    chat.wait_for(r"agent> The subagent model is misconfigured\.")
+    chat.send("/quit")
+    assert chat.finish() == 0
+    assert chat.output.count("SUBAGENT MODEL REJECTED") == 1
+    [injected] = parent_requests_with_results(server)
+    text = injected["messages"][-1]["content"]
+    assert text.count("SUBAGENT MODEL REJECTED") == 1
+    assert text.index("SUBAGENT MODEL REJECTED") < text.index("TASK 1/2")
+
+
+def test_slash_stop_interrupts_a_slow_child_and_the_result_is_reported(cli, model_server, write_config):
+    server = model_server(scripted_parent(child=lambda r: hang_reply("working…"), delegate={"goal": "endless"},
+                                          on_result=text_reply("Stopped as you asked.")))
+    write_config(server)
+    chat = cli("chat")
+    chat.send("go")
+    did = chat.wait_for(HANDLE_RE).group(1)
+    chat.wait_for(r"agent> Started it")
+    assert server.wait_for_requests(3, timeout_s=30)  # parent ×2 and the child, now hanging mid-stream
+    mark = chat.mark()
+    chat.send("/stop")
+    chat.wait_for(r"stopped 1 background delegation", start=mark)
+    chat.wait_for(rf"background result {did} landed: Subagent Task Interrupted", start=mark)
+    chat.wait_for(r"status=interrupted", start=mark)
+    chat.wait_for(r"agent> Stopped as you asked\.", start=mark)
+    chat.send("/quit")
+    assert chat.finish() == 0

@@ -1,0 +1,49 @@
+"""`offload demo`, as the README runs it: offline, exit 0, the whole story, well under a minute."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.e2e.conftest import cli_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def test_demo_runs_offline_and_tells_the_whole_story(tmp_path, _isolated_hermes_home):
+    env = cli_env()
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "offload", "demo"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=110, stdin=subprocess.DEVNULL)
+    elapsed_s = time.monotonic() - started
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert elapsed_s < 60, f"the demo took {elapsed_s:.1f} s"
+    assert "Traceback" not in out + done.stderr
+    fan_out = [  # part 1; the two units may land in either order
+        "demo-model (scripted, offline",                      # the model is labelled as a demo
+        "delegated 3 task(s) in the background",              # one call: a group plus an ungrouped task
+        "background delegations",                             # the live roster while they run
+        "landed: Subagent Task Completed: Run `python3 --version",
+        "Ran `python3 --version && ls` for real",             # the terminal toolset really ran
+        "settings.toml",                                      # ... in the demo workspace
+        "landed: Subagent Tasks Completed: compare (2 tasks)",
+        "agent> Both comparisons are in.",                    # the parent answered the injected turn
+    ]
+    crash_in_order = [  # part 2
+        "killed pid",                                         # SIGKILL mid-fan-out
+        "landed (replayed from the ledger)",                  # the restart recovered the unit
+        "Counted the workspace: 3 files",                     # the finished child's real result
+        "status=unknown",                                     # the unfinished one
+        "agent> Recovered after the crash",
+        "delivery 'delivered'",
+        "demo finished in",
+    ]
+    missing = [needle for needle in fan_out + crash_in_order if needle not in out]
+    assert not missing, f"missing {missing} in:\n{out}"
+    assert max(out.index(n) for n in fan_out) < out.index("killed pid")
+    positions = [out.index(n) for n in crash_in_order]
+    assert positions == sorted(positions), out
+    assert not list(_isolated_hermes_home.iterdir()), "the demo must not touch the user's HERMES_HOME"
