@@ -55,12 +55,12 @@ def main() -> None:
     args = parser.parse_args()
     from pyinstrument import Profiler
 
-    root = Path(tempfile.mkdtemp(prefix="offload-profile-"))
-    run_inline(100, root)  # warm-up: imports, first connection
-    profiler = Profiler(interval=0.0002)
-    profiler.start()
-    per_delegation_s = run_inline(args.n, root)
-    profiler.stop()
+    with tempfile.TemporaryDirectory(prefix="offload-profile-") as tmp:
+        run_inline(100, Path(tmp))  # warm-up: imports, first connection
+        profiler = Profiler(interval=0.0002)
+        profiler.start()
+        per_delegation_s = run_inline(args.n, Path(tmp))
+        profiler.stop()
     print(profiler.output_text(unicode=True, color=False, show_all=False))
     print(f"{per_delegation_s * 1e6:.0f} us per delegation inline (profiler overhead included)")
     if args.html:
