@@ -56,6 +56,9 @@ _HANDLER_EXIT_S = 1.0  # stop() waits at most this for woken handlers; they are 
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # a hanging handler must never keep the process alive
+    # socketserver's default backlog of 5 overflows when a fan-out of 50 children connects at
+    # once; the dropped connects come back only after TCP and client retries (seconds).
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], owner: ScriptedModelServer) -> None:
         self.owner = owner
