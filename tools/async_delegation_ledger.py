@@ -1,7 +1,7 @@
 """The durable ledger of background delegations: one interface, in domain terms.
 
 The engine (``tools/async_delegation.py``) talks only to this interface; SQLite implements
-it now (``async_delegation_sqlite.py``) and a PostgreSQL backend can implement it later
+it now (``async_delegation_sqlite.py``, its table in ``async_delegation_sqlite_rows.py``) and a PostgreSQL backend can implement it later
 without touching the engine. Every backend must pass ``tests/ledger/test_contract.py``.
 
 Invariants every backend keeps:

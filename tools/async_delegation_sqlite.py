@@ -12,7 +12,6 @@ noticed and reopened instead of silently writing into an unlinked file.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import shlex
@@ -24,82 +23,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tools.async_delegation_ledger import DispatchRow, LedgerError, LedgerRow
+from tools.async_delegation_sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
+    _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
+    _loads, _row_values, dumps,
+)
 
 logger = logging.getLogger("tools.async_delegation")
 
 BUSY_TIMEOUT_S = 10.0
-
-_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("delegation_id", "TEXT PRIMARY KEY"),
-    ("origin_session", "TEXT NOT NULL DEFAULT ''"),
-    ("origin_ui_session_id", "TEXT NOT NULL DEFAULT ''"),
-    ("origin_session_id", "TEXT NOT NULL DEFAULT ''"),
-    ("parent_session_id", "TEXT"),
-    ("state", "TEXT NOT NULL"),
-    ("dispatched_at", "REAL NOT NULL"),
-    ("completed_at", "REAL"),
-    ("updated_at", "REAL NOT NULL"),
-    ("task_json", "TEXT"),
-    ("event_json", "TEXT"),
-    ("result_json", "TEXT"),
-    ("delivery_state", "TEXT NOT NULL DEFAULT 'pending'"),
-    ("delivery_attempts", "INTEGER NOT NULL DEFAULT 0"),
-    ("delivered_at", "REAL"),
-    ("delivery_claim", "TEXT"),
-    ("delivery_claimed_at", "REAL"),
-    ("owner_pid", "INTEGER"),
-    ("owner_started_at", "INTEGER"),
-)
-_COLUMN_NAMES = tuple(name for name, _ in _COLUMNS)
-_SELECT = f"SELECT {', '.join(_COLUMN_NAMES)} FROM async_delegations"
-_SCHEMA = (
-    f"CREATE TABLE IF NOT EXISTS async_delegations ({', '.join(f'{n} {t}' for n, t in _COLUMNS)})",
-    "CREATE INDEX IF NOT EXISTS idx_async_delegations_delivery ON async_delegations(delivery_state, completed_at)",
-    "CREATE INDEX IF NOT EXISTS idx_async_delegations_live ON async_delegations(dispatched_at) WHERE state = 'running'",
-)
-_UPSERT_COLUMNS = (
-    "delegation_id", "origin_session", "origin_ui_session_id", "origin_session_id", "parent_session_id",
-    "state", "dispatched_at", "completed_at", "updated_at", "task_json", "event_json", "result_json",
-    "delivery_state", "delivery_attempts", "owner_pid", "owner_started_at",
-)
-_INSERT_DISPATCH = (
-    f"INSERT OR REPLACE INTO async_delegations ({', '.join(_UPSERT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(_UPSERT_COLUMNS))})"
-)
-# Terminal write. An upsert: if the row vanished (state.db deleted under us) it is written
-# whole; if it exists, only the terminal fields move and delivery bookkeeping restarts.
-_UPSERT_COMPLETION = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT") + (
-    " ON CONFLICT(delegation_id) DO UPDATE SET state=excluded.state, completed_at=excluded.completed_at,"
-    " updated_at=excluded.updated_at, event_json=excluded.event_json, result_json=excluded.result_json,"
-    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL"
-)
-# The common case of the terminal write: the same fields, on the row written at dispatch.
-_UPDATE_COMPLETION = (
-    "UPDATE async_delegations SET state=?, completed_at=?, updated_at=?, event_json=?, result_json=?,"
-    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL WHERE delegation_id=?"
-)
-
-
-def dumps(obj: Any) -> str:
-    # default=str: a foreign object in a runner's result must not cost the whole record.
-    text = json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate ("\ud800" is valid JSON, and model output carries it) cannot be
-        # bound as UTF-8 text; escaped JSON stores it and reads back the identical string.
-        text = json.dumps(obj, default=str, ensure_ascii=True, separators=(",", ":"))
-    return text
-
-
-def _loads(raw: str | None) -> Any:
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
 
 def secure_files(path: Path, *, create_main: bool = False) -> None:
     """Make the database and any sidecar owner-only; optionally create the main file 0o600."""
@@ -423,24 +354,3 @@ class SqliteLedger:
             if conn is None:
                 return []
             return [_decode(row) for row in conn.execute(f"{_SELECT} {tail}", params).fetchall()]
-
-
-def _row_values(row: DispatchRow, state: str, completed_at: float | None, now: float,
-                event_json: str | None, result_json: str | None) -> tuple[Any, ...]:
-    return (row.delegation_id, row.origin_session, row.origin_ui_session_id, row.origin_session_id,
-            row.parent_session_id, state, row.dispatched_at, completed_at, now, dumps(row.task),
-            event_json, result_json, "pending", 0, row.owner_pid, row.owner_started_at)
-
-
-def _decode(values: tuple[Any, ...]) -> LedgerRow:
-    raw = dict(zip(_COLUMN_NAMES, values))
-    return LedgerRow(
-        delegation_id=raw["delegation_id"], origin_session=raw["origin_session"] or "", state=raw["state"],
-        dispatched_at=raw["dispatched_at"], completed_at=raw["completed_at"], updated_at=raw["updated_at"],
-        origin_ui_session_id=raw["origin_ui_session_id"] or "", origin_session_id=raw["origin_session_id"] or "",
-        parent_session_id=raw["parent_session_id"], task=_loads(raw["task_json"]), event=_loads(raw["event_json"]),
-        result=_loads(raw["result_json"]), delivery_state=raw["delivery_state"],
-        delivery_attempts=raw["delivery_attempts"], delivered_at=raw["delivered_at"],
-        delivery_claim=raw["delivery_claim"], delivery_claimed_at=raw["delivery_claimed_at"],
-        owner_pid=raw["owner_pid"], owner_started_at=raw["owner_started_at"],
-    )
