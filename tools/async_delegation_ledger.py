@@ -1,8 +1,8 @@
 """The durable ledger of background delegations: one interface, in domain terms.
 
 The engine (``tools/async_delegation.py``) talks only to this interface; SQLite implements
-it now (``async_delegation_sqlite.py``, its table in ``async_delegation_sqlite_rows.py``) and a PostgreSQL backend can implement it later
-without touching the engine. Every backend must pass ``tests/ledger/test_contract.py``.
+it now (``async_delegation_sqlite.py``, its table in ``async_delegation_sqlite_rows.py``) and
+a PostgreSQL backend can implement it later without touching the engine. Every backend must pass ``tests/ledger/test_contract.py``.
 
 Invariants every backend keeps:
 - a row is written ``running`` at dispatch and moves to a terminal state exactly once per
