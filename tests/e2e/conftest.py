@@ -123,20 +123,6 @@ def cli(_isolated_hermes_home, workspace) -> Iterator[Callable[..., Cli]]:
 
 
 @pytest.fixture
-def model_server() -> Iterator[Callable[..., ScriptedModelServer]]:
-    servers: list[ScriptedModelServer] = []
-
-    def start(script: Callable[[dict[str, Any]], Reply], **kwargs: Any) -> ScriptedModelServer:
-        server = ScriptedModelServer(script, **kwargs).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-@pytest.fixture
 def write_config(_isolated_hermes_home, workspace) -> Callable[..., dict]:
     """Point offload at ``server``; ``delegation`` keys go under ``delegation:``."""
     def write(server: ScriptedModelServer, **delegation: Any) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 import httpx
 import openai
@@ -25,27 +25,12 @@ pytestmark = pytest.mark.timeout(20)
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[..., ScriptedModelServer]]:
-    servers: list[ScriptedModelServer] = []
-
-    def start(script: Callable[[dict], Reply] | Reply, **kwargs: Any) -> ScriptedModelServer:
-        fn = (lambda request: script) if isinstance(script, Reply) else script
-        server = ScriptedModelServer(fn, **kwargs).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
 def client_for(server: ScriptedModelServer, api_key: str = "test-key") -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url, api_key=api_key, max_retries=0, timeout=10)
 
 
-def test_streaming_text_in_openai_chunks(serve) -> None:
-    server = serve(text_reply("Hello, offline world!", chunk_chars=4))
+def test_streaming_text_in_openai_chunks(model_server) -> None:
+    server = model_server(text_reply("Hello, offline world!", chunk_chars=4))
     stream = client_for(server).chat.completions.create(model="demo-model", messages=MESSAGES, stream=True)
     chunks = list(stream)
     pieces = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
@@ -57,8 +42,8 @@ def test_streaming_text_in_openai_chunks(serve) -> None:
     assert server.requests[0]["messages"] == MESSAGES and server.requests[0]["stream"] is True
 
 
-def test_streaming_tool_calls_are_assembled_by_the_sdk(serve) -> None:
-    server = serve(
+def test_streaming_tool_calls_are_assembled_by_the_sdk(model_server) -> None:
+    server = model_server(
         Reply(
             text="Let me look.",
             tool_calls=[("read_file", {"path": "notes/todo.md"}), ("run_command", {"command": "ls -la", "timeout_s": 5})],
@@ -82,8 +67,8 @@ def test_streaming_tool_calls_are_assembled_by_the_sdk(serve) -> None:
     assert final.choices[0].finish_reason == "tool_calls"
 
 
-def test_non_streaming_text_and_tool_call(serve) -> None:
-    server = serve(sequence_script([text_reply("plain answer"), tool_call_reply("fetch_url", {"url": "https://x.test"})]))
+def test_non_streaming_text_and_tool_call(model_server) -> None:
+    server = model_server(sequence_script([text_reply("plain answer"), tool_call_reply("fetch_url", {"url": "https://x.test"})]))
     client = client_for(server)
     first = client.chat.completions.create(model="demo-model", messages=MESSAGES)
     assert first.choices[0].message.content == "plain answer"
@@ -96,14 +81,14 @@ def test_non_streaming_text_and_tool_call(serve) -> None:
     assert len(server.requests) == 2
 
 
-def test_malformed_tool_arguments_are_sent_verbatim(serve) -> None:
-    server = serve(tool_call_reply("write_file", '{"path": "a.txt", "content": '))
+def test_malformed_tool_arguments_are_sent_verbatim(model_server) -> None:
+    server = model_server(tool_call_reply("write_file", '{"path": "a.txt", "content": '))
     completion = client_for(server).chat.completions.create(model="demo-model", messages=MESSAGES)
     assert completion.choices[0].message.tool_calls[0].function.arguments == '{"path": "a.txt", "content": '
 
 
-def test_stream_usage_chunk_when_asked(serve) -> None:
-    server = serve(text_reply("abcd" * 10))
+def test_stream_usage_chunk_when_asked(model_server) -> None:
+    server = model_server(text_reply("abcd" * 10))
     chunks = list(
         client_for(server).chat.completions.create(
             model="demo-model", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
@@ -112,8 +97,8 @@ def test_stream_usage_chunk_when_asked(serve) -> None:
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
 
 
-def test_unknown_model_is_404_model_not_found(serve) -> None:
-    server = serve(text_reply("never"))
+def test_unknown_model_is_404_model_not_found(model_server) -> None:
+    server = model_server(text_reply("never"))
     with pytest.raises(openai.NotFoundError) as caught:
         client_for(server).chat.completions.create(model="gpt-imaginary", messages=MESSAGES)
     assert caught.value.status_code == 404
@@ -126,15 +111,15 @@ def test_unknown_model_is_404_model_not_found(serve) -> None:
     assert server.requests[0]["model"] == "gpt-imaginary"  # logged even though refused
 
 
-def test_any_model_when_model_ids_is_none(serve) -> None:
-    server = serve(lambda request: text_reply(f"you asked for {request['model']}"), model_ids=None)
+def test_any_model_when_model_ids_is_none(model_server) -> None:
+    server = model_server(lambda request: text_reply(f"you asked for {request['model']}"), model_ids=None)
     completion = client_for(server).chat.completions.create(model="whatever-1", messages=MESSAGES)
     assert completion.choices[0].message.content == "you asked for whatever-1"
     assert completion.model == "whatever-1"
 
 
-def test_rate_limit_with_retry_after_header(serve) -> None:
-    server = serve(error_reply(429, "Slow down (scripted).", retry_after_s=7))
+def test_rate_limit_with_retry_after_header(model_server) -> None:
+    server = model_server(error_reply(429, "Slow down (scripted).", retry_after_s=7))
     with pytest.raises(openai.RateLimitError) as caught:
         client_for(server).chat.completions.create(model="demo-model", messages=MESSAGES)
     assert caught.value.response.headers["retry-after"] == "7"
@@ -142,16 +127,16 @@ def test_rate_limit_with_retry_after_header(serve) -> None:
     assert caught.value.body["type"] == "rate_limit_error"
 
 
-def test_sdk_retries_honour_retry_after(serve) -> None:
-    server = serve(sequence_script([error_reply(429, retry_after_s=0.05), text_reply("after retry")]))
+def test_sdk_retries_honour_retry_after(model_server) -> None:
+    server = model_server(sequence_script([error_reply(429, retry_after_s=0.05), text_reply("after retry")]))
     client = openai.OpenAI(base_url=server.url, api_key="k", max_retries=1, timeout=10)
     completion = client.chat.completions.create(model="demo-model", messages=MESSAGES)
     assert completion.choices[0].message.content == "after retry"
     assert len(server.requests) == 2
 
 
-def test_error_code_override_and_script_failure(serve) -> None:
-    server = serve(error_reply(400, "too long", error_code="context_length_exceeded"))
+def test_error_code_override_and_script_failure(model_server) -> None:
+    server = model_server(error_reply(400, "too long", error_code="context_length_exceeded"))
     with pytest.raises(openai.BadRequestError) as caught:
         client_for(server).chat.completions.create(model="demo-model", messages=MESSAGES)
     assert caught.value.code == "context_length_exceeded"
@@ -159,13 +144,13 @@ def test_error_code_override_and_script_failure(serve) -> None:
     def broken(request: dict) -> Reply:
         raise KeyError("oops")
 
-    broken_server = serve(broken)
+    broken_server = model_server(broken)
     with pytest.raises(openai.InternalServerError, match="the script failed: KeyError"):
         client_for(broken_server).chat.completions.create(model="demo-model", messages=MESSAGES)
 
 
-def test_models_are_listed_and_labelled_as_scripted(serve) -> None:
-    server = serve(text_reply("x"), model_ids=("demo-model", "demo-small"))
+def test_models_are_listed_and_labelled_as_scripted(model_server) -> None:
+    server = model_server(text_reply("x"), model_ids=("demo-model", "demo-small"))
     client = client_for(server)
     models = list(client.models.list())
     assert [m.id for m in models] == ["demo-model", "demo-small"]
@@ -175,8 +160,8 @@ def test_models_are_listed_and_labelled_as_scripted(serve) -> None:
         client.models.retrieve("gpt-imaginary")
 
 
-def test_api_key_is_checked_when_set(serve) -> None:
-    server = serve(text_reply("x"), api_key="right")
+def test_api_key_is_checked_when_set(model_server) -> None:
+    server = model_server(text_reply("x"), api_key="right")
     with pytest.raises(openai.AuthenticationError):
         client_for(server, api_key="wrong").chat.completions.create(model="demo-model", messages=MESSAGES)
     ok = client_for(server, api_key="right").chat.completions.create(model="demo-model", messages=MESSAGES)
@@ -201,8 +186,8 @@ def _stream_in_thread(server: ScriptedModelServer, first_chunk: threading.Event,
     return thread
 
 
-def test_hang_then_stop_returns_promptly(serve) -> None:
-    server = serve(hang_reply("partial answer"))
+def test_hang_then_stop_returns_promptly(model_server) -> None:
+    server = model_server(hang_reply("partial answer"))
     first_chunk, outcome = threading.Event(), {}
     consumer = _stream_in_thread(server, first_chunk, outcome)
     assert first_chunk.wait(5), "the hanging reply should still stream its partial text"
@@ -216,9 +201,9 @@ def test_hang_then_stop_returns_promptly(serve) -> None:
     assert outcome["ended"] == "APIConnectionError"  # the body was never completed
 
 
-def test_non_streaming_hang_and_delay_are_cut_by_stop(serve) -> None:
+def test_non_streaming_hang_and_delay_are_cut_by_stop(model_server) -> None:
     for reply in (hang_reply(), text_reply("late", delay_s=60)):
-        server = serve(reply)
+        server = model_server(reply)
         errors: list[BaseException] = []
 
         def call() -> None:
@@ -238,8 +223,8 @@ def test_non_streaming_hang_and_delay_are_cut_by_stop(serve) -> None:
         assert not caller.is_alive() and isinstance(errors[0], openai.APIConnectionError)
 
 
-def test_a_hanging_request_does_not_block_others(serve) -> None:
-    server = serve(lambda request: hang_reply() if request["messages"][0]["content"] == "hang" else text_reply("ok"))
+def test_a_hanging_request_does_not_block_others(model_server) -> None:
+    server = model_server(lambda request: hang_reply() if request["messages"][0]["content"] == "hang" else text_reply("ok"))
     hanging = threading.Thread(
         target=lambda: _ignore(lambda: client_for(server).chat.completions.create(
             model="demo-model", messages=[{"role": "user", "content": "hang"}])),
@@ -261,8 +246,8 @@ def _ignore(fn: Callable[[], object]) -> None:
         pass
 
 
-def test_raw_sse_wire_format(serve) -> None:
-    server = serve(tool_call_reply("list_files", {"path": "."}, text="hi", chunk_chars=100))
+def test_raw_sse_wire_format(model_server) -> None:
+    server = model_server(tool_call_reply("list_files", {"path": "."}, text="hi", chunk_chars=100))
     with httpx.Client() as http:
         response = http.post(
             f"{server.url}/chat/completions",
@@ -284,8 +269,8 @@ def test_raw_sse_wire_format(serve) -> None:
     assert {p["object"] for p in payloads} == {"chat.completion.chunk"}
 
 
-def test_bad_requests_get_openai_style_errors(serve) -> None:
-    server = serve(text_reply("x"))
+def test_bad_requests_get_openai_style_errors(model_server) -> None:
+    server = model_server(text_reply("x"))
     with httpx.Client() as http:
         not_json = http.post(f"{server.url}/chat/completions", content=b"{nope", headers={"content-type": "application/json"})
         no_model = http.post(f"{server.url}/chat/completions", json={"messages": MESSAGES})
@@ -306,12 +291,12 @@ def test_loopback_only_and_single_start() -> None:
         server.start()
 
 
-def test_a_client_that_vanishes_mid_request_leaves_no_traceback(serve, capsys) -> None:
+def test_a_client_that_vanishes_mid_request_leaves_no_traceback(model_server, capsys) -> None:
     """A killed client resets its keep-alive connection; that is normal, not a server error."""
     import socket
     import struct
 
-    server = serve(text_reply("unused"))
+    server = model_server(text_reply("unused"))
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
     deadline = time.monotonic() + 5
     while server.open_connections < 1 and time.monotonic() < deadline:
