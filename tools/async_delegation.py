@@ -221,7 +221,7 @@ def _abandon_unscheduled(record: dict[str, Any], holds: int) -> None:
     with _records_lock:
         if _records.pop(record["delegation_id"], None) is not None:
             for _ in range(holds):
-                _release_slot_locked(record)
+                _release_slot_locked(record["slot_key"])
     try:
         record["_ledger"].forget(record["delegation_id"])
     except Exception as exc:
@@ -231,11 +231,10 @@ def _abandon_unscheduled(record: dict[str, Any], holds: int) -> None:
 def release_slot_hold(slot_key: str) -> None:
     """Give back the extra hold a ``hold_slot=True`` dispatch took on ``slot_key``."""
     with _records_lock:
-        _release_slot_locked({"slot_key": slot_key})
+        _release_slot_locked(slot_key)
 
 
-def _release_slot_locked(record: dict[str, Any]) -> None:
-    slot = record["slot_key"]
+def _release_slot_locked(slot: str) -> None:
     if slot not in _active_slots:
         return
     _active_slots[slot] -= 1
@@ -270,7 +269,7 @@ def _finalize(delegation_id: str, result, status: str) -> bool:
         if record is None or record["status"] not in _ACTIVE_STATES:
             return False  # already finalized (e.g. forced stall, then the runner returned)
         record.update(status="finalizing", completed_at=time.time(), interrupt_fn=None, progress_fn=None)
-        _release_slot_locked(record)
+        _release_slot_locked(record["slot_key"])
         snapshot = dict(record)
     if callable(result):
         result = result(snapshot)
