@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from tools.async_delegation_sqlite import secure_files
+from tools.async_delegation_sqlite import connect, retry_while_locked, secure_files
 from tools.hermes_home import state_db_path
 
 logger = logging.getLogger(__name__)
 
-BUSY_TIMEOUT_S = 10.0
 WAL_SWITCH_TIMEOUT_S = 5.0
 _WAL_RETRY_S = 0.05
 _TITLE_CHARS = 60
@@ -76,12 +75,12 @@ class SessionStore:
 
     def _open(self) -> sqlite3.Connection:
         secure_files(self.path, create_main=True)
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        conn = connect(self.path)
         try:
-            enable_wal(conn, self.path)
+            retry_while_locked(lambda: enable_wal(conn, self.path))
             conn.execute("PRAGMA synchronous=FULL")  # a stored turn must survive a power cut too
             for statement in _SCHEMA:
-                conn.execute(statement)
+                retry_while_locked(lambda: conn.execute(statement))
         except BaseException:
             conn.close()
             raise
@@ -186,7 +185,7 @@ def enable_wal(conn: sqlite3.Connection, path: Path, timeout_s: float = WAL_SWIT
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
                 raise
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:  # the caller retries this read while locked
                 mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
                 break
             time.sleep(_WAL_RETRY_S)

@@ -18,9 +18,10 @@ import shlex
 import sqlite3
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from tools.async_delegation_ledger import DispatchRow, LedgerError, LedgerRow
 from tools.async_delegation_sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
@@ -31,6 +32,8 @@ from tools.async_delegation_sqlite_rows import (  # noqa: F401 - dumps and the c
 logger = logging.getLogger("tools.async_delegation")
 
 BUSY_TIMEOUT_S = 10.0
+_OPEN_RETRY_S = 0.02
+_T = TypeVar("_T")
 
 def secure_files(path: Path, *, create_main: bool = False) -> None:
     """Make the database and any sidecar owner-only; optionally create the main file 0o600."""
@@ -76,12 +79,38 @@ def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return [(name, decl) for name, decl in _COLUMNS if name not in present]
 
 
+def retry_while_locked(step: Callable[[], _T], timeout_s: float | None = None) -> _T:
+    """Run ``step``, retrying while another connection holds the file, up to ``timeout_s``
+    (default: ``BUSY_TIMEOUT_S``, read at call time).
+
+    Opening must never fail merely because another thread or process writes: the busy
+    handler alone is not enough, because SQLite answers some lock conflicts (a journal-mode
+    switch, a schema read racing a commit under load) with "locked" at once, without waiting.
+    Any other error, or a lock held past the deadline, is raised.
+    """
+    deadline = time.monotonic() + (BUSY_TIMEOUT_S if timeout_s is None else timeout_s)
+    delay_s = _OPEN_RETRY_S
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if _error_kind(exc) != "locked" or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay_s)
+        delay_s = min(delay_s * 2, 0.5)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A raw autocommit connection whose busy timeout is set before any statement runs."""
+    return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+
+
 def open_connection(path: Path) -> sqlite3.Connection:
     """A new connection to ``path`` with the schema in place and file modes secured."""
     secure_files(path, create_main=True)
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    conn = connect(path)
     try:
-        initialize_schema(conn)
+        retry_while_locked(lambda: initialize_schema(conn))
     except BaseException:
         conn.close()
         raise
