@@ -121,3 +121,40 @@ def test_the_ledger_opens_while_threads_and_processes_store_turns():
         _open_many(lambda: sq.open_connection(path).close())
     with sqlite3.connect(path) as check:
         assert check.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] > 0
+
+
+def _locked_then(result: object, failures: int) -> Callable[..., object]:
+    calls = []
+
+    def step(*_args: object) -> object:
+        calls.append(1)
+        if len(calls) <= failures:
+            raise sqlite3.OperationalError("database is locked")
+        return result
+    return step
+
+
+def test_a_locked_answer_at_the_journal_mode_step_is_retried_not_fatal(monkeypatch):
+    """The failure users met: the WAL switch step raised "database is locked" and the chat refused to open."""
+    import agent.session_store as store_module
+
+    real_enable_wal = store_module.enable_wal
+    flaky = _locked_then(None, failures=3)
+    monkeypatch.setattr(store_module, "enable_wal", lambda conn, path: flaky() or real_enable_wal(conn, path))
+    SessionStore().close()
+    with sqlite3.connect(state_db_path()) as check:
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_retry_while_locked_waits_out_locks_but_not_other_errors_nor_past_its_deadline():
+    assert sq.retry_while_locked(_locked_then("opened", failures=2)) == "opened"
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        sq.retry_while_locked(_locked_then("opened", failures=1000), timeout_s=0.1)
+    damaged_calls = []
+
+    def damaged() -> None:
+        damaged_calls.append(1)
+        raise sqlite3.DatabaseError("database disk image is malformed")
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):
+        sq.retry_while_locked(damaged)
+    assert len(damaged_calls) == 1  # damage is reported at once, never waited on
