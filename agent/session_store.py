@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from tools.async_delegation_sqlite import connect, retry_while_locked, secure_files
+from tools.async_delegation_sqlite import connect, is_locked, retry_while_locked, secure_files
 from tools.hermes_home import state_db_path
 
 logger = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ def enable_wal(conn: sqlite3.Connection, path: Path, timeout_s: float = WAL_SWIT
             mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
             break
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+            if not is_locked(exc):
                 raise
             if time.monotonic() >= deadline:  # the caller retries this read while locked
                 mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()

@@ -94,7 +94,7 @@ def retry_while_locked(step: Callable[[], _T], timeout_s: float | None = None) -
         try:
             return step()
         except sqlite3.OperationalError as exc:
-            if _error_kind(exc) != "locked" or time.monotonic() >= deadline:
+            if not is_locked(exc) or time.monotonic() >= deadline:
                 raise
         time.sleep(delay_s)
         delay_s = min(delay_s * 2, 0.5)
@@ -141,6 +141,11 @@ def _error_kind(exc: BaseException) -> str:
         if any(word in text for word in words):
             return kind
     return "error"
+
+
+def is_locked(exc: BaseException) -> bool:
+    """Whether ``exc`` means another connection holds the file (SQLITE_BUSY / SQLITE_LOCKED)."""
+    return _error_kind(exc) == "locked"
 
 
 def classify_error(path: Path, exc: BaseException) -> LedgerError:
