@@ -4,6 +4,10 @@ Owns argument parsing and the error boundary. Invariant: every failure a user ca
 fix (bad config, unknown session, unreachable ledger) ends as one clear message on stderr
 and a non-zero exit code — 2 for configuration and usage errors, 1 otherwise — never a
 traceback (``OFFLOAD_DEBUG=1`` shows it for bug reports).
+
+``offload --help`` must stay fast (well under 0.25 s): this module imports only typer at load
+time; each command imports what it needs (rich, pydantic, the engine, the openai SDK) when it
+runs, and typer formats help without rich. ``tests/cli/test_cli_polish.py`` checks that.
 """
 from __future__ import annotations
 
@@ -14,27 +18,34 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console, Group
-from rich.live import Live
 
-from agent.session_store import SessionStoreError
-from offload import config as config_mod
-from offload.config import ConfigError
 from offload.errors import CliError
-from offload.views import Ui, ledger_finished, ledger_running, make_console
-from tools import async_delegation as engine
-from tools import ledger_queries
-from tools.hermes_home import config_path
-from tools.process_registry_notifications import format_process_notification
 
 if TYPE_CHECKING:  # the agent runtime imports the openai SDK (~1 s): only chat, run and demo load it
     from offload.driver import SessionDriver
+    from offload.views import Ui
 
-app = typer.Typer(name="offload", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+# rich_markup_mode=None: plain help text, so --help never imports rich.
+app = typer.Typer(name="offload", no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Background subagents for an LLM agent: delegate, keep talking, get each result back "
                        "as a new turn. Data lives in $HERMES_HOME (default ~/.hermes).")
-config_app = typer.Typer(no_args_is_help=True, help="Read and change config.yaml; values are validated first.")
+config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                         help="Read and change config.yaml; values are validated first.")
 app.add_typer(config_app, name="config")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from offload import __version__
+
+        typer.echo(f"offload {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print offload's version and exit.")) -> None:
+    pass  # the app's help text is Typer(help=...) above
 
 _VERBOSE = typer.Option(False, "--verbose", "-v", help="log engine activity to stderr")
 _RESUME = typer.Option(None, "--resume", "-r", metavar="SESSION", help="continue a stored session (id or 'last')")
@@ -96,6 +107,12 @@ def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
     Shows running units (owner alive or not, children done so far), results awaiting
     delivery and recently delivered ones. Inside `offload chat`, /agents shows live per-child
     activity (API calls, current tool, seconds idle)."""
+    from rich.console import Group
+    from rich.live import Live
+
+    from offload.views import ledger_finished, ledger_running, make_console
+    from tools import ledger_queries
+
     def view() -> Group:
         return Group(ledger_running(ledger_queries.running_rows()),
                      ledger_finished(ledger_queries.pending_rows(), "finished, awaiting delivery"),
@@ -121,6 +138,10 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
     """Results waiting for delivery, including those recovered after a crash or restart.
 
     `offload chat --resume SESSION` delivers them; --ack marks one handled without delivery."""
+    from offload.views import Ui, ledger_finished
+    from tools import async_delegation as engine
+    from tools import ledger_queries
+
     ui = Ui()
     recovered = engine.recover_abandoned_delegations()
     if recovered:
@@ -143,6 +164,9 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
 
 
 def _show(ui: Ui, delegation_id: str) -> None:
+    from tools import async_delegation as engine
+    from tools.process_registry_notifications import format_process_notification
+
     row = engine.get_durable_delegation(delegation_id)
     if row is None or not row.get("event"):
         raise CliError(f"no finished delegation {delegation_id!r} in the ledger; `offload inbox --all` lists them")
@@ -153,6 +177,8 @@ def _acknowledge(ui: Ui, ids: list[str], pending: set[str]) -> None:
     unknown = [i for i in ids if i not in pending]
     if unknown:
         raise CliError(f"not pending: {', '.join(unknown)}; `offload inbox` lists the pending ids")
+    from tools import async_delegation as engine
+
     for delegation_id in ids:
         engine.mark_completion_delivered(delegation_id)
         ui.say(f"acknowledged {delegation_id}")
@@ -161,6 +187,8 @@ def _acknowledge(ui: Ui, ids: list[str], pending: set[str]) -> None:
 @config_app.command("get")
 def config_get(key: str = typer.Argument(..., help="dotted key, e.g. model or delegation.max_concurrent_children")) -> None:
     """Print the value offload uses for KEY (the file over the defaults)."""
+    from offload import config as config_mod
+
     typer.echo(config_mod.format_value(config_mod.get_value(key)))
     override = config_mod.ENV_OVERRIDES.get(key)
     if override and os.environ.get(override, "").strip():
@@ -171,6 +199,9 @@ def config_get(key: str = typer.Argument(..., help="dotted key, e.g. model or de
 def config_set(key: str = typer.Argument(..., help="dotted key"),
                value: str = typer.Argument(..., help="YAML value: 10, true, null, \"text\", [a, b]")) -> None:
     """Validate and write KEY = VALUE to config.yaml; on any error the file is left unchanged."""
+    from offload import config as config_mod
+    from tools.hermes_home import config_path
+
     parsed = config_mod.set_value(key, value)
     typer.echo(f"{key} = {config_mod.format_value(parsed)}  ({config_path()})")
 
@@ -178,12 +209,16 @@ def config_set(key: str = typer.Argument(..., help="dotted key"),
 @config_app.command("show")
 def config_show() -> None:
     """Print the whole effective config (the file over the defaults) as YAML."""
+    from offload import config as config_mod
+
     typer.echo(config_mod.format_value(config_mod.load_file_config().model_dump()))
 
 
 @config_app.command("path")
 def config_path_cmd() -> None:
     """Print where config.yaml lives."""
+    from tools.hermes_home import config_path
+
     typer.echo(str(config_path()))
 
 
@@ -198,18 +233,34 @@ def demo(keep: bool = typer.Option(False, "--keep", help="keep the demo's tempor
 
 
 def _fail(message: str, code: int) -> None:
+    from rich.console import Console
+
     Console(stderr=True, highlight=False).print(f"offload: {message}", markup=False, soft_wrap=True, style="red")
     sys.exit(code)
+
+
+def _user_error_code(exc: Exception) -> int | None:
+    """The exit code of an error the user can fix (2: config or usage, 1: storage), else None.
+
+    Imported here, not at load time: a ConfigError or SessionStoreError can only have been
+    raised if its module was already imported, so this costs nothing on the way to --help."""
+    from agent.session_store import SessionStoreError
+    from offload.config import ConfigError
+
+    if isinstance(exc, (ConfigError, CliError)):
+        return 2
+    if isinstance(exc, SessionStoreError):
+        return 1
+    return None
 
 
 def main() -> None:
     try:
         app(prog_name="offload")
-    except (ConfigError, CliError) as exc:
-        _fail(str(exc), 2)
-    except SessionStoreError as exc:
-        _fail(str(exc), 1)
     except Exception as exc:
+        code = _user_error_code(exc)
+        if code is not None:
+            _fail(str(exc), code)
         if os.environ.get("OFFLOAD_DEBUG"):
             raise
         _fail(f"unexpected error: {type(exc).__name__}: {exc} (set OFFLOAD_DEBUG=1 to see the traceback, "
