@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from tools.async_delegation_sqlite import connect, is_locked, retry_while_locked, secure_files
+from delegation.ledger.sqlite import connect, is_locked, retry_while_locked, secure_files
 from tools.hermes_home import state_db_path
 
 logger = logging.getLogger(__name__)

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from tools import async_delegation_sqlite as sqlite_ledger
-from tools.async_delegation_sqlite import dumps, open_connection
+from delegation.ledger import sqlite_rows as sqlite_ledger
+from delegation.ledger.codec import dumps
+from delegation.ledger.sqlite import open_connection
 
 SUMMARY = ("The subagent read the module, found the off-by-one in the pager and fixed it; "
            "tests pass. ") * 3

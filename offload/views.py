@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from tools.async_delegation_ledger import LedgerRow
+from delegation.ledger import LedgerRow
 from tools.notification_text import format_age
 from tools.process_liveness import owner_alive
 from tools.process_registry_notifications import async_delegation_display_text

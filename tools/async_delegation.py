@@ -33,11 +33,11 @@ from tools.async_delegation_delivery import (  # noqa: F401 - re-exported facade
     restore_undelivered_completions,
 )
 from tools.async_delegation_events import ROUTING_KEYS, batch_status, build_event, crash_result, stalled_result
-from tools.async_delegation_ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
+from delegation.ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
 from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, sweep
 from tools.async_delegation_pool import DaemonThreadPool
-from tools.async_delegation_sqlite import initialize_schema as _initialize_schema  # noqa: F401
-from tools.async_delegation_sqlite import open_connection
+from delegation.ledger.sqlite import initialize_schema as _initialize_schema  # noqa: F401
+from delegation.ledger.sqlite import open_connection
 from tools.hermes_home import state_db_path
 from tools.process_liveness import current_owner
 from tools.process_registry import process_registry

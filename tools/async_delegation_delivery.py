@@ -20,9 +20,8 @@ import time
 import uuid
 from typing import Any
 
-from tools.async_delegation_ledger import LedgerError, LedgerRow
+from delegation.ledger import DelegationLedger, LedgerError, LedgerRow, open_ledger
 from tools.async_delegation_recovery import git_state_hint, recovered_event
-from tools.async_delegation_sqlite import SqliteLedger
 from tools.hermes_home import state_db_path
 from tools.process_liveness import owner_alive
 
@@ -37,30 +36,30 @@ def _policy():
     return async_delegation
 
 
-_ledgers: dict[tuple[int, str], SqliteLedger] = {}
+_ledgers: dict[tuple[int, str], DelegationLedger] = {}
 _ledgers_lock = threading.Lock()
-_reported: set[tuple[str, str]] = set()  # (path, kind) already logged at error level
+_reported: set[tuple[str, str]] = set()  # (location, kind) already logged at error level
 _reported_lock = threading.Lock()  # workers, dispatchers and consumers report concurrently
 _last_prune: dict[str, float] = {}
 _last_sweep: dict[str, float] = {}
-_offered: dict[tuple[str, str], float] = {}  # (ledger path, delegation id) -> when we last offered it
+_offered: dict[tuple[str, str], float] = {}  # (ledger location, delegation id) -> when we last offered it
 
 
-def current_ledger() -> SqliteLedger:
-    """The ledger of the current ``$HERMES_HOME``; one per process and file."""
+def current_ledger() -> DelegationLedger:
+    """The ledger of the current ``$HERMES_HOME``; one per process and store."""
     path = state_db_path()
     key = (os.getpid(), str(path))  # a forked child must not share its parent's connection
     with _ledgers_lock:
         ledger = _ledgers.get(key)
         if ledger is None:
-            ledger = _ledgers[key] = SqliteLedger(path)
+            ledger = _ledgers[key] = open_ledger(path)
         return ledger
 
 
-def report_ledger_error(ledger: SqliteLedger, op: str, exc: BaseException, consequence: str) -> None:
+def report_ledger_error(ledger: DelegationLedger, op: str, exc: BaseException, consequence: str) -> None:
     """Log a ledger failure once per file and kind; repeats go to debug, not a log storm."""
     err = exc if isinstance(exc, LedgerError) else LedgerError(f"{type(exc).__name__}: {exc}")
-    marker = (str(ledger.path), err.kind)
+    marker = (ledger.location, err.kind)
     with _reported_lock:
         repeated = marker in _reported
         _reported.add(marker)
@@ -70,19 +69,19 @@ def report_ledger_error(ledger: SqliteLedger, op: str, exc: BaseException, conse
     logger.error("Delegation ledger: %s failed: %s. %s", op, err, consequence)
 
 
-def note_ledger_ok(ledger: SqliteLedger) -> None:
+def note_ledger_ok(ledger: DelegationLedger) -> None:
     """An operation succeeded: re-arm error reporting for this file."""
     if not _reported:
         return
-    path = str(ledger.path)
+    location = ledger.location
     with _reported_lock:
-        _reported.difference_update([m for m in _reported if m[0] == path])
+        _reported.difference_update([m for m in _reported if m[0] == location])
 
 
-def maybe_prune(ledger: SqliteLedger, now: float | None = None) -> None:
+def maybe_prune(ledger: DelegationLedger, now: float | None = None) -> None:
     """Prune settled rows at most once per interval per file, off the dispatch path."""
     now = time.time() if now is None else now
-    key = str(ledger.path)
+    key = ledger.location
     if now - _last_prune.get(key, 0.0) < _policy()._DURABLE_PRUNE_INTERVAL_S:
         return
     _last_prune[key] = now
@@ -153,7 +152,7 @@ def _offer_orphans(target_queue: queue.Queue, now: float, *, only_new: bool) -> 
             event = dict(row.event or {})
             event["restored"] = True
             target_queue.put(event)
-            _offered[(str(ledger.path), row.delegation_id)] = now
+            _offered[(ledger.location, row.delegation_id)] = now
             offered += 1
     except LedgerError as exc:
         # An unreadable or locked ledger must not take the consumer down with it; what it
@@ -163,11 +162,11 @@ def _offer_orphans(target_queue: queue.Queue, now: float, *, only_new: bool) -> 
     return offered
 
 
-def _should_offer(ledger: SqliteLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
+def _should_offer(ledger: DelegationLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
     if owner_alive(row.owner_pid, row.owner_started_at):
         return False  # its owner is running and delivers it itself
     claim_live = row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - _policy()._CLAIM_LEASE_S
-    last_offer = _offered.get((str(ledger.path), row.delegation_id))
+    last_offer = _offered.get((ledger.location, row.delegation_id))
     reclaimable = not claim_live and (row.delivery_claimed_at or 0.0) > (last_offer or 0.0)
     if only_new and last_offer is not None and not reclaimable:
         return False  # still on our queue, or being delivered right now
@@ -175,7 +174,7 @@ def _should_offer(ledger: SqliteLedger, row: LedgerRow, now: float, only_new: bo
     return claim_live or _still_deliverable(ledger, row, now)
 
 
-def _still_deliverable(ledger: SqliteLedger, row: LedgerRow, now: float) -> bool:
+def _still_deliverable(ledger: DelegationLedger, row: LedgerRow, now: float) -> bool:
     age_s = now - (row.completed_at or row.dispatched_at)
     if age_s > _policy()._MAX_COMPLETION_REPLAY_AGE_S:
         reason = f"{age_s / 3600:.1f}h old (cap {_policy()._MAX_COMPLETION_REPLAY_AGE_S / 3600:.1f}h)"
@@ -205,7 +204,7 @@ def _guarded(op: str, default: Any, fn, *args: Any) -> Any:
 
 def claim_completion_delivery(delegation_id: str, claim_id: str) -> bool:
     """Claim a row for delivery. True also when there is no row (nothing durable to guard)."""
-    def claim(ledger: SqliteLedger) -> bool:
+    def claim(ledger: DelegationLedger) -> bool:
         got = ledger.claim_delivery(delegation_id, claim_id, time.time(), _policy()._CLAIM_LEASE_S)
         return True if got is None else got
     return _guarded("claim", True, claim)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.async_delegation_events import ROUTING_KEYS, unit_task_indexes
-from tools.async_delegation_ledger import LedgerRow
+from delegation.ledger import LedgerRow
 
 NO_RESULT_ERROR = "Delegation owner exited before recording a terminal result; outcome unknown."
 _TAIL_LINES, _TAIL_CHARS = 20, 2000

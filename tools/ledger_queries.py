@@ -8,7 +8,7 @@ list is returned instead).
 from __future__ import annotations
 
 from tools.async_delegation_delivery import current_ledger
-from tools.async_delegation_ledger import LedgerRow
+from delegation.ledger import LedgerRow
 
 
 def running_rows() -> list[LedgerRow]:

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import pytest
 
 from agent.session_store import SessionStore
-from tools import async_delegation_sqlite as sq
+from delegation.ledger import sqlite as sq
 from tools.hermes_home import state_db_path
 
 pytestmark = pytest.mark.timeout(180)

@@ -101,7 +101,7 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
 
 
 def _kill_at_ledger_write(n: int, when: str) -> None:
-    from tools.async_delegation_sqlite import SqliteLedger
+    from delegation.ledger.sqlite import SqliteLedger
 
     writes = [0]
     lock = threading.Lock()

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-import tools.async_delegation_sqlite as sq
+import delegation.ledger.sqlite as sq
 from tests.chaos.support import drain_queue, engine_errors, report, wait_until
 from tests.engine.conftest import wait_event
 from tools import async_delegation as ad

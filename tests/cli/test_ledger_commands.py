@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from offload.cli import app
 from tests.engine.conftest import clean_engine  # noqa: F401 - fixture
 from tools.async_delegation_delivery import current_ledger
-from tools.async_delegation_ledger import DispatchRow
+from delegation.ledger import DispatchRow
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
 

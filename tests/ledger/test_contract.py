@@ -3,7 +3,7 @@
 Each test runs once per backend in ``BACKENDS``. A backend entry takes ``tmp_path`` and
 returns a *factory*: every call of the factory opens a new, independent ledger instance on
 the same store (the concurrency test needs one instance per thread, as one per process).
-Adding PostgreSQL later is one line in ``BACKENDS``.
+Adding a backend (PostgreSQL) is one line in ``BACKENDS``.
 
 All times are explicit ``now`` arguments, so nothing here reads a clock or sleeps.
 """
@@ -14,14 +14,15 @@ from typing import Any, Callable
 
 import pytest
 
-from tools.async_delegation_ledger import DelegationLedger, DispatchRow
-from tools.async_delegation_sqlite import SqliteLedger
+from delegation.ledger import DelegationLedger, DispatchRow, open_ledger
 
 LedgerFactory = Callable[[], DelegationLedger]
 
+# Each entry opens its backend through open_ledger(), the way the engine does. The memory
+# store is named after the test's tmp_path, so instances of one test share it and tests don't.
 BACKENDS: dict[str, Callable[[Any], LedgerFactory]] = {
-    "sqlite": lambda tmp_path: (lambda: SqliteLedger(tmp_path / "state.db")),
-    # "postgresql": lambda tmp_path: pg_factory_for_test(tmp_path),  # one schema per test
+    "sqlite": lambda tmp_path: (lambda: open_ledger(tmp_path / "state.db")),
+    "memory": lambda tmp_path: (lambda: open_ledger(f"memory://{tmp_path}")),
 }
 
 T0 = 1_000_000.0  # a fixed epoch for every test

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import tools.async_delegation_sqlite as sqlite_backend
-from tools.async_delegation_ledger import DispatchRow, LedgerError
-from tools.async_delegation_sqlite import SqliteLedger, initialize_schema, open_connection
+import delegation.ledger.sqlite as sqlite_backend
+from delegation.ledger import DispatchRow, LedgerError
+from delegation.ledger.sqlite import SqliteLedger, initialize_schema, open_connection
 
 T0 = 1_000_000.0
 

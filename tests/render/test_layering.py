@@ -36,3 +36,11 @@ def test_renderer_does_no_io_imports():
     for module in ("notification_text.py", "process_registry_notifications.py",
                    "process_registry_notifications_blocks.py"):
         assert not (_imported_roots(TOOLS / module) & {"os", "subprocess", "sqlite3", "socket", "pathlib", "io"})
+
+
+DELEGATION = TOOLS.parent / "delegation"
+
+
+@pytest.mark.parametrize("module", sorted(str(p.relative_to(DELEGATION)) for p in DELEGATION.rglob("*.py")))
+def test_delegation_package_imports_nothing_above_it(module):
+    assert not (_imported_roots(DELEGATION / module) & {"tools", *FORBIDDEN})

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 import tools.async_delegation_delivery as delivery
-from tools.async_delegation_ledger import DispatchRow
+from delegation.ledger import DispatchRow
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ import pytest
 
 import tools.async_delegation as ad
 import tools.async_delegation_delivery as delivery
-from tools.async_delegation_ledger import LedgerError
+from delegation.ledger import LedgerError
 from tools.async_delegation_recovery import NO_RESULT_ERROR
 from tools.process_liveness import current_owner, owner_alive
 from tools.process_registry import ProcessRegistry

@@ -1,13 +1,14 @@
 """The ``async_delegations`` table of the SQLite ledger as data: its columns, the statements
 that write and read rows, and the conversion between ``LedgerRow``/``DispatchRow`` and SQL
-values. No I/O here; the connection and its lock live in ``async_delegation_sqlite``.
+values. No I/O here; the connection and its lock live in ``delegation/ledger/sqlite.py``.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from tools.async_delegation_ledger import DispatchRow, LedgerRow
+from delegation.ledger.codec import dumps, loads as _loads  # noqa: F401 - part of this module's API
+from delegation.ledger.codec import decode_row
+from delegation.ledger.protocol import DispatchRow, LedgerRow
 
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("delegation_id", "TEXT PRIMARY KEY"),
@@ -60,27 +61,6 @@ _UPDATE_COMPLETION = (
 )
 
 
-def dumps(obj: Any) -> str:
-    # default=str: a foreign object in a runner's result must not cost the whole record.
-    text = json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate ("\ud800" is valid JSON, and model output carries it) cannot be
-        # bound as UTF-8 text; escaped JSON stores it and reads back the identical string.
-        text = json.dumps(obj, default=str, ensure_ascii=True, separators=(",", ":"))
-    return text
-
-
-def _loads(raw: str | None) -> Any:
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
 def _row_values(row: DispatchRow, state: str, completed_at: float | None, now: float,
                 event_json: str | None, result_json: str | None) -> tuple[Any, ...]:
     return (row.delegation_id, row.origin_session, row.origin_ui_session_id, row.origin_session_id,
@@ -89,14 +69,4 @@ def _row_values(row: DispatchRow, state: str, completed_at: float | None, now: f
 
 
 def _decode(values: tuple[Any, ...]) -> LedgerRow:
-    raw = dict(zip(_COLUMN_NAMES, values))
-    return LedgerRow(
-        delegation_id=raw["delegation_id"], origin_session=raw["origin_session"] or "", state=raw["state"],
-        dispatched_at=raw["dispatched_at"], completed_at=raw["completed_at"], updated_at=raw["updated_at"],
-        origin_ui_session_id=raw["origin_ui_session_id"] or "", origin_session_id=raw["origin_session_id"] or "",
-        parent_session_id=raw["parent_session_id"], task=_loads(raw["task_json"]), event=_loads(raw["event_json"]),
-        result=_loads(raw["result_json"]), delivery_state=raw["delivery_state"],
-        delivery_attempts=raw["delivery_attempts"], delivered_at=raw["delivered_at"],
-        delivery_claim=raw["delivery_claim"], delivery_claimed_at=raw["delivery_claimed_at"],
-        owner_pid=raw["owner_pid"], owner_started_at=raw["owner_started_at"],
-    )
+    return decode_row(dict(zip(_COLUMN_NAMES, values)))

@@ -1,0 +1,48 @@
+"""How every ledger backend stores the JSON columns (task, event, result) and turns a stored
+row back into a ``LedgerRow``. Pure; one source so all backends decode rows identically.
+
+Invariant: what a backend stores reads back equal, including foreign objects (stored as their
+``str``) and lone surrogates from model output (stored escaped), and an unreadable column
+reads back as ``None`` instead of failing the whole row.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from delegation.ledger.protocol import LedgerRow
+
+
+def dumps(obj: Any) -> str:
+    # default=str: a foreign object in a runner's result must not cost the whole record.
+    text = json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate ("\ud800" is valid JSON, and model output carries it) cannot be
+        # stored as UTF-8 text; escaped JSON stores it and reads back the identical string.
+        text = json.dumps(obj, default=str, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def loads(raw: str | None) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def decode_row(raw: Mapping[str, Any]) -> LedgerRow:
+    """A ``LedgerRow`` from stored columns keyed by name (``task_json`` etc. as JSON text)."""
+    return LedgerRow(
+        delegation_id=raw["delegation_id"], origin_session=raw["origin_session"] or "", state=raw["state"],
+        dispatched_at=raw["dispatched_at"], completed_at=raw["completed_at"], updated_at=raw["updated_at"],
+        origin_ui_session_id=raw["origin_ui_session_id"] or "", origin_session_id=raw["origin_session_id"] or "",
+        parent_session_id=raw["parent_session_id"], task=loads(raw["task_json"]), event=loads(raw["event_json"]),
+        result=loads(raw["result_json"]), delivery_state=raw["delivery_state"],
+        delivery_attempts=raw["delivery_attempts"], delivered_at=raw["delivered_at"],
+        delivery_claim=raw["delivery_claim"], delivery_claimed_at=raw["delivery_claimed_at"],
+        owner_pid=raw["owner_pid"], owner_started_at=raw["owner_started_at"],
+    )

@@ -1,0 +1,122 @@
+"""The durable ledger of background delegations: one interface, in domain terms.
+
+The engine talks only to this interface; ``open_ledger()`` (``delegation/ledger/factory.py``)
+is the one place that names a backend. SQLite (``sqlite.py``, its table in ``sqlite_rows.py``)
+and an in-process ``MemoryLedger`` (``memory.py``) implement it; every backend must pass
+``tests/ledger/test_contract.py``. Nothing here assumes a file: a ledger names where its rows
+live with ``location``, for messages and as the identity of its store.
+
+Invariants every backend keeps:
+- a row is written ``running`` at dispatch and moves to a terminal state exactly once per
+  writer (terminal writes are upserts, so a ledger file that vanished mid-run is refilled);
+- ``delivery_state`` goes ``pending`` → ``delivered`` | ``dropped`` and never back;
+- at most one live claim per row: a claim is granted only to a pending row whose previous
+  claim is absent or older than the lease, so two consumers never both deliver one row;
+- policy numbers (lease, attempt budget, ages) are arguments, never backend constants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class LedgerError(Exception):
+    """A ledger operation failed. The message names the file, the cause and the fix."""
+
+    def __init__(self, message: str, *, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind  # locked | corrupt | full | unwritable | error: one log line per kind
+
+
+@dataclass(frozen=True)
+class DispatchRow:
+    delegation_id: str
+    origin_session: str
+    dispatched_at: float
+    task: dict[str, Any]
+    origin_ui_session_id: str = ""
+    origin_session_id: str = ""
+    parent_session_id: str | None = None
+    owner_pid: int | None = None
+    owner_started_at: int | None = None
+
+
+@dataclass
+class LedgerRow:
+    """A decoded row. ``event``/``result``/``task`` are the parsed JSON columns (or None)."""
+
+    delegation_id: str
+    origin_session: str
+    state: str
+    dispatched_at: float
+    completed_at: float | None = None
+    updated_at: float | None = None
+    origin_ui_session_id: str = ""
+    origin_session_id: str = ""
+    parent_session_id: str | None = None
+    task: dict[str, Any] | None = None
+    event: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    delivery_state: str = "pending"
+    delivery_attempts: int = 0
+    delivered_at: float | None = None
+    delivery_claim: str | None = None
+    delivery_claimed_at: float | None = None
+    owner_pid: int | None = None
+    owner_started_at: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class DelegationLedger(Protocol):
+    location: str
+    """Where the rows live, for messages a user acts on and as the identity of the store (a
+    file path, a URL without its password). Two instances on one store have equal locations."""
+
+    def exists(self) -> bool:
+        """Whether the ledger's store exists. Read paths never create it."""
+
+    def persist_dispatch(self, row: DispatchRow, now: float) -> None: ...
+
+    def forget(self, delegation_id: str) -> None:
+        """Remove a row whose unit was never scheduled."""
+
+    def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        """Add one finished child's entry to a running row's partial results."""
+
+    def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
+        """Write the terminal event; upsert so a vanished row is written whole again."""
+
+    def running_rows(self) -> list[LedgerRow]:
+        """Rows still marked running: candidates for owner-death recovery."""
+
+    def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        """Mark a running row ``unknown`` with its recovered event; False if it moved meanwhile."""
+
+    def pending_rows(self) -> list[LedgerRow]:
+        """Terminal rows awaiting delivery, oldest first."""
+
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        """True if claimed, False if not claimable, None if the row does not exist."""
+
+    def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool: ...
+
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+        """Clear the claim; returns the new delivery state ('' if the claim did not match)."""
+
+    def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        """Clear the claim and give back the attempt it cost."""
+
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+        """Pending → dropped (with a matching claim, or unconditionally when claim is None)."""
+
+    def mark_delivered(self, delegation_id: str, now: float) -> bool: ...
+
+    def prune(self, now: float, retention_s: float, max_settled: int) -> int:
+        """Delete settled (delivered/dropped) rows past retention or beyond the newest max_settled."""
+
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        """Delivered or dropped rows, most recently updated first."""
+
+    def get(self, delegation_id: str) -> LedgerRow | None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,391 @@
+"""SQLite implementation of the delegation ledger: table ``async_delegations`` in ``state.db``.
+
+The ledger is a guest in ``state.db``: the session store owns the file and its journal mode,
+so nothing here ever sets ``journal_mode``. The database and its sidecars are owner-only
+(0o600) whatever the umask, because they hold conversation content.
+
+Speed: one connection per ledger (per process and file), opened once with the schema checked
+once, reused under a lock; single statements run in autocommit. Every use re-checks the
+file's identity (device, inode) so a ``state.db`` deleted or replaced while units run is
+noticed and reopened instead of silently writing into an unlinked file.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shlex
+import sqlite3
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow
+from delegation.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
+    _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
+    _loads, _row_values, dumps,
+)
+
+logger = logging.getLogger("tools.async_delegation")
+
+BUSY_TIMEOUT_S = 10.0
+_OPEN_RETRY_S = 0.02
+_T = TypeVar("_T")
+
+def secure_files(path: Path, *, create_main: bool = False) -> None:
+    """Make the database and any sidecar owner-only; optionally create the main file 0o600."""
+    if create_main and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    for candidate in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal"))):
+        try:
+            if candidate.stat().st_mode & 0o777 != 0o600:
+                os.chmod(candidate, 0o600)
+        except FileNotFoundError:
+            continue
+
+
+def initialize_schema(conn: sqlite3.Connection) -> None:
+    """Create or reconcile the table and indexes. Never changes the journal mode."""
+    if sys.platform == "darwin":
+        # macOS fsync does not order writes; without these a checkpoint at shutdown can corrupt.
+        conn.execute("PRAGMA checkpoint_fullfsync=1")
+        conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(_SCHEMA[0])
+    if _missing_columns(conn):  # a ledger written by an older version
+        # Processes that start together all find the same columns missing; re-read under the
+        # write lock so only the first adds them and the others see them added.
+        own = not conn.in_transaction
+        if own:
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            for name, decl in _missing_columns(conn):
+                conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
+        except BaseException:
+            if own:
+                conn.execute("ROLLBACK")
+            raise
+        if own:
+            conn.execute("COMMIT")
+    for statement in _SCHEMA[1:]:
+        conn.execute(statement)
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
+    return [(name, decl) for name, decl in _COLUMNS if name not in present]
+
+
+def retry_while_locked(step: Callable[[], _T], timeout_s: float | None = None) -> _T:
+    """Run ``step``, retrying while another connection holds the file, up to ``timeout_s``
+    (default: ``BUSY_TIMEOUT_S``, read at call time).
+
+    Opening must never fail merely because another thread or process writes: the busy
+    handler alone is not enough, because SQLite answers some lock conflicts (a journal-mode
+    switch, a schema read racing a commit under load) with "locked" at once, without waiting.
+    Any other error, or a lock held past the deadline, is raised.
+    """
+    deadline = time.monotonic() + (BUSY_TIMEOUT_S if timeout_s is None else timeout_s)
+    delay_s = _OPEN_RETRY_S
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay_s)
+        delay_s = min(delay_s * 2, 0.5)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A raw autocommit connection whose busy timeout is set before any statement runs."""
+    return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+
+
+def open_connection(path: Path) -> sqlite3.Connection:
+    """A new connection to ``path`` with the schema in place and file modes secured."""
+    secure_files(path, create_main=True)
+    conn = connect(path)
+    try:
+        retry_while_locked(lambda: initialize_schema(conn))
+    except BaseException:
+        conn.close()
+        raise
+    secure_files(path)
+    return conn
+
+
+# Primary SQLite result codes (the low byte of ``sqlite_errorcode``) and errnos, by kind.
+_SQLITE_KINDS = {5: "locked", 6: "locked", 11: "corrupt", 26: "corrupt", 13: "full",
+                 3: "unwritable", 8: "unwritable", 14: "unwritable"}
+_ERRNO_KINDS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EACCES: "unwritable", errno.EPERM: "unwritable",
+                errno.EROFS: "unwritable", errno.ENOTDIR: "unwritable", errno.EEXIST: "unwritable",
+                errno.EISDIR: "unwritable"}
+
+
+def _error_kind(exc: BaseException) -> str:
+    # Decide by code, never by searching the message: an OSError's message contains the
+    # user's path, and a home like /home/fullstack must not turn "permission denied" into
+    # "disk full".
+    if isinstance(exc, OSError):
+        return _ERRNO_KINDS.get(exc.errno, "error")
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return _SQLITE_KINDS.get(code & 0xFF, "error")
+    text = str(exc).lower()  # an sqlite error without a code: its message never holds a path
+    for kind, words in (("locked", ("locked", "busy")), ("corrupt", ("not a database", "malformed", "corrupt")),
+                        ("full", ("full",)), ("unwritable", ("readonly", "read-only", "unable to open"))):
+        if any(word in text for word in words):
+            return kind
+    return "error"
+
+
+def is_locked(exc: BaseException) -> bool:
+    """Whether ``exc`` means another connection holds the file (SQLITE_BUSY / SQLITE_LOCKED)."""
+    return _error_kind(exc) == "locked"
+
+
+def classify_error(path: Path, exc: BaseException) -> LedgerError:
+    """Turn a raw sqlite/OS error into one that names the file, the cause and the fix."""
+    if isinstance(exc, LedgerError):
+        return exc
+    kind = _error_kind(exc)
+    if kind == "locked":
+        return LedgerError(
+            f"{path} stayed locked by another process for more than {BUSY_TIMEOUT_S:g} s; "
+            "stop the process holding it (e.g. a long-running sqlite3 shell) — results are kept in memory meanwhile",
+            kind="locked")
+    if kind == "corrupt":
+        return LedgerError(
+            f"{path} is not a readable SQLite database ({exc}); move it aside "
+            f"(mv {shlex.quote(str(path))} {shlex.quote(f'{path}.corrupt')}) and offload will start a fresh ledger",
+            kind="corrupt")
+    if kind == "full":
+        return LedgerError(f"the disk or database holding {path} is full ({exc}); free space to resume durable records",
+                           kind="full")
+    if kind == "unwritable":
+        return LedgerError(f"cannot write {path} ({exc}); make {path.parent} a directory writable by this user",
+                           kind="unwritable")
+    return LedgerError(f"ledger operation on {path} failed: {type(exc).__name__}: {exc}")
+
+
+class SqliteLedger:
+    """The ledger in one ``state.db``. Thread-safe; one instance per process and file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.location = str(self.path)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
+        self._known: tuple[int, int] | None = None  # the file last opened; survives a dropped connection
+
+    # -- connection -------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def _connection(self, create: bool) -> sqlite3.Connection | None:
+        try:
+            st = os.stat(self.path)
+            identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            identity = None
+        if self._known is not None and identity != self._known:
+            self._file_changed(identity)
+        if self._conn is not None and identity == self._identity and identity is not None:
+            return self._conn
+        self._drop_connection()
+        if identity is None and not create:
+            return None
+        self._conn = open_connection(self.path)
+        st = os.stat(self.path)
+        self._identity = self._known = (st.st_dev, st.st_ino)
+        return self._conn
+
+    def _file_changed(self, identity: tuple[int, int] | None) -> None:
+        """Say once that the file under us changed: a deleted ledger silently loses rows."""
+        self._known = None
+        if identity is None:
+            logger.error("Delegation ledger: %s was deleted while this process was using it; the rows recorded "
+                         "there (undelivered results, running units, finished children) are lost. Units still "
+                         "running are delivered in memory and written to a new ledger when they finish.", self.path)
+        else:
+            logger.warning("Delegation ledger: %s was replaced by another file while in use; using the new file "
+                           "from now on.", self.path)
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        self._conn, self._identity = None, None
+
+    @contextmanager
+    def _use(self, *, create: bool = False, transaction: bool = False) -> Iterator[sqlite3.Connection | None]:
+        with self._lock:
+            try:
+                conn = self._connection(create)
+                if conn is None:
+                    yield None
+                    return
+                if not transaction:
+                    yield conn
+                    return
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except (sqlite3.Error, OSError, ValueError, OverflowError) as exc:
+                # ValueError/OverflowError: a value sqlite3 cannot bind (a lone surrogate in a
+                # session key) -- a failed write like any other, never a crash of the caller.
+                self._drop_connection()  # reopen next time: the file may have been repaired
+                raise classify_error(self.path, exc) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_connection()
+
+    # -- writes of the running engine ------------------------------------------------
+    def persist_dispatch(self, row: DispatchRow, now: float) -> None:
+        values = _row_values(row, "running", None, now, None, None)  # serialized before taking the lock
+        with self._use(create=True) as conn:
+            conn.execute(_INSERT_DISPATCH, values)
+
+    def forget(self, delegation_id: str) -> None:
+        with self._use() as conn:
+            if conn is not None:
+                conn.execute("DELETE FROM async_delegations WHERE delegation_id=?", (delegation_id,))
+
+    def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        with self._use(transaction=True) as conn:
+            if conn is None:
+                return False
+            found = conn.execute("SELECT result_json FROM async_delegations WHERE delegation_id=? AND state='running'",
+                                 (delegation_id,)).fetchone()
+            if found is None:
+                return False
+            results = [r for r in ((_loads(found[0]) or {}).get("results") or [])
+                       if r.get("task_index") != entry.get("task_index")]
+            results.append(entry)
+            conn.execute("UPDATE async_delegations SET result_json=?, updated_at=? WHERE delegation_id=?",
+                         (dumps({"results": results, "partial": True}), now, delegation_id))
+            return True
+
+    def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
+        state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
+        event_json, result_json = dumps(event), dumps(result)  # serialized before taking the lock
+        with self._use(create=True) as conn:
+            # The dispatch row is normally there: move only the terminal fields. If it vanished
+            # (state.db deleted or replaced mid-run), write the whole row again.
+            moved = conn.execute(_UPDATE_COMPLETION, (state, completed_at, now, event_json, result_json,
+                                                      row.delegation_id)).rowcount
+            if not moved:
+                conn.execute(_UPSERT_COMPLETION, _row_values(row, state, completed_at, now, event_json, result_json))
+
+    # -- recovery and replay ------------------------------------------------------------
+    def running_rows(self) -> list[LedgerRow]:
+        return self._select("WHERE state='running' ORDER BY dispatched_at", ())
+
+    def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        # delivery_state is left alone: a running row is pending unless its in-memory event
+        # was already acknowledged (its terminal write had failed), and then it stays delivered.
+        return self._update(
+            "SET state='unknown', completed_at=?, updated_at=?, event_json=?, result_json=?"
+            " WHERE delegation_id=? AND state='running'",
+            (now, now, dumps(event), dumps(result), delegation_id))
+
+    def pending_rows(self) -> list[LedgerRow]:
+        return self._select("WHERE delivery_state='pending' AND state!='running' AND event_json IS NOT NULL"
+                            " ORDER BY completed_at, delegation_id", ())
+
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        return self._select("WHERE delivery_state IN ('delivered','dropped') ORDER BY updated_at DESC LIMIT ?",
+                            (int(limit),))
+
+    def get(self, delegation_id: str) -> LedgerRow | None:
+        rows = self._select("WHERE delegation_id=?", (delegation_id,))
+        return rows[0] if rows else None
+
+    # -- delivery claims ------------------------------------------------------------------
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        with self._use() as conn:
+            if conn is None:
+                return None
+            changed = conn.execute(
+                "UPDATE async_delegations SET delivery_claim=?, delivery_claimed_at=?,"
+                " delivery_attempts=delivery_attempts+1 WHERE delegation_id=? AND delivery_state='pending'"
+                " AND (delivery_claim IS NULL OR delivery_claimed_at < ?)",
+                (claim, now, delegation_id, now - lease_s)).rowcount
+            if changed:
+                return True
+            exists = conn.execute("SELECT 1 FROM async_delegations WHERE delegation_id=?", (delegation_id,)).fetchone()
+            return False if exists else None
+
+    def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update("SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"
+                            " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
+                            (now, now, delegation_id, claim))
+
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+        dropped = self._update(
+            "SET delivery_state='dropped', updated_at=?, delivery_claim=NULL WHERE delegation_id=?"
+            " AND delivery_state='pending' AND delivery_claim=? AND delivery_attempts>=?",
+            (now, delegation_id, claim, max_attempts))
+        if dropped:
+            return "dropped"
+        released = self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=?"
+                                " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
+                                (now, delegation_id, claim))
+        return "pending" if released else ""
+
+    def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=?,"
+                            " delivery_attempts=MAX(0, delivery_attempts-1)"
+                            " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
+                            (now, delegation_id, claim))
+
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+        guard, params = (" AND delivery_claim=?", (claim,)) if claim is not None else ("", ())
+        return self._update("SET delivery_state='dropped', updated_at=?, delivery_claim=NULL"
+                            " WHERE delegation_id=? AND delivery_state='pending'" + guard,
+                            (now, delegation_id, *params))
+
+    def mark_delivered(self, delegation_id: str, now: float) -> bool:
+        return self._update("SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"
+                            " WHERE delegation_id=? AND delivery_state!='delivered'", (now, now, delegation_id))
+
+    # -- housekeeping -----------------------------------------------------------------------
+    def prune(self, now: float, retention_s: float, max_settled: int) -> int:
+        with self._use(transaction=True) as conn:
+            if conn is None:
+                return 0
+            settled = "delivery_state IN ('delivered','dropped')"
+            deleted = conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at < ?",
+                                   (now - retention_s,)).rowcount
+            # Keep exactly the newest max_settled by row, not by timestamp: rows settled in one
+            # tick share updated_at, and a timestamp cutoff would delete them all.
+            deleted += conn.execute(
+                f"DELETE FROM async_delegations WHERE {settled} AND delegation_id NOT IN"
+                f" (SELECT delegation_id FROM async_delegations WHERE {settled}"
+                " ORDER BY updated_at DESC, delegation_id DESC LIMIT ?)", (max_settled,)).rowcount
+            return deleted
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _update(self, tail: str, params: tuple[Any, ...]) -> bool:
+        with self._use() as conn:
+            if conn is None:
+                return False
+            return conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0
+
+    def _select(self, tail: str, params: tuple[Any, ...]) -> list[LedgerRow]:
+        with self._use() as conn:
+            if conn is None:
+                return []
+            return [_decode(row) for row in conn.execute(f"{_SELECT} {tail}", params).fetchall()]
