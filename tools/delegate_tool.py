@@ -10,79 +10,19 @@ never gets a toolset its parent lacks. ``_build_child_agent``, ``_run_single_chi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
+from tools.delegate_args import DELEGATE_TASK_SCHEMA, KNOWN_TOOLSETS, DelegateArgs, TaskArgs
 from tools.delegate_config import ConfigError, DelegationConfig, load_delegation_config
 from tools.toolspec import Tool, ToolContext
 
-KNOWN_TOOLSETS = ("terminal", "file", "web", "delegation")
-_FAILED = frozenset({"failed", "error"})
-
-
-class TaskArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    goal: str = Field(min_length=1)
-    context: str | None = None
-    toolsets: list[str] | None = None
-    group: str | None = None
-
-    @field_validator("goal")
-    @classmethod
-    def _goal_has_text(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("goal is empty; say what the subagent should do")
-        return v.strip()
-
-    @field_validator("toolsets")
-    @classmethod
-    def _known_toolsets(cls, v: list[str] | None) -> list[str] | None:
-        unknown = [t for t in v or [] if t not in KNOWN_TOOLSETS]
-        if unknown:
-            raise ValueError(f"unknown toolset(s) {unknown}; choose from {list(KNOWN_TOOLSETS)}")
-        return v
-
-
-class DelegateArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    goal: str | None = None
-    context: str | None = None
-    toolsets: list[str] | None = None
-    tasks: list[TaskArgs] | None = None
-    background: bool | None = None
-    max_iterations: int | None = Field(None, ge=1, le=10_000)
-    role: str | None = Field(None, pattern="^(leaf|orchestrator)$")
-
-    def task_list(self) -> list[TaskArgs]:
-        if (self.goal is None) == (self.tasks is None):
-            raise ValueError("pass exactly one of `goal` (one task) or `tasks` (several), not both or neither")
-        if self.tasks is not None:
-            if not self.tasks:
-                raise ValueError("`tasks` is empty; give at least one {\"goal\": ...}")
-            return self.tasks
-        return [TaskArgs(goal=self.goal, context=self.context, toolsets=self.toolsets)]
-
-
-DELEGATE_TASK_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "goal": {"type": "string", "description": "One self-contained task for a subagent."},
-        "context": {"type": "string", "description": "Facts the subagent needs; it sees nothing else."},
-        "toolsets": {"type": "array", "items": {"type": "string", "enum": list(KNOWN_TOOLSETS)}},
-        "tasks": {"type": "array", "description": "Several tasks run in parallel (instead of goal).", "items": {
-            "type": "object", "required": ["goal"], "properties": {
-                "goal": {"type": "string"}, "context": {"type": "string"},
-                "toolsets": {"type": "array", "items": {"type": "string", "enum": list(KNOWN_TOOLSETS)}},
-                "group": {"type": "string", "description": "Tasks sharing a group report together."}}}},
-        "background": {"type": "boolean", "description": "Run in the background (default): you get a handle "
-                       "now and each result arrives later as a new message after you end your turn."},
-        "max_iterations": {"type": "integer", "minimum": 1},
-    },
-}
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -141,6 +81,23 @@ def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[
             "api_key": api_key, "api_mode": None, "command": None, "args": None}
 
 
+def _credentials_or_error(cfg: DelegationConfig, parent: Any) -> tuple[dict[str, Any], str | None]:
+    """The children's credentials, or why they cannot be resolved (any failure, not only config)."""
+    try:
+        creds = _resolve_delegation_credentials(cfg, parent)
+    except ConfigError as exc:
+        return {}, str(exc)
+    except Exception as exc:
+        logger.warning("resolving delegation credentials failed", exc_info=True)
+        return {}, (f"could not resolve the subagents' model or endpoint ({type(exc).__name__}: {exc}); nothing "
+                    "was dispatched. The operator must fix delegation.model / base_url / api_key_env in "
+                    "config.yaml (or the parent agent's own endpoint).")
+    if not isinstance(creds, dict):
+        return {}, (f"could not resolve the subagents' model or endpoint (got {type(creds).__name__}, not a "
+                    "credentials mapping); nothing was dispatched. The operator must check delegation.* in config.yaml.")
+    return creds, None
+
+
 def _build_child_agent(*, task_index: int, goal: str, context: str | None, toolsets: list[str] | None, role: str,
                        creds: dict[str, Any], max_iterations: int, parent_agent: Any) -> Any:
     """The parent builds its own child, so tools/ never imports the agent runtime."""
@@ -160,8 +117,8 @@ def _run_single_child(task_index: int, goal: str, child: Any = None, parent_agen
     started = time.monotonic()
     try:
         out = child.run_conversation(_child_prompt(goal, context))
-    except Exception as exc:
-        return _fabricated_entry(task_index, "failed", f"{type(exc).__name__}: {exc}", child, started)
+    except Exception as exc:  # raised, as opposed to ran and failed: status "error"
+        return _fabricated_entry(task_index, "error", f"{type(exc).__name__}: {exc}", child, started)
     summary = out.get("final_response")
     usable = isinstance(summary, str) and summary.strip() not in ("", "(empty)")
     if out.get("interrupted") or out.get("exit_reason") == "interrupted":
@@ -203,11 +160,16 @@ def delegate_task(goal: str | None = None, context: str | None = None, toolsets:
     except (ValueError, ConfigError) as exc:
         return _error(str(exc))
     if parent_agent is None:
-        return _error("delegate_task needs the calling agent (parent_agent); it was called outside an agent turn")
+        return _error("delegate_task has no parent agent: it must be called by an agent during its turn "
+                      "(the tool passes the calling agent as parent_agent); nothing was dispatched")
     try:
         return json.dumps(_delegate(args, task_list, cfg, parent_agent), default=str)
     except ConfigError as exc:
         return _error(str(exc))
+    except Exception as exc:  # the tool boundary: the model gets a reason, never a traceback
+        logger.exception("delegate_task failed")
+        return _error(f"delegate_task failed unexpectedly ({type(exc).__name__}: {exc}); nothing more was "
+                      "started. Retry once; if it fails again, do the work yourself and tell the user.")
 
 
 def _describe_validation(exc: ValidationError) -> str:
@@ -215,6 +177,7 @@ def _describe_validation(exc: ValidationError) -> str:
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "arguments"
         msg = "unexpected argument; remove it" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = msg.removeprefix("Value error, ")
         parts.append(f"{where}: {msg}")
     return "invalid delegate_task arguments: " + "; ".join(parts)
 
@@ -225,12 +188,15 @@ def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConf
     depth = getattr(parent, "_delegate_depth", 0)
     depth = depth if isinstance(depth, int) else 0
     if depth >= cfg.max_spawn_depth:
-        return {"status": "error", "error": f"subagents at depth {depth} cannot delegate further "
-                f"(delegation.max_spawn_depth={cfg.max_spawn_depth}); do the work yourself"}
+        return {"status": "error", "error": f"depth limit reached: this agent is at spawn depth {depth} and "
+                f"delegation.max_spawn_depth={cfg.max_spawn_depth}, so it cannot delegate further; do the work "
+                "yourself (the operator can raise delegation.max_spawn_depth)"}
     if len(task_list) > cfg.max_concurrent_children:
         return {"status": "error", "error": f"{len(task_list)} tasks exceed delegation.max_concurrent_children="
                 f"{cfg.max_concurrent_children}; split the call or raise the key"}
-    creds = _resolve_delegation_credentials(cfg, parent)
+    creds, problem = _credentials_or_error(cfg, parent)
+    if problem:
+        return {"status": "error", "error": problem}
     background = args.background if args.background is not None else (cfg.background and depth == 0)
     routing = dispatch.capture_routing(parent) if background else None  # before any child is built
     batch = Batch(tasks=task_list, children=[], parent=parent, cfg=cfg, creds=creds, context=args.context,
@@ -251,8 +217,5 @@ def _tool_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     return delegate_task(**args, parent_agent=ctx.caller)
 
 
-TOOLS = [Tool("delegate_task", "delegation",
-              "Hand work to subagents. In the background (default) you get a handle at once and keep "
-              "talking to the user; each result arrives later as a new message after you end your turn. "
-              "Give each task a self-contained goal and the context it needs.",
-              DELEGATE_TASK_SCHEMA, _tool_handler)]
+TOOLS = [Tool(DELEGATE_TASK_SCHEMA["name"], "delegation", DELEGATE_TASK_SCHEMA["description"],
+              DELEGATE_TASK_SCHEMA["parameters"], _tool_handler)]

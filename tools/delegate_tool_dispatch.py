@@ -146,8 +146,8 @@ def _run_children(unit: dt.Batch, on_entry: Callable[[dict], Any] | None,
         try:
             entry = dt._run_single_child(index, task.goal, child=child, parent_agent=unit.parent,
                                          context=task.context or unit.context)
-        except BaseException as exc:  # a crashing child is a failed task, not a dead unit
-            entry = dt._fabricated_entry(index, "failed", f"{type(exc).__name__}: {exc}", child, started)
+        except BaseException as exc:  # a child that raised is an "error" task, not a dead unit
+            entry = dt._fabricated_entry(index, "error", f"{type(exc).__name__}: {exc}", child, started)
         done.put(entry)
 
     if len(jobs) == 1:

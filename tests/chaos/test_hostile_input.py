@@ -161,7 +161,7 @@ def test_any_arguments_with_split_units_and_a_small_cap(config):
 def test_a_surrogate_session_key_costs_durability_only_never_a_slot_or_an_exception(caplog):
     caplog.set_level("DEBUG", logger="tools.async_delegation")
     for key in ("agent:main:x:dm:\ud800", "\udcff"):
-        out = call_delegate_task({"goal": "g"}, key, "parent\udc80")
+        out = call_delegate_task({"goal": "write the docs"}, key, "parent\udc80")
         assert out["status"] == "dispatched"
         (evt,) = settle()
         assert evt["session_key"] == key and evt["status"] == "completed"  # delivered in memory
@@ -215,7 +215,7 @@ def test_any_config_file_loads_or_says_what_is_wrong(doc):
     else:
         assert isinstance(cfg, DelegationConfig)
     assert isinstance(dt._get_max_async_children(), int)
-    out = call_delegate_task({"goal": "g", "background": False}, "", "p")
+    out = call_delegate_task({"goal": "write the docs", "background": False}, "", "p")
     assert out["status"] in ("completed", "error")
     evt = {"type": "async_delegation", "delegation_id": "d", "status": "failed", "goal": "g",
            "error": "model not found", "summary": None}
@@ -235,7 +235,7 @@ def test_config_files_that_used_to_escape_as_raw_exceptions(doc):
         load_delegation_config()
     assert str(config_path()) in str(info.value) and "move the file aside" in str(info.value)
     assert dt._get_max_async_children() == DelegationConfig().max_concurrent_children
-    out = call_delegate_task({"goal": "g"}, "", "p")
+    out = call_delegate_task({"goal": "write the docs"}, "", "p")
     assert out["status"] == "error" and str(config_path()) in out["error"]
 
 
@@ -284,7 +284,7 @@ def forged_parent() -> FakeParent:
 
 
 def test_forged_headers_in_child_output_stay_quoted_end_to_end():
-    out = json.loads(dt.delegate_task(tasks=[{"goal": "a"}, {"goal": FORGED}], context=FORGED,
+    out = json.loads(dt.delegate_task(tasks=[{"goal": "summarise the report"}, {"goal": FORGED}], context=FORGED,
                                       parent_agent=forged_parent()))
     assert out["status"] == "dispatched"
     events = [e for e in settle() if e["delegation_id"] == out["delegation_id"]]

@@ -153,7 +153,7 @@ def _expected_child(goal: str) -> tuple[str, str, str | None]:
         return "completed", "summary", f"real:{goal}"
     if outcome == "fail":
         return "failed", "error", f"boom:{goal}"
-    return "failed", "error", f"RuntimeError: crash:{goal}"
+    return "error", "error", f"RuntimeError: crash:{goal}"  # raised, not ran-and-failed (#14)
 
 
 def _is_real_child(entry: dict, goals: list[str]) -> bool:

@@ -169,7 +169,7 @@ def test_later_units_of_an_admitted_call_are_never_refused_at_capacity(monkeypat
         rng = random.Random(seed)
         try:
             for _ in range(scaled(40, 200)):
-                tasks = [{"goal": f"t{i}", **({"group": rng.choice("ab")} if rng.random() < 0.5 else {})}
+                tasks = [{"goal": f"race task {i}", **({"group": rng.choice("ab")} if rng.random() < 0.5 else {})}
                          for i in range(rng.randint(2, 4))]
                 out = json.loads(dt.delegate_task(tasks=tasks, background=True, parent_agent=FakeParent()))
                 kind = out.get("mode")

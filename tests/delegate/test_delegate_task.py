@@ -21,13 +21,13 @@ def call(**kw) -> dict:
 
 @pytest.mark.parametrize("kwargs,needle", [
     ({}, "exactly one of `goal`"),
-    ({"goal": "a", "tasks": [{"goal": "b"}]}, "exactly one of `goal`"),
+    ({"goal": "write the docs", "tasks": [{"goal": "test the code"}]}, "exactly one of `goal`"),
     ({"tasks": []}, "`tasks` is empty"),
     ({"goal": "   "}, "goal is empty"),
-    ({"goal": "a", "toolsets": ["shell"]}, "unknown toolset(s) ['shell']"),
-    ({"tasks": [{"goal": "a", "colour": "red"}]}, "tasks.0.colour: unexpected argument"),
-    ({"goal": "a", "bogus": 1}, "bogus: unexpected argument"),
-    ({"goal": "a", "max_iterations": 0}, "max_iterations"),
+    ({"goal": "write the docs", "toolsets": ["shell"]}, "unknown toolset(s) ['shell']"),
+    ({"tasks": [{"goal": "write the docs", "colour": "red"}]}, "tasks.0.colour: unexpected argument"),
+    ({"goal": "write the docs", "bogus": 1}, "bogus: unexpected argument"),
+    ({"goal": "write the docs", "max_iterations": 0}, "max_iterations"),
     ({"goal": 7}, "goal"),
 ])
 def test_bad_arguments_come_back_as_error_json(kwargs, needle):
@@ -38,14 +38,14 @@ def test_bad_arguments_come_back_as_error_json(kwargs, needle):
 
 def test_too_many_tasks_names_the_key(monkeypatch):
     monkeypatch.setattr(dt, "_load_config", lambda: {"max_concurrent_children": 2})
-    out = call(tasks=[{"goal": str(i)} for i in range(3)])
+    out = call(tasks=[{"goal": f"task {i} of three"} for i in range(3)])
     assert out["status"] == "error" and "delegation.max_concurrent_children=2" in out["error"]
 
 
 def test_bad_config_file_is_reported_not_raised(tmp_path, monkeypatch):
     from tools.hermes_home import config_path
     config_path().write_text("delegation:\n  max_concurrent_children: 0\n  colour: red\n")
-    out = call(goal="a")
+    out = call(goal="write the docs")
     assert out["status"] == "error"
     assert "delegation.max_concurrent_children" in out["error"] and "delegation.colour: unknown key" in out["error"]
 
@@ -53,16 +53,16 @@ def test_bad_config_file_is_reported_not_raised(tmp_path, monkeypatch):
 def test_broken_yaml_is_reported():
     from tools.hermes_home import config_path
     config_path().write_text("delegation: [unclosed\n")
-    out = call(goal="a")
+    out = call(goal="write the docs")
     assert out["status"] == "error" and "not valid YAML" in out["error"]
 
 
 def test_missing_parent_agent_is_an_error():
-    assert "parent_agent" in json.loads(dt.delegate_task(goal="a"))["error"]
+    assert "parent_agent" in json.loads(dt.delegate_task(goal="write the docs"))["error"]
 
 
 def test_children_cannot_delegate_deeper_than_max_spawn_depth():
-    out = call(goal="a", parent_agent=FakeParent(depth=1))
+    out = call(goal="write the docs", parent_agent=FakeParent(depth=1))
     assert out["status"] == "error" and "max_spawn_depth=1" in out["error"]
 
 
@@ -73,11 +73,11 @@ def test_sync_mode_runs_children_in_parallel_and_returns_results():
         both_running.wait()  # deadlocks unless the two children really run at once
         return {"final_response": f"ok {child.goal}", "completed": True, "api_calls": 2}
 
-    out = call(tasks=[{"goal": "one"}, {"goal": "two", "context": "ctx2"}], background=False,
+    out = call(tasks=[{"goal": "task one"}, {"goal": "task two", "context": "ctx2"}], background=False,
                parent_agent=FakeParent(behaviour))
     assert out["mode"] == "sync"
     assert [(r["task_index"], r["status"], r["summary"]) for r in out["results"]] == [
-        (0, "completed", "ok one"), (1, "completed", "ok two")]
+        (0, "completed", "ok task one"), (1, "completed", "ok task two")]
 
 
 def test_child_prompt_carries_its_context():
@@ -94,24 +94,27 @@ def test_child_prompt_carries_its_context():
     ({"final_response": "(empty)", "completed": True}, "failed", "completed"),
 ])
 def test_result_entry_classification(out, status, exit_reason):
-    res = call(goal="g", background=False, parent_agent=FakeParent(lambda child: out))
+    res = call(goal="write the docs", background=False, parent_agent=FakeParent(lambda child: out))
     (entry,) = res["results"]
     assert (entry["status"], entry["exit_reason"]) == (status, exit_reason)
     assert entry["truncated"] == (exit_reason == "max_iterations")
 
 
-def test_a_child_that_raises_is_a_failed_task():
+def test_a_child_that_raises_is_an_error_not_a_failure():
     def behaviour(child):
-        raise RuntimeError("kaput")
+        if child.goal == "crash please":
+            raise RuntimeError("kaput")
+        return {"final_response": None, "error": "HTTP 500", "exit_reason": "error"}
 
-    (entry,) = call(goal="g", background=False, parent_agent=FakeParent(behaviour))["results"]
-    assert entry["status"] == "failed" and entry["error"] == "RuntimeError: kaput"
+    entries = call(tasks=[{"goal": "crash please"}, {"goal": "fail please"}], background=False,
+                   parent_agent=FakeParent(behaviour))["results"]
+    assert [(e["status"], e["error"]) for e in entries] == [("error", "RuntimeError: kaput"), ("failed", "HTTP 500")]
 
 
 def test_long_summaries_are_capped_head_and_tail(monkeypatch):
     monkeypatch.setattr(dt, "_load_config", lambda: {"max_summary_chars": 200})
     text = "A" * 300 + "Z" * 300
-    (entry,) = call(goal="g", background=False,
+    (entry,) = call(goal="write the docs", background=False,
                     parent_agent=FakeParent(lambda c: {"final_response": text, "completed": True}))["results"]
     assert entry["summary"].startswith("A" * 100) and entry["summary"].endswith("Z" * 100)
     assert "400 characters cut" in entry["summary"] and entry["summary_truncated"] is True
@@ -145,25 +148,25 @@ def test_background_at_capacity_runs_synchronously_with_a_note(monkeypatch):
 def test_no_async_delivery_runs_synchronously(monkeypatch):
     from tools import session_env
     monkeypatch.setattr(session_env, "async_delivery_supported", lambda: False)
-    out = call(goal="g")
+    out = call(goal="write the docs")
     assert out["mode"] == "sync" and "not available in this session" in out["note"]
 
 
 def test_independent_completions_split_units_that_share_one_slot(monkeypatch):
     monkeypatch.setattr(dt, "_load_config", lambda: {"independent_completions": True, "max_concurrent_children": 4})
-    gates = {g: threading.Event() for g in ("a", "b", "c")}
+    gates = {g: threading.Event() for g in ("task a", "task b", "task c")}
     parent = FakeParent(lambda c: (gates[c.goal].wait(10), {"final_response": c.goal, "completed": True})[1])
-    handle = call(tasks=[{"goal": "a", "group": "g1"}, {"goal": "b"}, {"goal": "c", "group": "g1"}],
+    handle = call(tasks=[{"goal": "task a", "group": "g1"}, {"goal": "task b"}, {"goal": "task c", "group": "g1"}],
                   parent_agent=parent)
     units = handle["units"]
     assert [(u["group"], u["task_indexes"]) for u in units] == [("g1", [0, 2]), (None, [1])]
     with ad._records_lock:
         slots = {ad._records[u["delegation_id"]]["slot_key"] for u in units}
     assert slots == {units[0]["delegation_id"]}
-    gates["b"].set()
-    assert [r["summary"] for r in wait_event(units[1]["delegation_id"])["results"]] == ["b"]
-    gates["a"].set()
-    gates["c"].set()
+    gates["task b"].set()
+    assert [r["summary"] for r in wait_event(units[1]["delegation_id"])["results"]] == ["task b"]
+    gates["task a"].set()
+    gates["task c"].set()
     evt = wait_event(units[0]["delegation_id"])
     assert evt["group"] == "g1" and [r["task_index"] for r in evt["results"]] == [0, 2]
 
@@ -206,7 +209,7 @@ def test_credentials_prefer_delegation_config_and_never_leak_the_parent_key(monk
 def test_missing_api_key_env_is_reported():
     from tools.hermes_home import config_path
     config_path().write_text("delegation:\n  api_key_env: NOPE_NOT_SET\n")
-    out = call(goal="g")
+    out = call(goal="write the docs")
     assert out["status"] == "error" and "NOPE_NOT_SET" in out["error"]
 
 
@@ -223,6 +226,6 @@ def test_tool_entry_passes_the_calling_agent():
     from tools.toolspec import ToolContext
     (tool,) = dt.TOOLS
     parent = FakeParent()
-    out = json.loads(tool.handler({"goal": "x", "background": False}, ToolContext(workspace=".", caller=parent)))
-    assert out["results"][0]["summary"] == "done: x"
+    out = json.loads(tool.handler({"goal": "write the docs", "background": False}, ToolContext(workspace=".", caller=parent)))
+    assert out["results"][0]["summary"] == "done: write the docs"
     assert tool.schema()["function"]["name"] == "delegate_task"

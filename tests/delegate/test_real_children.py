@@ -44,7 +44,7 @@ def test_children_lose_the_delegation_toolset_at_max_depth(tmp_path):
 def test_a_rejected_subagent_model_is_named_once_above_the_tasks(tmp_path, monkeypatch):
     monkeypatch.setattr(dt, "_load_config", lambda: {"model": "no-such-model", "provider": "scripted"})
     with ScriptedModelServer(rule_script([(lambda t: True, text_reply("unused"))])) as server:
-        handle = json.loads(dt.delegate_task(tasks=[{"goal": "one"}, {"goal": "two"}], background=True,
+        handle = json.loads(dt.delegate_task(tasks=[{"goal": "task one"}, {"goal": "task two"}], background=True,
                                              parent_agent=parent_on(server, tmp_path)))
         evt = wait_event(handle["delegation_id"], timeout_s=30)
         assert len(server.requests) == 2  # fails fast: one request per child, no retries
