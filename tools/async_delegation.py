@@ -35,6 +35,7 @@ from tools.async_delegation_delivery import (  # noqa: F401 - re-exported facade
 from tools.async_delegation_events import ROUTING_KEYS, batch_status, build_event, crash_result, stalled_result
 from delegation.ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
 from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, sweep
+from tools.async_delegation_observers import notify
 from tools.async_delegation_pool import DaemonThreadPool
 from delegation.ledger.sqlite import initialize_schema as _initialize_schema  # noqa: F401
 from delegation.ledger.sqlite import open_connection
@@ -175,6 +176,7 @@ def _dispatch(record, runner, cap, interrupt_fn, progress_fn, hold_slot: bool = 
         _records[did] = record
         _active_slots[slot] += 2 if hold_slot else 1
         live_units = sum(1 for r in _records.values() if r["status"] in _LIVE_STATES)
+    notify("dispatching", did, record=record)
     warning = _persist_dispatch(record)
     # The worker runs in the dispatcher's context (session variables, profile). A Context can
     # be entered by one thread at a time, so the monitor's forced finalize uses a copy.
@@ -190,6 +192,7 @@ def _dispatch(record, runner, cap, interrupt_fn, progress_fn, hold_slot: bool = 
     logger.info("Dispatched async delegation %s (session_key=%s): %s", did, record["session_key"] or "<cli>",
                 str(record["goal"])[:80])
     handle = {"status": "dispatched", "delegation_id": did}
+    notify("dispatched", did, record=record)
     if warning:
         handle["warning"] = warning
     return handle
@@ -200,7 +203,8 @@ def _persist_dispatch(record: dict[str, Any]) -> str | None:
     ledger = _delivery.current_ledger()
     pid, started = current_owner()
     task = {k: record[k] for k in ("goal", "context", "toolsets", "role", "model", "is_batch")}
-    task.update({k: record[k] for k in ("goals", "task_indexes", "task_transcripts", "group", *ROUTING_KEYS)
+    task.update({k: record[k] for k in ("goals", "task_indexes", "task_transcripts", "group", "trace_context",
+                                        *ROUTING_KEYS)
                  if record.get(k)})
     task["owner_cwd"] = os.getcwd()
     row = DispatchRow(record["delegation_id"], record["session_key"], record["dispatched_at"], task,
@@ -250,6 +254,7 @@ def _worker(delegation_id: str, runner: Callable[[], Any]) -> None:
             return
         record["_started"], record["_progress_ts"] = True, time.monotonic()
         is_batch = record["is_batch"]
+    notify("started", delegation_id, record=record)
     started = time.monotonic()
     try:
         result = runner() or {}
@@ -274,6 +279,7 @@ def _finalize(delegation_id: str, result, status: str) -> bool:
     if callable(result):
         result = result(snapshot)
     _push_completion_event(snapshot, result, status)
+    notify("finalized", delegation_id, record=snapshot, status=status)
     with _records_lock:
         record["status"] = status
         _prune_completed_locked()
@@ -320,6 +326,7 @@ def record_unit_child(delegation_id: str, entry: dict[str, Any]) -> bool:
         ledger = record.get("_ledger")
     if ledger is None:
         return False
+    notify("child_recorded", delegation_id, entry=entry)
     try:
         return ledger.record_unit_child(delegation_id, entry, time.time())
     except Exception as exc:  # best effort: a failing record must never fail the unit runner
@@ -341,5 +348,5 @@ def _prune_completed_locked() -> None:
 
 from tools.async_delegation_control import (  # noqa: E402,F401 - queries and the monitor loop
     _check_stalls, _ensure_stale_monitor, _reset_for_tests, active_count, active_task_count,
-    has_live_for_session, interrupt_all, interrupt_for_session, list_async_delegations,
+    has_live_for_session, interrupt_all, interrupt_delegation, interrupt_for_session, list_async_delegations,
 )

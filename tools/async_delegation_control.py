@@ -17,6 +17,7 @@ from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from tools.async_delegation_events import stalled_result, unit_task_indexes
 from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, sweep
+from tools.async_delegation_observers import notify
 
 logger = logging.getLogger("tools.async_delegation")
 
@@ -108,6 +109,11 @@ def interrupt_for_session(session_key: str = "", origin_ui_session_id: str = "",
     return _interrupt(lambda r: _session_selected(r, session_key, origin_ui_session_id, parent_session_id), reason)
 
 
+def interrupt_delegation(delegation_id: str, reason: str = "user") -> int:
+    """Ask one running/stalling unit of this process to stop; 1 if signalled, else 0."""
+    return _interrupt(lambda r: r.get("delegation_id") == delegation_id, reason)
+
+
 def _interrupt(selected, reason: str) -> int:
     with ad._records_lock:
         targets = [(r["delegation_id"], r.get("interrupt_fn")) for r in ad._records.values()
@@ -119,6 +125,7 @@ def _interrupt(selected, reason: str) -> int:
         try:
             interrupt_fn()
             signalled += 1
+            notify("interrupted", delegation_id, reason=reason)
         except Exception:
             logger.debug("interrupt_fn of %s raised (%s)", delegation_id, reason, exc_info=True)
     if targets:
@@ -204,6 +211,7 @@ def _apply_decisions(decisions, now: float) -> list[tuple[str, Any]]:
 
 def _signal_stalled(delegation_id: str, interrupt_fn) -> None:
     logger.warning("Async delegation %s made no progress past its threshold; interrupting it", delegation_id)
+    notify("stalled", delegation_id)
     if interrupt_fn is None:
         return
     try:

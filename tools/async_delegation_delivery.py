@@ -21,6 +21,7 @@ import uuid
 from typing import Any
 
 from delegation.ledger import DelegationLedger, LedgerError, LedgerRow, open_ledger
+from tools.async_delegation_observers import notify
 from tools.async_delegation_recovery import git_state_hint, recovered_event
 from tools.hermes_home import state_db_path
 from tools.process_liveness import owner_alive
@@ -60,6 +61,7 @@ def report_ledger_error(ledger: DelegationLedger, op: str, exc: BaseException, c
     """Log a ledger failure once per file and kind; repeats go to debug, not a log storm."""
     err = exc if isinstance(exc, LedgerError) else LedgerError(f"{type(exc).__name__}: {exc}")
     marker = (ledger.location, err.kind)
+    notify("ledger_error", "", kind=err.kind, op=op)
     with _reported_lock:
         repeated = marker in _reported
         _reported.add(marker)
@@ -109,6 +111,7 @@ def recover_abandoned_delegations(now: float | None = None) -> int:
         event, result = recovered_event(row, now, hints[cwd])
         if ledger.settle_abandoned(row.delegation_id, event, result, now):
             settled += 1
+            notify("recovered", row.delegation_id, row=row, event=event)
             logger.warning("Recovered delegation %s whose owner (pid %s) exited mid-run: %s",
                            row.delegation_id, row.owner_pid, event["error"])
     return settled
@@ -207,17 +210,20 @@ def claim_completion_delivery(delegation_id: str, claim_id: str) -> bool:
     def claim(ledger: DelegationLedger) -> bool:
         got = ledger.claim_delivery(delegation_id, claim_id, time.time(), _policy()._CLAIM_LEASE_S)
         return True if got is None else got
-    return _guarded("claim", True, claim)
+    return _told(delegation_id, "claimed", _guarded("claim", True, claim))
 
 
 def complete_completion_delivery(delegation_id: str, claim_id: str) -> bool:
-    return _guarded("complete delivery", False, lambda l: l.complete_delivery(delegation_id, claim_id, time.time()))
+    return _told(delegation_id, "delivered", _guarded(
+        "complete delivery", False, lambda l: l.complete_delivery(delegation_id, claim_id, time.time())))
 
 
 def release_completion_delivery(delegation_id: str, claim_id: str) -> str:
     state = _guarded("release delivery", "", lambda l: l.release_delivery(
         delegation_id, claim_id, time.time(), _policy()._MAX_DELIVERY_ATTEMPTS))
+    _told(delegation_id, "released", bool(state))
     if state == "dropped":
+        _told(delegation_id, "dropped", True)
         logger.warning("Delegation %s exhausted its %d delivery attempts and was dropped; the result remains "
                        "queryable with `offload inbox --all`.", delegation_id, _policy()._MAX_DELIVERY_ATTEMPTS)
     return state
@@ -228,12 +234,21 @@ def defer_completion_delivery(delegation_id: str, claim_id: str) -> bool:
 
 
 def drop_completion_delivery(delegation_id: str, claim_id: str | None = None) -> bool:
-    return _guarded("drop delivery", False, lambda l: l.drop_delivery(delegation_id, claim_id, time.time()))
+    return _told(delegation_id, "dropped", _guarded(
+        "drop delivery", False, lambda l: l.drop_delivery(delegation_id, claim_id, time.time())))
 
 
 def mark_completion_delivered(delegation_id: str) -> bool:
     """Acknowledge unconditionally (no claim needed). True iff the row changed."""
-    return _guarded("acknowledge", False, lambda l: l.mark_delivered(delegation_id, time.time()))
+    return _told(delegation_id, "acknowledged", _guarded(
+        "acknowledge", False, lambda l: l.mark_delivered(delegation_id, time.time())))
+
+
+def _told(delegation_id: str, outcome: str, changed: Any) -> Any:
+    """Tell observers about a delivery step that changed the row; returns ``changed``."""
+    if changed:
+        notify("delivery", delegation_id, outcome=outcome)
+    return changed
 
 
 def _claimable(evt: dict[str, Any]) -> bool:

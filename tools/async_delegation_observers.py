@@ -1,0 +1,49 @@
+"""The engine's one extension point for telemetry: observers told what happens to a unit.
+
+The engine calls ``notify(kind, delegation_id, **fields)`` at a few moments (see ``KINDS``);
+metrics and tracing (``offload.telemetry``) register with ``add_observer``. So the engine
+never imports a telemetry library, and with no observer registered a notification costs one
+function call and an empty-list check.
+
+Invariants: an observer can never break the engine (its exceptions are logged at debug and
+swallowed); observers run on the engine's thread, outside every engine lock, and must be
+quick. ``record`` fields are the engine's live dict: observers may add private keys to it
+(prefixed ``_obs``) but must not change the others.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+logger = logging.getLogger("tools.async_delegation")
+
+KINDS = (
+    "dispatching",  # record= (before the ledger row is written: an observer may add "trace_context")
+    "dispatched",  # record=
+    "started",  # record=; called on the worker thread inside the unit's context, before the runner
+    "child_recorded",  # entry=
+    "finalized",  # record=, status=, event=
+    "stalled",  # quiet_s=, in_tool=
+    "interrupted",  # reason=
+    "recovered",  # row=, event=
+    "delivery",  # outcome= claimed | delivered | released | deferred | dropped | acknowledged
+    "ledger_error",  # kind=, op=
+)
+Observer = Callable[[str, str, dict[str, Any]], None]
+_observers: list[Observer] = []
+
+
+def add_observer(observer: Observer) -> Callable[[], None]:
+    """Register ``observer(kind, delegation_id, fields)``; returns a function that removes it."""
+    _observers.append(observer)
+    return lambda: _observers.remove(observer) if observer in _observers else None
+
+
+def notify(kind: str, delegation_id: str, /, **fields: Any) -> None:
+    if not _observers:
+        return
+    for observer in tuple(_observers):
+        try:
+            observer(kind, delegation_id, fields)
+        except Exception:
+            logger.debug("observer %r failed on %s of %s", observer, kind, delegation_id, exc_info=True)
