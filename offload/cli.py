@@ -184,6 +184,26 @@ def _acknowledge(ui: Ui, ids: list[str], pending: set[str]) -> None:
         ui.say(f"acknowledged {delegation_id}")
 
 
+@app.command()
+def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --token"),
+              port: int = typer.Option(8765, "--port", min=0, max=65535, help="port to listen on"),
+              token: Optional[str] = typer.Option(None, "--token", envvar="OFFLOAD_DASHBOARD_TOKEN",
+                                                  help="secret every request must carry (required off loopback)")) -> None:
+    """Web dashboard: live roster, history, one delegation's detail, interrupt/ack/drop, /metrics.
+
+    Reads the ledger, so it shows the work of every offload process using this $HERMES_HOME."""
+    try:
+        from offload.dashboard.server import DashboardServer
+    except ImportError as exc:
+        raise CliError(f"the dashboard needs its libraries ({exc.name} is missing): "
+                       "pip install 'offload[dashboard]'") from None
+
+    server = DashboardServer(host, port, token)
+    guard = "; every request must carry the token (open it once with ?token=SECRET)" if token else ""
+    typer.echo(f"offload dashboard on http://{host}:{port}/ (Ctrl-C stops it){guard}", err=True)
+    server.run()
+
+
 @config_app.command("get")
 def config_get(key: str = typer.Argument(..., help="dotted key, e.g. model or delegation.max_concurrent_children")) -> None:
     """Print the value offload uses for KEY (the file over the defaults)."""

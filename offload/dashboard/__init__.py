@@ -1,0 +1,7 @@
+"""``offload dashboard``: a web page over the delegation ledger and this process's live roster.
+
+Layout: ``model`` turns ledger rows and live records into plain view dicts (no HTTP, no
+HTML), ``app`` is the Starlette application (pages, server-sent events, actions, /metrics),
+``security`` guards binds and requests, ``server`` runs it under uvicorn. Templates escape
+everything they print: child output is untrusted.
+"""

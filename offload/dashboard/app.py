@@ -1,0 +1,144 @@
+"""The dashboard's Starlette application: pages, the roster's server-sent events, actions
+and ``/metrics``.
+
+Pages are rendered on the server with Jinja2 (autoescape on: child output is untrusted and
+is only ever printed as text). The roster page opens one ``EventSource`` on ``/events``;
+the stream sends the roster fragment whenever it changes, so the page never reloads.
+Ledger reads are blocking SQLite calls and run in the thread pool, never on the event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from offload.dashboard import actions, metrics, model
+from offload.dashboard.security import Guard
+from offload.telemetry import metrics as live_metrics
+from tools.notification_text import format_age
+
+_HERE = Path(__file__).parent
+KEEPALIVE_S = 15.0
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_AGE_UNITS_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(_HERE / "templates"), autoescape=select_autoescape(default=True))
+    env.filters["age"] = lambda s: format_age(s) if isinstance(s, (int, float)) else "-"
+    env.filters["secs"] = lambda s: f"{s:.1f} s" if isinstance(s, (int, float)) else "-"
+    env.filters["clock"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+    return env
+
+
+def parse_age(text: str) -> float | None:
+    """``"90"``, ``"15m"``, ``"2h"``, ``"1d"`` → seconds; empty → None; else ValueError naming the fix."""
+    if not text.strip():
+        return None
+    match = _AGE.match(text)
+    if not match:
+        raise ValueError(f"age {text!r} is not a duration: use a number with s, m, h or d, e.g. 15m or 2h")
+    return float(match.group(1)) * _AGE_UNITS_S[match.group(2)]
+
+
+class Dashboard:
+    """Routes and their state: the template environment, the refresh interval, the stop flag."""
+
+    def __init__(self, refresh_s: float = 1.0) -> None:
+        self.env = _templates()
+        self.refresh_s = refresh_s
+        self.stopping = threading.Event()  # set by the server at shutdown: open streams end
+        self.registry = metrics.registry()
+        live_metrics.install()
+
+    def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        return HTMLResponse(self.env.get_template(name).render(**context), status_code=status_code)
+
+    def roster_html(self) -> str:
+        return self.env.get_template("_roster.html").render(units=model.roster())
+
+    async def roster_page(self, request: Request) -> Response:
+        fragment = await run_in_threadpool(self.roster_html)
+        return self.render("roster.html", roster=fragment, refresh_s=self.refresh_s)
+
+    async def roster_fragment(self, request: Request) -> Response:
+        return HTMLResponse(await run_in_threadpool(self.roster_html))
+
+    async def events(self, request: Request) -> Response:
+        return StreamingResponse(self._roster_stream(request), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def _roster_stream(self, request: Request) -> AsyncIterator[str]:
+        last, quiet_s = None, 0.0
+        while not self.stopping.is_set() and not await request.is_disconnected():
+            fragment = await run_in_threadpool(self.roster_html)
+            if fragment != last:
+                last, quiet_s = fragment, 0.0
+                yield "event: roster\n" + "".join(f"data: {line}\n" for line in fragment.splitlines()) + "\n"
+            elif quiet_s >= KEEPALIVE_S:
+                quiet_s = 0.0
+                yield ": keepalive\n\n"
+            await asyncio.sleep(self.refresh_s)
+            quiet_s += self.refresh_s
+
+    async def history_page(self, request: Request) -> Response:
+        q = request.query_params
+        try:
+            flt = model.HistoryFilter(session=q.get("session", "").strip(), state=q.get("state", ""),
+                                      delivery_state=q.get("delivery", ""), max_age_s=parse_age(q.get("age", "")))
+        except ValueError as exc:
+            return self.render("history.html", 400, units=[], error=str(exc), q=q, model=model)
+        units = await run_in_threadpool(model.history, flt)
+        return self.render("history.html", units=units, error=None, q=q, model=model)
+
+    async def detail_page(self, request: Request) -> Response:
+        delegation_id = request.path_params["delegation_id"]
+        unit = await run_in_threadpool(model.detail, delegation_id)
+        if unit is None:
+            return self.render("missing.html", 404, delegation_id=delegation_id)
+        return self.render("detail.html", u=unit, message=request.query_params.get("msg"),
+                           ok=request.query_params.get("ok") == "1")
+
+    async def action(self, request: Request) -> Response:
+        delegation_id, name = request.path_params["delegation_id"], request.path_params["action"]
+        act = actions.ACTIONS.get(name)
+        if act is None:
+            return self.render("missing.html", 404, delegation_id=delegation_id)
+        ok, message = await run_in_threadpool(act, delegation_id)
+        target = request.url_for("detail", delegation_id=delegation_id).include_query_params(
+            msg=message, ok="1" if ok else "0")
+        return RedirectResponse(target.path + "?" + target.query, status_code=303)
+
+    async def metrics(self, request: Request) -> Response:
+        body = await run_in_threadpool(metrics.exposition, self.registry)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
+
+def create_app(*, token: str | None = None, refresh_s: float = 1.0) -> Starlette:
+    """The ASGI app. ``app.state.dashboard.stopping`` ends open event streams at shutdown."""
+    dash = Dashboard(refresh_s)
+    routes = [
+        Route("/", dash.roster_page, name="roster"),
+        Route("/roster", dash.roster_fragment),
+        Route("/events", dash.events),
+        Route("/history", dash.history_page, name="history"),
+        Route("/d/{delegation_id}", dash.detail_page, name="detail"),
+        Route("/d/{delegation_id}/{action}", dash.action, methods=["POST"]),
+        Route("/metrics", dash.metrics),
+        Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
+    app.state.dashboard = dash
+    return app

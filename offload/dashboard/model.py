@@ -1,0 +1,157 @@
+"""What the dashboard shows, as plain dicts: the roster, the filtered history and one
+delegation's detail. No HTTP and no HTML here.
+
+Sources: the ledger (every process's work on this ``$HERMES_HOME``, through
+``tools.ledger_queries`` and ``get``) and, for units this process runs, the engine's live
+roster (per-child API calls, current tool, seconds idle, stall clock), which no other
+process can see. Invariants: nothing here writes, and a value that came from a child is
+passed through as data (the templates escape it).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tools import async_delegation as engine
+from tools import ledger_queries
+from tools.async_delegation_delivery import current_ledger
+from tools.async_delegation_ledger import LedgerRow
+from tools.process_liveness import owner_alive
+from tools.process_registry_notifications import format_process_notification
+
+RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
+HISTORY_LIMIT = 1000  # settled rows read for the history page (the ledger keeps about this many)
+STATES = ("running", "completed", "error", "stalled", "interrupted", "unknown")
+DELIVERY_STATES = ("pending", "delivered", "dropped")
+
+
+def ledger_rows(settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
+    """Every row the ledger reports: running, awaiting delivery, and settled (newest first)."""
+    return [*ledger_queries.running_rows(), *ledger_queries.pending_rows(), *ledger_queries.settled_rows(settled_limit)]
+
+
+def _owner(row: LedgerRow | None) -> dict[str, Any]:
+    if row is None or not row.owner_pid:
+        return {"pid": None, "alive": None}
+    return {"pid": row.owner_pid, "alive": owner_alive(row.owner_pid, row.owner_started_at)}
+
+
+def _label(task: dict[str, Any], event: dict[str, Any]) -> str:
+    if task.get("group"):
+        return f"group {task['group']}"
+    return str(task.get("goal") or event.get("goal") or "")
+
+
+def _child_goals(task: dict[str, Any]) -> list[tuple[int, str]]:
+    goals = list(task.get("goals") or [])
+    if not task.get("is_batch"):
+        return [(0, str(task.get("goal") or ""))]
+    indexes = task.get("task_indexes") or list(range(len(goals)))
+    return [(i, str(goals[i]) if 0 <= i < len(goals) else "") for i in indexes]
+
+
+def _children(task: dict[str, Any], result: dict[str, Any], live: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One dict per child: goal, status and summary once finished, live activity while running."""
+    finished = {r.get("task_index"): r for r in (result.get("results") or []) if isinstance(r, dict)}
+    activity = list((live or {}).get("children_activity") or [])
+    children = []
+    for position, (index, goal) in enumerate(_child_goals(task)):
+        entry = finished.get(index) or ({} if task.get("is_batch") else _single_result(result))
+        child = {"index": index, "number": index + 1, "goal": goal, "status": entry.get("status") or "running",
+                 "summary": entry.get("summary"), "error": entry.get("error"), "api_calls": entry.get("api_calls"),
+                 "current_tool": None, "idle_s": None}
+        if position < len(activity) and isinstance(activity[position], dict) and not entry:
+            act = activity[position]
+            child.update(api_calls=act.get("api_calls"), current_tool=act.get("current_tool"),
+                         idle_s=act.get("seconds_since_activity"))
+        children.append(child)
+    return children
+
+
+def _single_result(result: dict[str, Any]) -> dict[str, Any]:
+    return result if result.get("status") else {}
+
+
+def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    """A roster/history entry from a ledger row, a live record, or both (live wins for status)."""
+    task = dict(row.task or {}) if row else {k: live.get(k) for k in
+                                             ("goal", "goals", "is_batch", "task_indexes", "group")}
+    event = (row.event if row else None) or {}
+    result = (row.result if row else None) or {}
+    dispatched_at = row.dispatched_at if row else live.get("dispatched_at")
+    status = (live or {}).get("status") or (row.state if row else "running")
+    return {
+        "id": row.delegation_id if row else live["delegation_id"], "status": status, "label": _label(task, event),
+        "session": (row.parent_session_id or row.origin_session) if row else
+                   (live.get("parent_session_id") or live.get("session_key")),
+        "owner": _owner(row), "local": live is not None and status in ("running", "stalling"),
+        "dispatched_at": dispatched_at,
+        "age_s": round(max(0.0, now - dispatched_at), 1) if dispatched_at else None,
+        "completed_at": row.completed_at if row else live.get("completed_at"),
+        "stall_clock_s": (live or {}).get("seconds_since_progress"),
+        "delivery_state": row.delivery_state if row else "in memory",
+        "delivery_attempts": row.delivery_attempts if row else 0,
+        "children": _children(task, result, live),
+    }
+
+
+def roster(now: float | None = None, recent_s: float = RECENT_S) -> list[dict[str, Any]]:
+    """Running units of every process, plus units finished in the last ``recent_s``; newest first."""
+    now = time.time() if now is None else now
+    live = {item["delegation_id"]: item for item in engine.list_async_delegations()}
+    rows = {row.delegation_id: row for row in ledger_queries.running_rows()}
+    for row in [*ledger_queries.pending_rows(), *ledger_queries.settled_rows(200)]:
+        if (row.completed_at or 0) >= now - recent_s:
+            rows.setdefault(row.delegation_id, row)
+    units = [_unit(row, live.get(did), now) for did, row in rows.items()]
+    # Units of this process whose ledger row is missing (the write failed) still show.
+    units += [_unit(None, item, now) for did, item in live.items() if did not in rows
+              and (item.get("status") in ("running", "stalling", "finalizing")
+                   or (item.get("completed_at") or 0) >= now - recent_s)]
+    return sorted(units, key=lambda u: u["dispatched_at"] or 0.0, reverse=True)
+
+
+@dataclass(frozen=True)
+class HistoryFilter:
+    """History page filters; empty means any. ``max_age_s`` keeps rows dispatched that recently."""
+
+    session: str = ""
+    state: str = ""
+    delivery_state: str = ""
+    max_age_s: float | None = None
+
+    def keeps(self, row: LedgerRow, now: float) -> bool:
+        if self.session and self.session not in (row.origin_session, row.parent_session_id,
+                                                 row.origin_ui_session_id, row.origin_session_id):
+            return False
+        if self.state and row.state != self.state:
+            return False
+        if self.delivery_state and (row.delivery_state != self.delivery_state or row.state == "running"):
+            return False
+        return self.max_age_s is None or now - row.dispatched_at <= self.max_age_s
+
+
+def history(flt: HistoryFilter, now: float | None = None) -> list[dict[str, Any]]:
+    now = time.time() if now is None else now
+    rows = [row for row in ledger_rows() if flt.keeps(row, now)]
+    rows.sort(key=lambda row: row.dispatched_at, reverse=True)
+    return [_unit(row, None, now) for row in rows]
+
+
+def detail(delegation_id: str, now: float | None = None) -> dict[str, Any] | None:
+    """Everything about one delegation: the task, per-child results, the text the agent read,
+    delivery attempts and the owner; None if the ledger and this process do not know it."""
+    now = time.time() if now is None else now
+    ledger = current_ledger()
+    row = ledger.get(delegation_id) if ledger.exists() else None
+    live = next((i for i in engine.list_async_delegations() if i["delegation_id"] == delegation_id), None)
+    if row is None and live is None:
+        return None
+    unit = _unit(row, live, now)
+    event = (row.event if row else None) or {}
+    unit.update(task=(row.task if row else None) or {}, event=event,
+                agent_text=format_process_notification(event) if event else None,
+                delivered_at=row.delivered_at if row else None,
+                claimed=bool(row and row.delivery_claim))
+    return unit

@@ -1,0 +1,124 @@
+"""Dashboard tests: a clean engine, a way to hold units running until the test lets them
+finish, the dashboard served on loopback in this process, and headless Chromium."""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pytest
+
+from tests.engine.conftest import drain_queue, wait_event
+from tools import async_delegation as ad
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+INSTALL_HINT = "apt-get install chromium chromium-driver (what .ci/services.d/30-chromium.sh does)"
+
+
+@pytest.fixture(autouse=True)
+def clean_engine():
+    ad._reset_for_tests()
+    drain_queue()
+    yield
+    ad._reset_for_tests()
+    drain_queue()
+
+
+@dataclass
+class HeldUnit:
+    """A fan-out unit whose children finish when the test says so (or when interrupted)."""
+
+    goals: list[str]
+    summaries: list[str]
+    release: threading.Event = field(default_factory=threading.Event)
+    interrupted: threading.Event = field(default_factory=threading.Event)
+    delegation_id: str = ""
+
+    def runner(self) -> dict[str, Any]:
+        self.release.wait(30)
+        status = "interrupted" if self.interrupted.is_set() else "completed"
+        return {"results": [{"task_index": i, "status": status, "summary": s, "api_calls": 2}
+                            for i, s in enumerate(self.summaries)]}
+
+    def interrupt(self) -> None:
+        self.interrupted.set()
+        self.release.set()
+
+    def progress(self) -> tuple[list[tuple[int, str | None, float]], bool]:
+        return [(3, "terminal", time.time()) for _ in self.goals], True
+
+    def dispatch(self, session_key: str = "sess-1") -> "HeldUnit":
+        handle = ad.dispatch_async_delegation_batch(
+            goals=self.goals, context=None, toolsets=None, role=None, model="fake", session_key=session_key,
+            runner=self.runner, interrupt_fn=self.interrupt, progress_fn=self.progress, max_async_children=10)
+        assert handle["status"] == "dispatched", handle
+        self.delegation_id = handle["delegation_id"]
+        return self
+
+    def finish(self) -> dict[str, Any]:
+        self.release.set()
+        return wait_event(self.delegation_id)
+
+
+@pytest.fixture
+def held():
+    units: list[HeldUnit] = []
+
+    def make(goals: list[str], summaries: list[str] | None = None) -> HeldUnit:
+        unit = HeldUnit(goals, summaries or [f"done: {g}" for g in goals])
+        units.append(unit)
+        return unit.dispatch()
+
+    yield make
+    for unit in units:
+        unit.release.set()
+
+
+@pytest.fixture
+def dashboard() -> Iterator[Any]:
+    """``dashboard(token=None)`` -> a started DashboardServer on 127.0.0.1, stopped at teardown."""
+    from offload.dashboard.server import DashboardServer
+
+    servers = []
+
+    def start(token: str | None = None) -> DashboardServer:
+        server = DashboardServer("127.0.0.1", 0, token, refresh_s=0.1).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def _browser_missing() -> str | None:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (os.path.exists(p) or shutil.which(os.path.basename(p)))]
+    return f"{', '.join(missing)} not found; install them with: {INSTALL_HINT}" if missing else None
+
+
+@pytest.fixture
+def browser():
+    """Headless Chromium driven by selenium. Missing: skip locally, fail in CI (CI=true)."""
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the browser tests: {missing}")
+        pytest.skip(missing)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,800", "--no-first-run", "--disable-extensions"):
+        options.add_argument(arg)
+    driver_path = CHROMEDRIVER if os.path.exists(CHROMEDRIVER) else shutil.which("chromedriver")
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver.set_page_load_timeout(20)
+    try:
+        yield driver
+    finally:
+        driver.quit()

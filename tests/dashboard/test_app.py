@@ -1,0 +1,165 @@
+"""The dashboard's pages, actions, guard and /metrics over HTTP (Starlette's test client)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
+
+from offload.dashboard.app import create_app, parse_age
+from offload.dashboard.security import check_bind, is_loopback
+from offload.errors import CliError
+from tools import async_delegation as ad
+from tools.async_delegation_delivery import current_ledger
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def client():
+    with TestClient(create_app(refresh_s=0.05)) as c:
+        yield c
+
+
+def _finished(held, goals, summaries=None):
+    unit = held(goals, summaries)
+    unit.finish()
+    return unit.delegation_id
+
+
+def test_history_filters_by_state_delivery_session_and_age(client, held):
+    running = held(["still going"])
+    done = _finished(held, ["done soon"])
+    acked = _finished(held, ["acked"])
+    ad.mark_completion_delivered(acked)
+    page = client.get("/history").text
+    assert all(i in page for i in (running.delegation_id, done, acked))
+    page = client.get("/history", params={"state": "running"}).text
+    assert running.delegation_id in page and done not in page
+    page = client.get("/history", params={"delivery": "delivered"}).text
+    assert acked in page and done not in page and running.delegation_id not in page
+    assert "no delegations match" in client.get("/history", params={"session": "another-session"}).text
+    assert done in client.get("/history", params={"session": "sess-1", "age": "5m"}).text
+    bad = client.get("/history", params={"age": "soon"})
+    assert bad.status_code == 400 and "use a number with s, m, h or d" in bad.text
+
+
+def test_detail_shows_task_children_delivery_and_owner(client, held):
+    did = _finished(held, ["alpha", "beta"], ["first result", "second result"])
+    page = client.get(f"/d/{did}").text
+    for expected in ("alpha", "beta", "first result", "second result", "pending, 0 attempt(s)",
+                     "alive", "As the agent read it", "ASYNC DELEGATION BATCH COMPLETE"):
+        assert expected in page, expected
+    missing = client.get("/d/deleg_nope")
+    assert missing.status_code == 404 and "No delegation deleg_nope" in missing.text
+
+
+def test_ack_and_drop_settle_a_pending_result_like_the_cli(client, held):
+    first, second = _finished(held, ["one"]), _finished(held, ["two"])
+    answer = client.post(f"/d/{first}/ack")
+    assert answer.status_code == 200 and f"acknowledged {first}" in answer.text  # followed the 303
+    assert current_ledger().get(first).delivery_state == "delivered"
+    assert "already delivered" in client.post(f"/d/{first}/drop").text
+    assert f"dropped {second}" in client.post(f"/d/{second}/drop").text
+    assert current_ledger().get(second).delivery_state == "dropped"
+
+
+def test_interrupt_of_a_unit_this_process_does_not_run_says_where_it_runs(client, held):
+    unit = held(["elsewhere"])
+    with ad._records_lock:  # as if another process ran it: the ledger row stays running
+        ad._records[unit.delegation_id]["interrupt_fn"] = None
+    text = client.post(f"/d/{unit.delegation_id}/interrupt").text
+    assert "not in this dashboard" in text and "/stop in its chat" in text
+    assert "still running; interrupt it first" in client.post(f"/d/{unit.delegation_id}/ack").text
+
+
+def test_cross_site_post_is_refused(client, held):
+    did = _finished(held, ["x"])
+    refused = client.post(f"/d/{did}/ack", headers={"Origin": "http://evil.example"})
+    assert refused.status_code == 403
+    assert current_ledger().get(did).delivery_state == "pending"
+    assert client.post(f"/d/{did}/ack", headers={"Origin": "http://testserver"}).status_code == 200
+
+
+def test_token_is_checked_on_every_request(held):
+    with TestClient(create_app(token="tok-123")) as c:
+        for path in ("/", "/history", "/metrics", "/events", "/static/dashboard.js"):
+            assert c.get(path).status_code == 401, path
+        assert c.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/metrics", headers={"Authorization": "Bearer tok-123"}).status_code == 200
+        adopted = c.get("/history?token=tok-123&state=running", follow_redirects=False)
+        assert adopted.status_code == 303 and adopted.headers["location"] == "/history?state=running"
+        assert c.get("/history").status_code == 200  # the cookie carries it now
+
+
+def test_bind_rules():
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.3.4.5", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "192.168.1.5", "::", "example.com"))
+    check_bind("127.0.0.1", None)
+    check_bind("0.0.0.0", "secret")
+    with pytest.raises(CliError, match="without a token"):
+        check_bind("0.0.0.0", None)
+    with pytest.raises(CliError, match="--token is empty"):
+        check_bind("127.0.0.1", " ")
+
+
+def test_cli_refuses_a_non_loopback_bind_without_a_token():
+    done = subprocess.run([sys.executable, "-m", "offload", "dashboard", "--host", "0.0.0.0"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "refusing to serve the dashboard on 0.0.0.0 without a token" in done.stderr
+    assert "--token" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_parse_age():
+    assert parse_age("") is None and parse_age("90") == 90 and parse_age("15m") == 900 and parse_age("2h") == 7200
+    with pytest.raises(ValueError, match="15m or 2h"):
+        parse_age("-1h")
+
+
+def _metrics(client) -> dict[tuple[str, tuple], float]:
+    text = client.get("/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_parse_and_match_the_ledger(client, held):
+    before = _metrics(client)
+    running = held(["running"])
+    done = [_finished(held, [f"t{i}"]) for i in range(3)]
+    ad.mark_completion_delivered(done[0])
+    ad.drop_completion_delivery(done[1])
+    samples = _metrics(client)
+    rows = [current_ledger().get(d) for d in (running.delegation_id, *done)]
+    assert [r.state for r in rows] == ["running", "completed", "completed", "completed"]
+    assert samples[("offload_ledger_units", (("delivery_state", "none"), ("state", "running")))] == 1
+    for delivery in ("delivered", "dropped", "pending"):
+        assert samples[("offload_ledger_units", (("delivery_state", delivery), ("state", "completed")))] == 1
+    assert samples[("offload_ledger_delivery_attempts", ())] == sum(r.delivery_attempts for r in rows)
+
+    def grew(name, labels=()):
+        return samples.get((name, labels), 0) - before.get((name, labels), 0)
+    assert grew("offload_units_dispatched_total") == len(rows)
+    assert grew("offload_units_finished_total", (("status", "completed"),)) == 3
+    assert grew("offload_completion_latency_seconds_count") == 3
+    assert grew("offload_dispatch_latency_seconds_count") == 4
+    assert grew("offload_delivery_steps_total", (("outcome", "acknowledged"),)) == 1
+    assert grew("offload_delivery_steps_total", (("outcome", "dropped"),)) == 1
+
+
+def test_roster_stream_sends_the_fragment_when_it_changes(held):
+    app = create_app(refresh_s=0.05)
+    unit = held(["streamed"])
+    with TestClient(app) as c, c.stream("GET", "/events") as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        lines = []
+        for line in stream.iter_lines():
+            lines.append(line)
+            if line == "" and lines[:1] == ["event: roster"]:
+                break
+        assert any(unit.delegation_id in line for line in lines)
+        assert all(line.startswith("data: ") for line in lines[1:-1])
+        app.state.dashboard.stopping.set()

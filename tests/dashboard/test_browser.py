@@ -1,0 +1,99 @@
+"""The dashboard in real headless Chromium: live roster over server-sent events, the
+interrupt button, escaping of child output, and the token."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.engine.conftest import wait_event
+from tools import async_delegation as ad
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
+WAIT_S = 20
+
+
+def _status(browser, delegation_id: str) -> str | None:
+    return browser.execute_script(
+        "var u = document.getElementById(arguments[0]); return u ? u.dataset.status : null;", f"unit-{delegation_id}")
+
+
+def _children(browser, delegation_id: str) -> list[list[str]]:
+    """[status, text] of each child row, read in one go: the live roster is swapped often."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll('#' + arguments[0] + ' tr.child'))"
+        ".map(function (r) { return [r.dataset.status, r.textContent]; });", f"unit-{delegation_id}")
+
+
+def _save_screenshot(browser) -> None:
+    """CI exports OFFLOAD_DASHBOARD_SCREENSHOT (bench/results/dashboard-roster.png): an artefact."""
+    target = os.environ.get("OFFLOAD_DASHBOARD_SCREENSHOT")
+    if target:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        assert browser.save_screenshot(target), f"could not write {target}"
+
+
+def test_fan_out_appears_live_and_turns_completed(browser, dashboard, held):
+    server = dashboard()
+    browser.get(server.url + "/")
+    WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.ID, "live-state"), "live"))
+    browser.execute_script("window.__sameDocument = 'yes';")  # gone if the page reloads
+
+    unit = held(["count the files in src", "summarise README.md", "list open TODOs"])
+    WebDriverWait(browser, WAIT_S).until(lambda b: _status(b, unit.delegation_id) == "running")
+    children = _children(browser, unit.delegation_id)
+    assert [status for status, _ in children] == ["running"] * 3
+    assert "tool terminal" in children[0][1]  # live activity of this process's unit
+    _save_screenshot(browser)
+
+    unit.finish()
+    WebDriverWait(browser, WAIT_S).until(lambda b: _status(b, unit.delegation_id) == "completed")
+    assert [status for status, _ in _children(browser, unit.delegation_id)] == ["completed"] * 3
+    assert browser.execute_script("return window.__sameDocument;") == "yes"
+
+
+def test_interrupt_clicked_on_the_page_stops_the_child(browser, dashboard, held):
+    server = dashboard()
+    unit = held(["run forever"])
+    browser.get(f"{server.url}/d/{unit.delegation_id}")
+    browser.find_element(By.ID, "interrupt").click()
+    WebDriverWait(browser, WAIT_S).until(EC.presence_of_element_located((By.ID, "message")))
+    assert "interrupt sent" in browser.find_element(By.ID, "message").text
+    assert unit.interrupted.is_set()  # the engine's interrupt_fn reached the child
+    event = wait_event(unit.delegation_id)
+    assert event["results"][0]["status"] == "interrupted"
+    browser.refresh()
+    assert browser.find_element(By.ID, "status").text == "error"
+    assert not browser.find_elements(By.ID, "interrupt")  # nothing left to interrupt
+
+
+def test_script_in_child_output_renders_as_text(browser, dashboard, held):
+    server = dashboard()
+    hostile = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
+    unit = held([f"task {hostile}"], [hostile])
+    unit.finish()
+    browser.get(f"{server.url}/d/{unit.delegation_id}")
+    assert browser.find_element(By.CSS_SELECTOR, "pre.summary").text == hostile
+    assert hostile in browser.find_element(By.ID, "agent-text").text
+    browser.get(server.url + "/")
+    WebDriverWait(browser, WAIT_S).until(lambda b: _status(b, unit.delegation_id) is not None)
+    assert hostile in _children(browser, unit.delegation_id)[0][1]
+    assert browser.execute_script("return window.__pwned === undefined;")
+
+
+def test_token_is_required_then_kept_in_a_cookie(browser, dashboard, held):
+    server = dashboard(token="s3cret-token")
+    browser.get(server.url + "/")
+    assert "needs its token" in browser.find_element(By.TAG_NAME, "body").text
+    browser.get(server.url + "/?token=s3cret-token")
+    assert "token" not in browser.current_url  # dropped from the address bar
+    WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.ID, "live-state"), "live"))
+    unit = held(["visible with the cookie"])
+    WebDriverWait(browser, WAIT_S).until(lambda b: _status(b, unit.delegation_id) == "running")
+    browser.get(server.url + "/history")
+    assert unit.delegation_id in browser.find_element(By.TAG_NAME, "body").text
