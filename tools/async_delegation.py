@@ -35,7 +35,7 @@ from tools.async_delegation_delivery import (  # noqa: F401 - re-exported facade
 from tools.async_delegation_events import ROUTING_KEYS, batch_status, build_event, crash_result, stalled_result
 from delegation.ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
 from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, sweep
-from tools.async_delegation_observers import notify
+from delegation.observers import notify
 from tools.async_delegation_pool import DaemonThreadPool
 from delegation.ledger.sqlite import initialize_schema as _initialize_schema  # noqa: F401
 from delegation.ledger.sqlite import open_connection

@@ -17,7 +17,7 @@ from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from tools.async_delegation_events import stalled_result, unit_task_indexes
 from tools.async_delegation_monitor import UNREADABLE, Observation, Thresholds, sweep
-from tools.async_delegation_observers import notify
+from delegation.observers import notify
 
 logger = logging.getLogger("tools.async_delegation")
 

@@ -21,7 +21,7 @@ import uuid
 from typing import Any
 
 from delegation.ledger import DelegationLedger, LedgerError, LedgerRow, open_ledger
-from tools.async_delegation_observers import notify
+from delegation.observers import notify
 from tools.async_delegation_recovery import git_state_hint, recovered_event
 from tools.hermes_home import state_db_path
 from tools.process_liveness import owner_alive
