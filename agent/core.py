@@ -4,7 +4,8 @@ Owns one conversation run (model call → tool calls → model call ... → answ
 interrupt flag, its liveness record and how a child agent is derived from it. Invariants:
 
 * ``run_conversation`` always returns the result dict (exit_reason "completed",
-  "max_iterations", "interrupted" or "error"); it never raises for a model or tool failure.
+  "max_iterations", "interrupted" or "error", with "error_kind" "model", "endpoint" or
+  "internal" for an error); it never raises for a model or tool failure.
 * every tool call the model made gets exactly one tool message, even when interrupted, so the
   transcript stays valid for the next request.
 * ``interrupt`` may be called from any thread; it stops the stream at the next chunk, tells
@@ -24,7 +25,7 @@ from typing import Any, Callable, Protocol
 
 from agent.activity import ActivityTracker
 from agent.child import derive_child_settings
-from agent.llm import AssistantTurn, LLMClient, LLMError
+from agent.llm import AssistantTurn, LLMClient, LLMError, ModelNotFoundError
 from agent.prompts import default_system_prompt
 from agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from agent.toolsets import KNOWN_TOOLSETS, resolve_tools, validate_toolsets
@@ -149,17 +150,21 @@ class AIAgent:
         """Run one user turn to an answer, the iteration budget, an interrupt or an error."""
         run = _Run(self._opening_messages(user_message, history))
         error: str | None = None
+        error_kind: str | None = None  # "model" | "endpoint" | "internal": frontends map it to exit codes
         try:
             exit_reason = self._loop(run)
         except LLMError as exc:
             exit_reason, error = "error", str(exc)
+            error_kind = "model" if isinstance(exc, ModelNotFoundError) else "endpoint"
         except Exception as exc:  # e.g. a toolset that fails to load; reported, not raised
             logger.exception("agent run failed")
-            exit_reason, error = "error", f"{type(exc).__name__}: {exc}"
+            exit_reason, error, error_kind = "error", f"{type(exc).__name__}: {exc}", "internal"
         finally:
             interrupt_message = self._interrupt_message
             self._clear_interrupt()
-        return self._result(run, exit_reason, error, interrupt_message)
+        result = self._result(run, exit_reason, error, interrupt_message)
+        result["error_kind"] = error_kind
+        return result
 
     def _opening_messages(self, user_message: str, history: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         messages = [dict(m) for m in (history or [])]

@@ -1,9 +1,10 @@
 """The ``offload`` command line (typer + rich): chat, run, agents, inbox, config, demo.
 
 Owns argument parsing and the error boundary. Invariant: every failure a user can cause or
-fix (bad config, unknown session, unreachable ledger) ends as one clear message on stderr
-and a non-zero exit code — 2 for configuration and usage errors, 1 otherwise — never a
-traceback (``OFFLOAD_DEBUG=1`` shows it for bug reports).
+fix (bad config, unknown session, damaged or unwritable state.db) ends as one clear message
+on stderr and the exit code ``offload.exit_codes`` assigns it — 2 for configuration, usage and
+storage, 3 endpoint, 4 model, 130 interrupted, 1 only for a bug — never a traceback
+(``OFFLOAD_DEBUG=1`` shows it for bug reports).
 
 ``offload --help`` must stay fast (well under 0.25 s): this module imports only typer at load
 time; each command imports what it needs (rich, pydantic, the engine, the openai SDK) when it
@@ -19,11 +20,11 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from offload import cli_ledger
 from offload.errors import CliError
 
 if TYPE_CHECKING:  # the agent runtime imports the openai SDK (~1 s): only chat, run and demo load it
     from offload.driver import SessionDriver
-    from offload.views import Ui
 
 # rich_markup_mode=None: plain help text, so --help never imports rich.
 app = typer.Typer(name="offload", no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -49,38 +50,47 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 _VERBOSE = typer.Option(False, "--verbose", "-v", help="log engine activity to stderr")
 _RESUME = typer.Option(None, "--resume", "-r", metavar="SESSION", help="continue a stored session (id or 'last')")
+_DEMO_MODEL = typer.Option(False, "--demo-model", help="no API key: talk to the scripted offline demo server "
+                                                       "(canned answers, not a real model)")
 
 
-def _driver(verbose: bool, resume: str | None, sync: bool = False) -> SessionDriver:
+def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False) -> SessionDriver:
     from offload.driver import start_session
+    from offload.views import Ui
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="offload: %(levelname)s: %(message)s")
-    return start_session(resume, sync_delegation=sync)
+    ui = Ui()
+    endpoint = None
+    if demo_model:
+        from offload.demo_model import start_demo_endpoint
+
+        endpoint = start_demo_endpoint(ui)
+    return start_session(resume, sync_delegation=sync, ui=ui, endpoint=endpoint)
 
 
 @app.command()
-def chat(resume: Optional[str] = _RESUME, verbose: bool = _VERBOSE) -> None:
+def chat(resume: Optional[str] = _RESUME, demo_model: bool = _DEMO_MODEL, verbose: bool = _VERBOSE) -> None:
     """Talk to the agent; background results appear as new turns when they land.
 
     While you are idle, each landed result is shown and the agent answers it. In the chat:
     /agents shows the live roster, /stop interrupts background subagents, /quit leaves."""
     from offload.chat import ChatLoop
 
-    raise typer.Exit(ChatLoop(_driver(verbose, resume)).run())
+    raise typer.Exit(ChatLoop(_driver(verbose, resume, demo_model=demo_model)).run())
 
 
 @app.command()
 def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit with --resume to collect results"),
         resume: Optional[str] = _RESUME,
         sync: bool = typer.Option(False, "--sync", help="run delegations inside the turn instead of in the background"),
-        verbose: bool = _VERBOSE) -> None:
+        demo_model: bool = _DEMO_MODEL, verbose: bool = _VERBOSE) -> None:
     """One turn, then wait for its background results (each a new turn) and exit.
 
     With --sync the subagents run inside the turn instead; the output says which happened."""
     if not prompt and not resume:
         raise CliError("give a prompt (offload run \"...\"), or --resume SESSION to collect its pending results")
-    driver = _driver(verbose, resume, sync)
+    driver = _driver(verbose, resume, sync, demo_model)
     ui = driver.ui
     ui.say(f"offload run — session {driver.session_id}", style="bold")
     driver.deliver_ready()  # results replayed for a resumed session come before the new prompt
@@ -94,94 +104,14 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
     expected = max(expected, driver.live_count())
     if expected:
         ui.say(f"waiting for {expected} background result(s)… (Ctrl-C stops them)", style="yellow")
-    delivered = driver.wait_for_background()
+    driver.wait_for_background()
     ui.say(f"done; continue with: offload chat --resume {driver.session_id}", style="dim")
-    raise typer.Exit(0 if delivered else 130)
+    raise typer.Exit(int(driver.exit_code))
 
 
-@app.command()
-def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
-           interval_s: float = typer.Option(1.0, "--interval", min=0.2, help="seconds between refreshes")) -> None:
-    """Background delegations as recorded in the ledger, from any process.
-
-    Shows running units (owner alive or not, children done so far), results awaiting
-    delivery and recently delivered ones. Inside `offload chat`, /agents shows live per-child
-    activity (API calls, current tool, seconds idle)."""
-    from rich.console import Group
-    from rich.live import Live
-
-    from offload.views import ledger_finished, ledger_running, make_console
-    from tools import ledger_queries
-
-    def view() -> Group:
-        return Group(ledger_running(ledger_queries.running_rows()),
-                     ledger_finished(ledger_queries.pending_rows(), "finished, awaiting delivery"),
-                     ledger_finished(ledger_queries.settled_rows(10), "recently delivered or dropped"))
-    console = make_console()
-    if not watch:
-        console.print(view())
-        return
-    with Live(view(), console=console, refresh_per_second=4) as live:
-        try:
-            while True:
-                time.sleep(interval_s)
-                live.update(view())
-        except KeyboardInterrupt:
-            pass
-
-
-@app.command()
-def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowledge a pending result (repeatable)"),
-          ack_all: bool = typer.Option(False, "--ack-all", help="acknowledge every pending result"),
-          show: Optional[str] = typer.Option(None, "--show", metavar="ID", help="print a result as the agent reads it"),
-          all_rows: bool = typer.Option(False, "--all", help="also list delivered and dropped results")) -> None:
-    """Results waiting for delivery, including those recovered after a crash or restart.
-
-    `offload chat --resume SESSION` delivers them; --ack marks one handled without delivery."""
-    from offload.views import Ui, ledger_finished
-    from tools import async_delegation as engine
-    from tools import ledger_queries
-
-    ui = Ui()
-    recovered = engine.recover_abandoned_delegations()
-    if recovered:
-        ui.say(f"recovered {recovered} delegation(s) whose owner process had exited (finished children keep "
-               "their results; the rest are reported unknown)", style="yellow")
-    if show:
-        _show(ui, show)
-        return
-    pending = ledger_queries.pending_rows()
-    targets = [row.delegation_id for row in pending] if ack_all else ack
-    if targets:
-        _acknowledge(ui, targets, {row.delegation_id for row in pending})
-        pending = ledger_queries.pending_rows()
-    ui.show(ledger_finished(pending, "pending results"))
-    if pending:
-        ui.say("deliver them with `offload chat --resume SESSION` (or `offload run --resume SESSION`); "
-               "`offload inbox --ack ID` drops one without delivering it", style="dim")
-    if all_rows:
-        ui.show(ledger_finished(ledger_queries.settled_rows(50), "delivered or dropped"))
-
-
-def _show(ui: Ui, delegation_id: str) -> None:
-    from tools import async_delegation as engine
-    from tools.process_registry_notifications import format_process_notification
-
-    row = engine.get_durable_delegation(delegation_id)
-    if row is None or not row.get("event"):
-        raise CliError(f"no finished delegation {delegation_id!r} in the ledger; `offload inbox --all` lists them")
-    ui.say(format_process_notification(row["event"]) or "")
-
-
-def _acknowledge(ui: Ui, ids: list[str], pending: set[str]) -> None:
-    unknown = [i for i in ids if i not in pending]
-    if unknown:
-        raise CliError(f"not pending: {', '.join(unknown)}; `offload inbox` lists the pending ids")
-    from tools import async_delegation as engine
-
-    for delegation_id in ids:
-        engine.mark_completion_delivered(delegation_id)
-        ui.say(f"acknowledged {delegation_id}")
+app.command()(cli_ledger.agents)
+app.command()(cli_ledger.inbox)
+app.command()(cli_ledger.sessions)
 
 
 @app.command()
@@ -259,29 +189,33 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _user_error_code(exc: Exception) -> int | None:
-    """The exit code of an error the user can fix (2: config or usage, 1: storage), else None.
+def _user_error(exc: Exception) -> str | None:
+    """The one-line message of an error the user can fix (all exit 2), else None.
 
-    Imported here, not at load time: a ConfigError or SessionStoreError can only have been
-    raised if its module was already imported, so this costs nothing on the way to --help."""
-    from agent.session_store import SessionStoreError
+    Imported here, not at load time: a ConfigError or storage error can only have been raised
+    if its module was already imported, so this costs nothing on the way to --help."""
+    if isinstance(exc, CliError):
+        return str(exc)
     from offload.config import ConfigError
+    from offload.storage_errors import describe
 
-    if isinstance(exc, (ConfigError, CliError)):
-        return 2
-    if isinstance(exc, SessionStoreError):
-        return 1
-    return None
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    return describe(exc)
 
 
 def main() -> None:
+    from offload.exit_codes import ExitCode
+
     try:
         app(prog_name="offload")
+    except KeyboardInterrupt:
+        _fail("interrupted", ExitCode.INTERRUPTED)
     except Exception as exc:
-        code = _user_error_code(exc)
-        if code is not None:
-            _fail(str(exc), code)
+        message = _user_error(exc)
+        if message is not None:
+            _fail(message, ExitCode.USAGE)
         if os.environ.get("OFFLOAD_DEBUG"):
             raise
         _fail(f"unexpected error: {type(exc).__name__}: {exc} (set OFFLOAD_DEBUG=1 to see the traceback, "
-              "and please report it)", 1)
+              "and please report it)", ExitCode.ERROR)

@@ -104,8 +104,9 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
     overrides = {key: env[name].strip() for key, name in ENV_OVERRIDES.items() if env.get(name, "").strip()}
     if not overrides:
         return cfg
-    where = "environment (" + ", ".join(ENV_OVERRIDES[k] for k in overrides) + ")"
-    return validate_config({**cfg.model_dump(), **overrides}, where)
+    names = ", ".join(f"${ENV_OVERRIDES[k]}" for k in overrides)
+    return validate_config({**cfg.model_dump(), **overrides}, f"environment variable {names}",
+                           fix=f"Fix or unset {names} (config.yaml itself is valid).")
 
 
 def resolve_api_key(cfg: OffloadConfig, env: Mapping[str, str] | None = None) -> str | None:
@@ -202,7 +203,15 @@ def format_value(value: Any) -> str:
 
 
 def write_config_file(path: Path, data: Mapping[str, Any]) -> None:
-    """Replace ``path`` atomically with ``data`` as YAML, owner-only."""
+    """Replace ``path`` atomically with ``data`` as YAML, owner-only; ConfigError if it cannot."""
+    try:
+        _replace_file(path, data)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path} ({exc.strerror or exc}); make {path.parent} writable by this user, "
+                          "or point HERMES_HOME at a writable directory; the file was not changed") from exc
+
+
+def _replace_file(path: Path, data: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".yaml.tmp", dir=path.parent)  # created 0o600
     try:

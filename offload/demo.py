@@ -168,6 +168,8 @@ def _spawn(args: list[str], ui: Ui, cwd: Path) -> subprocess.Popen[str]:
 
 def _echo(stream: IO[str], pid: int, ui: Ui) -> None:
     for line in stream:
+        if line.startswith("done; continue with"):
+            continue  # its --resume hint names a session in the demo's temporary home, removed at the end
         ui.say(f"  [pid {pid}] {line.rstrip()}", style="dim")
 
 

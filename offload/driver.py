@@ -15,11 +15,13 @@ import time
 from typing import Any, Callable
 
 from agent.session_store import SessionStore
+from offload import exit_codes
 from offload.config import load_config
+from offload.exit_codes import ExitCode
 from offload.inbox import Delivery, SessionInbox
 from offload.runtime import Conversation, TurnResult, apply_engine_tuning, open_conversation
 from offload.views import Ui
-from tools.async_delegation import interrupt_for_session, list_async_delegations
+from tools.async_delegation import get_durable_delegation, interrupt_for_session, list_async_delegations
 
 logger = logging.getLogger(__name__)
 
@@ -27,9 +29,15 @@ POLL_S = 0.2
 _LIVE = ("running", "stalling", "finalizing")
 
 
-def start_session(resume: str | None = None, *, sync_delegation: bool = False, ui: Ui | None = None) -> SessionDriver:
-    """Load the config, tune the engine, open the store and the session (new, or ``resume``)."""
+def start_session(resume: str | None = None, *, sync_delegation: bool = False, ui: Ui | None = None,
+                  endpoint: dict[str, str] | None = None) -> SessionDriver:
+    """Load the config, tune the engine, open the store and the session (new, or ``resume``).
+
+    ``endpoint`` (``model``, ``base_url``) replaces the configured endpoint for this process
+    only, e.g. the scripted demo server of ``--demo-model``; the file is not changed."""
     cfg = load_config()
+    if endpoint:
+        cfg = cfg.model_copy(update=endpoint)
     apply_engine_tuning(cfg.delegation)
     store = SessionStore()
     conversation = open_conversation(cfg, store, resume, sync_delegation=sync_delegation)
@@ -41,6 +49,7 @@ class SessionDriver:
         self.conversation = conversation
         self.inbox = inbox
         self.ui = ui
+        self.exit_code = ExitCode.OK  # the first failure of this process's turns (what `offload run` exits with)
 
     @property
     def session_id(self) -> str:
@@ -53,14 +62,19 @@ class SessionDriver:
 
     def show_turn(self, result: TurnResult) -> None:
         self.ui.handles(result.handles)
+        self._note_outcome(exit_codes.for_turn(result.exit_reason, result.error_kind))
         if result.exit_reason == "error":
             self.ui.error(f"agent error: {result.error}")
             if result.answer:
                 self.ui.answer(result.answer)
             return
         if result.exit_reason == "interrupted":
-            self.ui.say("(turn interrupted)", style="yellow")
+            self.ui.warn("(turn interrupted)")
         self.ui.answer(result.answer)
+
+    def _note_outcome(self, code: ExitCode) -> None:
+        if self.exit_code == ExitCode.OK or code == ExitCode.INTERRUPTED:
+            self.exit_code = code
 
     def deliver_ready(self, on_wait: Callable[[], None] | None = None) -> int:
         """Inject every result that has landed for this session; returns how many."""
@@ -82,8 +96,17 @@ class SessionDriver:
         self.show_turn(result)
 
     def units(self) -> list[dict[str, Any]]:
-        """This session's background units as the engine lists them (live per-child activity)."""
-        return [item for item in list_async_delegations() if self.inbox.owns(item)]
+        """This session's background units as the engine lists them (live per-child activity),
+        each live one with ``children_finished``: its children already recorded in the ledger,
+        by task index."""
+        items = [item for item in list_async_delegations() if self.inbox.owns(item)]
+        for item in items:
+            if item.get("status") in _LIVE:
+                row = get_durable_delegation(str(item.get("delegation_id"))) or {}
+                entries = (row.get("result") or {}).get("results") or []
+                item["children_finished"] = {e["task_index"]: e for e in entries
+                                             if isinstance(e, dict) and isinstance(e.get("task_index"), int)}
+        return items
 
     def live_count(self) -> int:
         """Background units of this session that have not reported yet."""
@@ -108,11 +131,11 @@ class SessionDriver:
                     on_wait()
                 time.sleep(POLL_S)
             except KeyboardInterrupt:
+                self._note_outcome(ExitCode.INTERRUPTED)
                 if stopping:
-                    self.ui.say("leaving now: unfinished results stay in the ledger and are delivered on "
-                                f"`offload chat --resume {self.session_id}`", style="yellow")
+                    self.ui.warn("leaving now: unfinished results stay in the ledger and are delivered on "
+                                f"`offload chat --resume {self.session_id}`")
                     return False
                 stopping = True
                 stopped = self.stop_background()
-                self.ui.say(f"stopping {stopped} background delegation(s); Ctrl-C again to leave at once",
-                            style="yellow")
+                self.ui.warn(f"stopping {stopped} background delegation(s); Ctrl-C again to leave at once")

@@ -23,6 +23,7 @@ from agent.core import AIAgent
 from agent.session_store import SessionStore, new_session_id
 from offload.config import ConfigError, OffloadConfig, resolve_api_key
 from offload.errors import CliError
+from offload.ids import resolve
 from tools import async_delegation as engine
 from tools.approval_context import reset_current_session_key, set_current_session_key
 from tools.delegate_config import DelegationConfig
@@ -63,6 +64,7 @@ def open_conversation(cfg: OffloadConfig, store: SessionStore, resume: str | Non
 
 
 def _resolve_session(store: SessionStore, wanted: str) -> str:
+    """``last``, a full session id, or a unique prefix of one."""
     if wanted == "last":
         recent = store.list_sessions(limit=1)
         if not recent:
@@ -70,9 +72,8 @@ def _resolve_session(store: SessionStore, wanted: str) -> str:
         return recent[0].session_id
     if store.session_exists(wanted):
         return wanted
-    recent = ", ".join(s.session_id for s in store.list_sessions(limit=5)) or "none yet"
-    raise CliError(f"no session {wanted!r} in {store.path}; recent sessions: {recent} "
-                   "(or `--resume last` for the most recent)")
+    return resolve(wanted, (s.session_id for s in store.list_sessions(limit=-1)), kind="session",
+                   id_prefix="sess_", listing="offload sessions")
 
 
 @dataclass
@@ -81,6 +82,7 @@ class TurnResult:
     exit_reason: str
     error: str | None = None
     handles: list[dict[str, Any]] = field(default_factory=list)  # what each delegate_task call returned
+    error_kind: str | None = None  # "model" | "endpoint" | "internal" when exit_reason is "error"
 
     @property
     def dispatched(self) -> list[dict[str, Any]]:
@@ -108,13 +110,16 @@ class Conversation:
             raise RuntimeError("a turn is already running in this conversation; wait for it to finish")
         try:
             box: dict[str, Any] = {}
+            done = threading.Event()
             context = contextvars.copy_context()
-            worker = threading.Thread(target=context.run, args=(self._turn, text, list(injected_ids), box),
+            worker = threading.Thread(target=context.run, args=(self._turn, text, list(injected_ids), box, done),
                                       name="offload-turn", daemon=True)
             worker.start()
-            while worker.is_alive():
+            # Wait on an Event, not Thread.join: a join interrupted by Ctrl-C marks a running
+            # thread as finished on Python 3.11 (it releases the thread's state lock).
+            while not done.is_set():
                 try:
-                    worker.join(0.1)
+                    done.wait(0.1)
                     if on_wait is not None:
                         on_wait()
                 except KeyboardInterrupt:
@@ -125,7 +130,7 @@ class Conversation:
         finally:
             self._turn_lock.release()
 
-    def _turn(self, text: str, injected_ids: list[str], box: dict[str, Any]) -> None:
+    def _turn(self, text: str, injected_ids: list[str], box: dict[str, Any], done: threading.Event) -> None:
         token = set_current_session_key(self.session_id)
         if self.sync_delegation:
             set_async_delivery(False)  # delegate_task then runs its children in this turn
@@ -136,11 +141,12 @@ class Conversation:
             self.store.append_turn(self.session_id, new, injected_ids)
             self.history = messages
             box["result"] = TurnResult(out.get("final_response"), out.get("exit_reason") or "?", out.get("error"),
-                                       delegate_handles(new))
+                                       delegate_handles(new), out.get("error_kind"))
         except BaseException as exc:  # handed to the caller's thread
             box["error"] = exc
         finally:
             reset_current_session_key(token)
+            done.set()
 
 
 def _new_messages(history: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

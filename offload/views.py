@@ -15,8 +15,9 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from delegation.ledger import LedgerRow
+from offload import ledger_rows
 from tools.notification_text import format_age
-from tools.process_liveness import owner_alive
+from offload.result_summary import task_lines
 from tools.process_registry_notifications import async_delegation_display_text
 
 _GOAL_CHARS = 48
@@ -35,10 +36,14 @@ def _age(since: float | None, now: float) -> str:
     return format_age(max(0.0, now - since)) if since else "-"
 
 
+_CHILD_MARKS = {"completed": "✓", "success": "✓", "running": "…", "failed": "✗", "error": "✗", "unknown": "?"}
+
+
 # -- the live roster (in-process records) ---------------------------------------------------
 def live_roster(items: list[dict[str, Any]]) -> RenderableType:
-    """``list_async_delegations()`` as lines: one per unit, one per child while it runs
-    (API calls, current tool, seconds since its last activity)."""
+    """``list_async_delegations()`` as lines: one per unit, and while it runs one per child:
+    done (status, time; from ``children_finished``) or running (API calls, current tool,
+    seconds since its last activity)."""
     if not items:
         return Text("no background delegations in this session")
     lines = [Text(f"background delegations ({len(items)})", style="bold")]
@@ -47,67 +52,98 @@ def live_roster(items: list[dict[str, Any]]) -> RenderableType:
         progress = item.get("seconds_since_progress")
         # The monitor's clock: seconds since a sweep last saw progress, compared to the stall limits.
         since = f"  (stall clock {_seconds(progress)} s)" if progress is not None else ""
-        lines.append(Text(f"  {item.get('delegation_id')}  {item.get('status')}  {_clip(label)}{since}"))
         goals = item.get("goals") or []
-        indexes = item.get("task_indexes") or list(range(len(goals)))
-        for position, activity in enumerate(item.get("children_activity") or []):
+        indexes = item.get("task_indexes") or list(range(len(goals))) or [0]
+        finished = item.get("children_finished") or {}
+        activities = item.get("children_activity") or []
+        done = f"  children done {len(finished)}/{len(indexes)}" if activities else ""
+        lines.append(Text(f"  {item.get('delegation_id')}  {item.get('status')}{done}  {_clip(label)}{since}"))
+        for position, activity in enumerate(activities):
             index = indexes[position] if position < len(indexes) else position
-            goal = _clip(goals[index] if index < len(goals) else "")
-            if not isinstance(activity, dict):
-                activity = {}
-            lines.append(Text(f"      #{index + 1}  api calls {activity.get('api_calls', '?')!s:<3} "
-                              f"tool {activity.get('current_tool') or '-':<12} "
-                              f"idle {_seconds(activity.get('seconds_since_activity')):>5} s  {goal}", style="dim"))
+            goal = _clip(goals[index] if index < len(goals) else item.get("goal"))
+            lines.append(Text(f"      #{index + 1}  {_child_state(finished.get(index), activity)}  {goal}", style="dim"))
     for line in lines:  # one row per line whatever the width: cut the end rather than wrap
         line.no_wrap, line.overflow = True, "ellipsis"
     return Group(*lines)
 
 
+def _child_state(entry: dict[str, Any] | None, activity: Any) -> str:
+    """A finished child's outcome (its idle clock would only count up), else its live activity."""
+    if entry is not None:
+        status = str(entry.get("status") or "unknown")
+        took = entry.get("duration_seconds")
+        return f"{_CHILD_MARKS.get(status, '■')} {status:<9} in {_seconds(took)} s"
+    activity = activity if isinstance(activity, dict) else {}
+    return (f"… running   api calls {activity.get('api_calls', '?')!s:<3} tool {activity.get('current_tool') or '-':<12} "
+            f"idle {_seconds(activity.get('seconds_since_activity')):>5} s")
+
+
 # -- ledger views (any process) ---------------------------------------------------------------
-def _owner(row: LedgerRow) -> str:
-    if not row.owner_pid:
-        return "-"
-    return f"{row.owner_pid} ({'alive' if owner_alive(row.owner_pid, row.owner_started_at) else 'dead'})"
+def _child_lines(rec: dict[str, Any]) -> list[Text]:
+    lines = []
+    for child in rec["children"]:
+        took = f" {child['duration_seconds']:.1f} s" if child["duration_seconds"] is not None else ""
+        mark = _CHILD_MARKS.get(child["status"], "■")
+        lines.append(Text(f"      #{child['task']} {mark} {child['status']}{took}  {_clip(child['goal'])}", style="dim"))
+    return lines
 
 
-def _children_recorded(row: LedgerRow) -> str:
-    task = row.task or {}
-    total = len(task.get("task_indexes") or task.get("goals") or []) or 1
-    done = len((row.result or {}).get("results") or [])
-    return f"{done}/{total}"
-
-
-def _label(row: LedgerRow) -> str:
-    task = row.task or {}
-    return _clip(f"group {task['group']}" if task.get("group") else task.get("goal") or (row.event or {}).get("goal"))
-
-
-def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[LedgerRow], str]) -> RenderableType:
-    """Two lines per row: id and ``status(row)``; then its session and task."""
-    rows = list(rows)
-    if not rows:
+def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[str, Any]], str]) -> RenderableType:
+    """Per row: id and ``status(record)``; its session and task; one line per child."""
+    records = [ledger_rows.record(row) for row in rows]
+    if not records:
         return Text(f"{title}: none")
-    lines = [Text(f"{title} ({len(rows)})", style="bold")]
-    for row in rows:
-        lines.append(Text(f"  {row.delegation_id}  {status(row)}"))
-        lines.append(Text(f"      session {row.parent_session_id or row.origin_session or '-'}  ·  {_label(row)}",
-                          style="dim"))
+    lines = [Text(f"{title} ({len(records)})", style="bold")]
+    for rec in records:
+        lines.append(Text(f"  {rec['id']}  {status(rec)}"))
+        lines.append(Text(f"      session {rec['session'] or '-'}  ·  {_clip(rec['label'])}", style="dim"))
+        lines.extend(_child_lines(rec))
     return Group(*lines)
 
 
+def _done(rec: dict[str, Any]) -> str:
+    children = rec["children"]
+    return f"{sum(1 for c in children if c['status'] != 'running')}/{len(children)}"
+
+
 def ledger_running(rows: Iterable[LedgerRow], now: float | None = None) -> RenderableType:
-    """Running rows: age, owner (alive or dead), children finished so far."""
+    """Running rows: age, owner (alive, or dead: it exited before the unit finished), children done."""
     now = time.time() if now is None else now
-    return _ledger_rows(rows, "running", lambda row: f"running {_age(row.dispatched_at, now)}  owner {_owner(row)}  "
-                                                   f"children done {_children_recorded(row)}")
+
+    def status(rec: dict[str, Any]) -> str:
+        owner = {"running": "alive", "exited": "dead: `offload inbox` recovers it"}.get(rec["owner"] or "", "-")
+        return (f"running {_age(rec['dispatched_at'], now)}  owner {rec['owner_pid'] or '-'} ({owner})  "
+                f"children done {_done(rec)}")
+    return _ledger_rows(rows, "running", status)
 
 
 def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = None) -> RenderableType:
-    """Finished rows: state, when, delivery state and attempts, owner."""
+    """Finished rows: state, when, delivery state and attempts; for a pending one, who delivers it."""
     now = time.time() if now is None else now
-    return _ledger_rows(rows, title, lambda row: f"{row.state}  finished {_age(row.completed_at, now)} ago  "
-                                                f"{row.delivery_state} (attempts {row.delivery_attempts})  "
-                                                f"owner {_owner(row)}")
+
+    def status(rec: dict[str, Any]) -> str:
+        text = (f"{rec['state']}  finished {_age(rec['completed_at'], now)} ago  "
+                f"{rec['delivery_state']} (attempts {rec['delivery_attempts']})")
+        if rec["delivery_state"] != "pending":
+            return text
+        if rec["owner"] == "running":
+            return f"{text}  owner {rec['owner_pid']} still runs and delivers it"
+        return f"{text}  deliver with `offload chat --resume {rec['session'] or 'SESSION'}`"
+    return _ledger_rows(rows, title, status)
+
+
+def sessions_table(listed: Iterable[Any], pending: dict[str, int], now: float | None = None) -> RenderableType:
+    """``offload sessions``: one line per stored session."""
+    now = time.time() if now is None else now
+    listed = list(listed)
+    if not listed:
+        return Text("no sessions yet; start one with `offload chat`")
+    lines = [Text(f"sessions ({len(listed)}, most recent first)", style="bold")]
+    for info in listed:
+        waiting = f"  {pending[info.session_id]} result(s) pending" if pending.get(info.session_id) else ""
+        lines.append(Text(f"  {info.session_id}  used {_age(info.updated_at, now)} ago  {info.message_count} "
+                          f"message(s)  model {info.model or '-'}{waiting}"))
+    return Group(*lines)
 
 
 # -- printing ----------------------------------------------------------------------------------
@@ -122,8 +158,9 @@ def make_console(**options: Any) -> Console:
 class Ui:
     """Console output of chat, run and the demo."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, err_console: Console | None = None) -> None:
         self.console = console or make_console()
+        self.err_console = err_console or make_console(stderr=True)
 
     def say(self, text: str, style: str | None = None) -> None:
         self.console.print(Text(text, style=style or ""), soft_wrap=True)
@@ -135,27 +172,53 @@ class Ui:
         for handle in handles:
             self.say(_describe_handle(handle), style="magenta")
 
-    def result(self, event: dict[str, Any], text: str) -> None:
-        """A landed background result: a header line, then exactly what the agent will read."""
-        title = async_delegation_display_text(event) if event.get("type") == "async_delegation" else event.get("type")
+    def result(self, event: dict[str, Any], text: str, full: bool = False) -> None:
+        """A landed background result: a header, one line per task, and where the full text is.
+
+        ``full`` prints exactly what the agent reads instead of the per-task lines."""
+        delegation_id = event.get("delegation_id")
         origin = " (replayed from the ledger)" if event.get("restored") else ""
-        self.say(f"⇠ background result {event.get('delegation_id')} landed{origin}: {title}", style="bold green")
-        self.console.print(Text(text, style="dim"), soft_wrap=True)
+        if event.get("type") != "async_delegation":
+            self.say(f"⇠ background {event.get('type')} landed{origin}", style="bold green")
+            self.console.print(Text(text, style="dim"), soft_wrap=True)
+            return
+        title = async_delegation_display_text(event)
+        self.say(f"⇠ background result {delegation_id} landed{origin}: {title}", style="bold green")
+        if full:
+            self.console.print(Text(text, style="dim"), soft_wrap=True)
+            return
+        notices = [line for line in text.splitlines() if line.startswith("⚠ ")]  # child text cannot forge one
+        for line in [*notices, *task_lines(event)]:
+            self.console.print(Text("  " + line), soft_wrap=True)
+        self.say(f"  (the agent reads the full result; see it with /show {delegation_id} in the chat or "
+                 f"`offload inbox --show {delegation_id}`)", style="dim")
 
     def error(self, text: str) -> None:
-        self.say(text, style="bold red")
+        """A failure: on stderr, so scripts reading stdout get only answers and results."""
+        self.err_console.print(Text(text, style="bold red"), soft_wrap=True)
+
+    def warn(self, text: str) -> None:
+        """Something the user should know that is not an answer (an interrupt, a stop): stderr."""
+        self.err_console.print(Text(text, style="yellow"), soft_wrap=True)
 
     def show(self, renderable: RenderableType) -> None:
         self.console.print(renderable)
 
 
+def _unit_label(unit: dict[str, Any]) -> str:
+    numbers = ", ".join(str(i + 1) for i in unit.get("task_indexes") or [])
+    what = f"group {unit['group']}: task {numbers}" if unit.get("group") else f"task {numbers}"
+    return f"{unit.get('delegation_id')} ({what})"
+
+
 def _describe_handle(handle: dict[str, Any]) -> str:
     status = handle.get("status")
     if status == "dispatched":
-        units = [u.get("delegation_id") for u in handle.get("units") or []]
-        split = f" as units {', '.join(units)}" if units else ""
-        return (f"↳ delegated {handle.get('count', '?')} task(s) in the background: "
-                f"{handle.get('delegation_id')}{split}")
+        units = handle.get("units") or []
+        if len(units) > 1:  # each unit reports on its own
+            return (f"↳ delegated {handle.get('count', '?')} task(s) in the background, reporting in {len(units)} "
+                    f"parts: {', '.join(_unit_label(u) for u in units)}")
+        return f"↳ delegated {handle.get('count', '?')} task(s) in the background: {handle.get('delegation_id')}"
     if status == "error":
         return f"↳ delegate_task refused: {handle.get('error')}"
     count = len(handle.get("results") or [])

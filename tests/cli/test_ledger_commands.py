@@ -36,7 +36,8 @@ def test_a_unit_whose_owner_died_is_listed_recovered_shown_and_acknowledged():
     ledger.record_unit_child("deleg_dead", {"task_index": 0, "status": "completed", "summary": "alpha done"}, now)
 
     agents = invoke("agents")
-    assert "deleg_dead  running" in agents and "(dead)" in agents and "children done 1/2" in agents
+    assert "deleg_dead  running" in agents and "(dead: `offload inbox` recovers it)" in agents
+    assert "children done 1/2" in agents and "#1 ✓ completed  alpha" in agents and "#2 … running  beta" in agents
     assert "session sess_x" in agents and "group g" in agents
 
     inbox = invoke("inbox")

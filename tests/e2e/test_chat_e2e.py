@@ -61,7 +61,7 @@ def test_a_stalled_child_is_interrupted_and_reported(cli, model_server, write_co
     did = chat.wait_for(HANDLE_RE).group(1)
     mark = chat.mark()
     chat.wait_for(rf"background result {did} landed: Subagent Task Interrupted", start=mark)
-    chat.wait_for(r"status=interrupted", start=mark)
+    chat.wait_for(r"■ slow work \(interrupted, [\d.]+ s\)", start=mark)  # the user's one-line summary
     chat.wait_for(r"agent> The subagent stalled", start=mark)
     chat.send("/quit")
     assert chat.finish() == 0
@@ -100,7 +100,7 @@ def test_slash_stop_interrupts_a_slow_child_and_the_result_is_reported(cli, mode
     chat.send("/stop")
     chat.wait_for(r"stopped 1 background delegation", start=mark)
     chat.wait_for(rf"background result {did} landed: Subagent Task Interrupted", start=mark)
-    chat.wait_for(r"status=interrupted", start=mark)
+    chat.wait_for(r"■ endless \(interrupted", start=mark)
     chat.wait_for(r"agent> Stopped as you asked\.", start=mark)
     chat.send("/quit")
     assert chat.finish() == 0

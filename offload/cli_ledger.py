@@ -1,0 +1,187 @@
+"""``offload agents``, ``inbox``, ``sessions`` and ``stop``: the ledger and the session store as
+any process sees them.
+
+Registered on the app by ``offload.cli``; like it, this module imports only typer at load time
+so ``offload --help`` stays fast. Listing works on a read-only ``$HERMES_HOME``
+(``offload.ledger_view``); anything that writes says so and exits 2 there. Ids may be
+abbreviated to a unique prefix (``offload.ids``).
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from offload.errors import CliError
+
+if TYPE_CHECKING:
+    from offload.ledger_view import LedgerView
+    from offload.views import Ui
+
+_JSON = typer.Option(False, "--json", help="print JSON with stable keys (see the README) instead of text")
+SETTLED_SHOWN = 10
+
+
+def _emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
+           interval_s: float = typer.Option(1.0, "--interval", min=0.2, help="seconds between refreshes"),
+           as_json: bool = _JSON) -> None:
+    """Background delegations as recorded in the ledger, from any process.
+
+    Shows running units (owner alive or not, each child done or running), results awaiting
+    delivery and recently delivered ones. Inside `offload chat`, /agents shows live per-child
+    activity (API calls, current tool, seconds idle)."""
+    from rich.console import Group
+    from rich.live import Live
+
+    from offload import ledger_rows
+    from offload.ledger_view import LedgerView
+    from offload.views import Ui, ledger_finished, ledger_running
+
+    ui = Ui()
+    view = LedgerView(on_read_only=ui.warn)
+    if as_json:
+        _emit_json({"running": [ledger_rows.record(r) for r in view.running()],
+                    "pending": [ledger_rows.record(r) for r in view.pending()],
+                    "recent": [ledger_rows.record(r) for r in view.settled(SETTLED_SHOWN)]})
+        return
+
+    def tables() -> Group:
+        return Group(ledger_running(view.running()), ledger_finished(view.pending(), "finished, awaiting delivery"),
+                     ledger_finished(view.settled(SETTLED_SHOWN), "recently delivered or dropped"))
+    if not watch:
+        ui.show(tables())
+        return
+    with Live(tables(), console=ui.console, refresh_per_second=4) as live:
+        try:
+            while True:
+                time.sleep(interval_s)
+                live.update(tables())
+        except KeyboardInterrupt:
+            pass
+
+
+def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowledge a pending result (repeatable)"),
+          ack_all: bool = typer.Option(False, "--ack-all", help="acknowledge every pending result"),
+          show: Optional[str] = typer.Option(None, "--show", metavar="ID", help="print a result as the agent reads it"),
+          all_rows: bool = typer.Option(False, "--all", help="also list delivered and dropped results"),
+          as_json: bool = _JSON) -> None:
+    """Results waiting for delivery, including those recovered after a crash or restart.
+
+    `offload chat --resume SESSION` delivers them; --ack marks one handled without delivery.
+    IDs may be shortened to a unique prefix (deleg_eb85, or eb85)."""
+    from offload import ledger_rows
+    from offload.ledger_view import LedgerView
+    from offload.views import Ui, ledger_finished
+
+    ui = Ui()
+    view = LedgerView(on_read_only=ui.warn)
+    _recover(ui, view, quiet=as_json)
+    if show:
+        _show(ui, view, show)
+        return
+    pending = view.pending()
+    targets = [row.delegation_id for row in pending] if ack_all else [_pending_id(view, i, pending) for i in ack]
+    if targets:
+        _acknowledge(ui, view, targets)
+        pending = view.pending()
+    if as_json:
+        data = {"pending": [ledger_rows.record(r) for r in pending]}
+        if all_rows:
+            data["settled"] = [ledger_rows.record(r) for r in view.settled(50)]
+        _emit_json(data)
+        return
+    ui.show(ledger_finished(pending, "pending results"))
+    if pending:
+        ui.say("deliver them with `offload chat --resume SESSION` (or `offload run --resume SESSION`); "
+               "`offload inbox --ack ID` drops one without delivering it", style="dim")
+    if all_rows:
+        ui.show(ledger_finished(view.settled(50), "delivered or dropped"))
+
+
+def _recover(ui: Ui, view: LedgerView, quiet: bool) -> None:
+    """Settle rows whose owner died (so they show as pending); skipped on a read-only home."""
+    from tools import async_delegation as engine
+    from delegation.ledger import LedgerError
+
+    if not view.running():  # nothing to recover, and no write on a home that may be read-only
+        return
+    try:
+        recovered = engine.recover_abandoned_delegations()
+    except LedgerError as exc:
+        if exc.kind != "unwritable":
+            raise
+        view.use_read_only()
+        return
+    if recovered and not quiet:
+        ui.say(f"recovered {recovered} delegation(s) whose owner process had exited (finished children keep "
+               "their results; the rest are reported unknown)", style="yellow")
+
+
+def delegation_id(view: LedgerView, wanted: str, rows: list[Any] | None = None) -> str:
+    """The full id ``wanted`` abbreviates, among ``rows`` (default: every listed row)."""
+    from offload.ids import resolve
+
+    if rows is None:
+        exact = view.get(wanted)
+        if exact is not None:
+            return exact.delegation_id
+        rows = [*view.running(), *view.pending(), *view.settled(1000)]
+    return resolve(wanted, (r.delegation_id for r in rows), kind="delegation", id_prefix="deleg_",
+                   listing="offload agents")
+
+
+def _pending_id(view: LedgerView, wanted: str, pending: list[Any]) -> str:
+    try:
+        return delegation_id(view, wanted, pending)
+    except CliError as exc:
+        raise CliError(f"not pending: {wanted} ({exc}); `offload inbox` lists the pending ids") from None
+
+
+def _show(ui: Ui, view: LedgerView, wanted: str) -> None:
+    from tools.process_registry_notifications import format_process_notification
+
+    row = view.get(delegation_id(view, wanted))
+    if row is None or not row.event:
+        raise CliError(f"delegation {wanted!r} has not finished yet; `offload agents` shows what runs")
+    ui.say(format_process_notification(row.event) or "")
+
+
+def _acknowledge(ui: Ui, view: LedgerView, ids: list[str]) -> None:
+    from tools import async_delegation as engine
+    from tools.hermes_home import get_hermes_home
+
+    if view.read_only:
+        raise CliError(f"cannot acknowledge: {get_hermes_home()} is read-only; make it writable first")
+    for full_id in ids:
+        engine.mark_completion_delivered(full_id)
+        ui.say(f"acknowledged {full_id}")
+
+
+def sessions(limit: int = typer.Option(20, "--limit", "-n", min=1, help="how many, most recent first"),
+             as_json: bool = _JSON) -> None:
+    """Stored chat sessions, most recent first: id, last use, messages, model, results pending.
+
+    Continue one with `offload chat --resume ID` (a unique prefix is enough)."""
+    from agent.session_store import SessionStore
+    from offload.ledger_view import LedgerView
+    from offload.views import Ui, sessions_table
+
+    ui = Ui()
+    with SessionStore() as store:
+        listed = store.list_sessions(limit=limit)
+    pending: dict[str, int] = {}
+    for row in LedgerView(on_read_only=ui.warn).pending():
+        session = row.parent_session_id or row.origin_session
+        pending[session] = pending.get(session, 0) + 1
+    if as_json:
+        _emit_json([{"id": s.session_id, "created_at": s.created_at, "updated_at": s.updated_at, "model": s.model,
+                     "title": s.title, "messages": s.message_count, "pending_results": pending.get(s.session_id, 0)}
+                    for s in listed])
+        return
+    ui.show(sessions_table(listed, pending))

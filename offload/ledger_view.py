@@ -1,0 +1,84 @@
+"""The ledger as the CLI lists it (``offload agents``, ``inbox``, ``stop``, id prefixes), from any
+process, and still readable when ``$HERMES_HOME`` is read-only.
+
+The engine's ledger opens ``state.db`` for writing (schema, WAL). On a read-only home or file
+that open fails, yet listing what is there must still work: this view then reopens the file
+read-only (``mode=ro``; ``immutable=1`` when SQLite cannot even create its WAL index on a
+read-only directory) and says so once. Invariant: nothing here writes, and a missing file
+lists as empty without creating one.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Callable, TypeVar
+from urllib.parse import quote
+
+from tools.async_delegation_delivery import current_ledger
+from delegation.ledger import LedgerError, LedgerRow
+from delegation.ledger.sqlite import BUSY_TIMEOUT_S, SqliteLedger
+
+T = TypeVar("T")
+READ_ONLY_NOTE = ("note: {home} is read-only, so this is a read-only listing (no crash recovery, nothing "
+                  "acknowledged); make it writable to deliver or acknowledge results")
+
+
+class _ReadOnlySqliteLedger(SqliteLedger):
+    """The same queries over a read-only connection."""
+
+    def _connection(self, create: bool) -> sqlite3.Connection | None:
+        if self._conn is None:
+            self._conn = _open_read_only(self.path)
+        return self._conn
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    uri = f"file:{quote(str(path))}"
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return conn
+    except sqlite3.OperationalError:  # WAL file: its index cannot be created in a read-only directory
+        conn.close()
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
+class LedgerView:
+    def __init__(self, on_read_only: Callable[[str], None] | None = None) -> None:
+        self._ledger: SqliteLedger = current_ledger()
+        self._on_read_only = on_read_only
+        self.read_only = False
+
+    def _read(self, query: Callable[[SqliteLedger], T], empty: T) -> T:
+        if not self._ledger.exists():
+            return empty
+        try:
+            return query(self._ledger)
+        except LedgerError as exc:
+            if exc.kind != "unwritable" or self.read_only:
+                raise
+            self.use_read_only()
+            return query(self._ledger)
+
+    def use_read_only(self) -> None:
+        """Switch to the read-only connection (after a write was refused) and say so once."""
+        if self.read_only:
+            return
+        self.read_only = True
+        self._ledger = _ReadOnlySqliteLedger(self._ledger.path)
+        if self._on_read_only is not None:
+            self._on_read_only(READ_ONLY_NOTE.format(home=self._ledger.path.parent))
+
+    def running(self) -> list[LedgerRow]:
+        return self._read(lambda ledger: ledger.running_rows(), [])
+
+    def pending(self) -> list[LedgerRow]:
+        """Finished rows whose result has not been acknowledged, oldest first."""
+        return self._read(lambda ledger: ledger.pending_rows(), [])
+
+    def settled(self, limit: int = 20) -> list[LedgerRow]:
+        """Delivered or dropped rows, most recently updated first."""
+        return self._read(lambda ledger: ledger.settled_rows(limit), [])
+
+    def get(self, delegation_id: str) -> LedgerRow | None:
+        return self._read(lambda ledger: ledger.get(delegation_id), None)

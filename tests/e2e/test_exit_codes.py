@@ -1,0 +1,97 @@
+"""``offload run`` tells scripts what happened: the README's exit codes, errors on stderr.
+
+Each case runs the real CLI as a subprocess and checks the exit code, the stream the message
+went to, and the message itself.
+"""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from offload.model_server import hang_reply, text_reply
+from tests.e2e.conftest import cli_env, scripted_parent
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+
+def offload(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,
+                          env=cli_env(**env), timeout=80, stdin=subprocess.DEVNULL)
+
+
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on (a port the OS just handed out and took back)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_an_unreachable_endpoint_exits_3_with_the_error_on_stderr():
+    done = offload("run", "hello", OFFLOAD_BASE_URL=closed_port_url(), OFFLOAD_MODEL="any")
+    assert done.returncode == 3, done
+    assert "agent error: could not reach http://127.0.0.1:" in done.stderr
+    assert "could not reach" not in done.stdout  # stdout carries answers only
+    assert "Traceback" not in done.stderr
+
+
+def test_a_model_the_endpoint_does_not_know_exits_4(model_server):
+    server = model_server(text_reply("unused"), model_ids=("demo-model",))
+    done = offload("run", "hello", OFFLOAD_BASE_URL=server.url, OFFLOAD_MODEL="no-such-model")
+    assert done.returncode == 4, done
+    assert "model 'no-such-model' does not exist" in done.stderr
+    assert "does not exist" not in done.stdout
+
+
+def test_ctrl_c_during_the_turn_exits_130(model_server, write_config):
+    server = model_server(hang_reply("thinking…"))
+    write_config(server)
+    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "hello"], env=cli_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        assert server.wait_for_requests(1, timeout_s=60), "the turn never reached the model"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "(turn interrupted)" in err
+    assert "Traceback" not in err
+
+
+def test_a_success_exits_0_and_keeps_stderr_quiet(model_server, write_config):
+    write_config(model_server(text_reply("Hi there.")))
+    done = offload("run", "hello")
+    assert done.returncode == 0, done
+    assert "agent> Hi there." in done.stdout
+    assert done.stderr == ""
+
+
+def test_a_bad_base_url_in_the_environment_is_blamed_on_the_variable():
+    done = offload("run", "hello", OFFLOAD_BASE_URL="not-a-url")
+    assert done.returncode == 2, done
+    [line] = done.stderr.strip().splitlines()
+    assert "$OFFLOAD_BASE_URL" in line and "Fix or unset $OFFLOAD_BASE_URL" in line
+    assert "Fix the file" not in line
+
+
+def test_run_with_the_demo_model_needs_no_key_and_says_it_is_not_a_real_model():
+    done = offload("run", "--demo-model", "Compare YAML and TOML")
+    assert done.returncode == 0, done
+    out = done.stdout
+    assert "demo model: a scripted server on http://127.0.0.1:" in out and "NOT a real model" in out
+    assert "delegated 3 task(s) in the background" in out
+    assert "landed: Subagent Task" in out
+    assert "agent> " in out
+
+
+def test_chat_with_the_demo_model_answers_and_leaves_cleanly():
+    proc = subprocess.run([sys.executable, "-m", "offload", "chat", "--demo-model"], input="hello\n/quit\n",
+                          capture_output=True, text=True, env=cli_env(), timeout=80)
+    assert proc.returncode == 0, proc
+    assert "NOT a real model" in proc.stdout and "model demo-model at http://127.0.0.1:" in proc.stdout
+    assert "landed: Subagent Task" in proc.stdout
