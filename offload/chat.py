@@ -22,7 +22,7 @@ from offload.driver import POLL_S, SessionDriver
 from offload.views import live_roster
 
 HELP = ("commands: /agents (live roster of background subagents), /stop (interrupt them), "
-        "/quit (wait for their results, then leave), /help")
+        "/show ID (a result in full, as the agent read it), /quit (wait for their results, then leave), /help")
 _EOF = None
 
 
@@ -84,6 +84,8 @@ class ChatLoop:
             stopped = self.driver.stop_background()
             self.ui.say(f"stopped {stopped} background delegation(s); their results will be reported here",
                         style="yellow")
+        elif line.startswith("/show"):
+            self._show(line.removeprefix("/show").strip())
         elif line in ("/help", "/?"):
             self.ui.say(HELP)
         elif line.startswith("/") and line != "/quit":
@@ -91,3 +93,15 @@ class ChatLoop:
         else:
             return False
         return True
+
+    def _show(self, wanted: str) -> None:
+        from offload.cli_ledger import full_result
+        from offload.ledger_view import LedgerView
+
+        if not wanted:
+            self.ui.error("usage: /show ID (the id in the result's header; a unique prefix is enough)")
+            return
+        try:
+            self.ui.say(full_result(LedgerView(), wanted))
+        except Exception as exc:  # CliError, or a ledger problem: said here, the chat goes on
+            self.ui.error(str(exc))

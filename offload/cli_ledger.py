@@ -144,12 +144,17 @@ def _pending_id(view: LedgerView, wanted: str, pending: list[Any]) -> str:
 
 
 def _show(ui: Ui, view: LedgerView, wanted: str) -> None:
+    ui.say(full_result(view, wanted))
+
+
+def full_result(view: LedgerView, wanted: str) -> str:
+    """A finished delegation's result exactly as the agent reads it (``wanted``: an id or prefix)."""
     from tools.process_registry_notifications import format_process_notification
 
     row = view.get(delegation_id(view, wanted))
     if row is None or not row.event:
         raise CliError(f"delegation {wanted!r} has not finished yet; `offload agents` shows what runs")
-    ui.say(format_process_notification(row.event) or "")
+    return format_process_notification(row.event) or ""
 
 
 def _acknowledge(ui: Ui, view: LedgerView, ids: list[str]) -> None:

@@ -15,7 +15,7 @@ from typing import Callable, TypeVar
 from urllib.parse import quote
 
 from tools.async_delegation_delivery import current_ledger
-from delegation.ledger import LedgerError, LedgerRow
+from delegation.ledger import DelegationLedger, LedgerError, LedgerRow
 from delegation.ledger.sqlite import BUSY_TIMEOUT_S, SqliteLedger
 
 T = TypeVar("T")
@@ -45,24 +45,24 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
 
 class LedgerView:
     def __init__(self, on_read_only: Callable[[str], None] | None = None) -> None:
-        self._ledger: SqliteLedger = current_ledger()
+        self._ledger: DelegationLedger = current_ledger()
         self._on_read_only = on_read_only
         self.read_only = False
 
-    def _read(self, query: Callable[[SqliteLedger], T], empty: T) -> T:
+    def _read(self, query: Callable[[DelegationLedger], T], empty: T) -> T:
         if not self._ledger.exists():
             return empty
         try:
             return query(self._ledger)
         except LedgerError as exc:
-            if exc.kind != "unwritable" or self.read_only:
+            if exc.kind != "unwritable" or self.read_only or not isinstance(self._ledger, SqliteLedger):
                 raise
             self.use_read_only()
             return query(self._ledger)
 
     def use_read_only(self) -> None:
         """Switch to the read-only connection (after a write was refused) and say so once."""
-        if self.read_only:
+        if self.read_only or not isinstance(self._ledger, SqliteLedger):
             return
         self.read_only = True
         self._ledger = _ReadOnlySqliteLedger(self._ledger.path)

@@ -102,5 +102,9 @@ def test_slash_stop_interrupts_a_slow_child_and_the_result_is_reported(cli, mode
     chat.wait_for(rf"background result {did} landed: Subagent Task Interrupted", start=mark)
     chat.wait_for(r"■ endless \(interrupted", start=mark)
     chat.wait_for(r"agent> Stopped as you asked\.", start=mark)
+    mark = chat.mark()
+    chat.send(f"/show {did[len('deleg_'):][:6]}")  # the full block, by a unique id prefix
+    chat.wait_for(rf"\[ASYNC DELEGATION (BATCH )?COMPLETE — {did}\]", start=mark)
+    chat.wait_for(r"status=interrupted", start=mark)
     chat.send("/quit")
     assert chat.finish() == 0

@@ -1,0 +1,76 @@
+"""``offload sessions``, unique id prefixes, and the ``--json`` listings scripts rely on."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from delegation.ledger import DispatchRow
+from offload.model_server import text_reply
+from tests.e2e.conftest import cli_env
+from tools.async_delegation_delivery import current_ledger
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+
+def offload(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,
+                          env=cli_env(), timeout=80, stdin=subprocess.DEVNULL)
+
+
+def test_sessions_are_listed_and_resumed_by_a_unique_prefix(model_server, write_config):
+    write_config(model_server(text_reply("Hello.")))
+    ids = []
+    for _ in range(2):
+        done = offload("run", "hi")
+        assert done.returncode == 0, done
+        ids.append(re.search(r"session (sess_[0-9a-f]+)", done.stdout).group(1))
+
+    listed = offload("sessions")
+    assert listed.returncode == 0, listed
+    assert all(sid in listed.stdout for sid in ids) and "3 message(s)" in listed.stdout  # system, user, answer
+    as_json = json.loads(offload("sessions", "--json").stdout)
+    assert [s["id"] for s in as_json] == ids[::-1]  # most recent first
+    assert {s["messages"] for s in as_json} == {3} and as_json[0]["pending_results"] == 0
+
+    short = ids[0][len("sess_"):][:8]
+    resumed = offload("run", "--resume", short, "again")
+    assert resumed.returncode == 0, resumed
+    assert f"session {ids[0]}" in resumed.stdout
+
+    ambiguous = offload("run", "--resume", "sess_", "again")
+    assert ambiguous.returncode == 2, ambiguous
+    assert "'sess_' matches 2 sessions" in ambiguous.stderr and ids[1] in ambiguous.stderr
+    unknown = offload("chat", "--resume", "sess_zzz")
+    assert unknown.returncode == 2 and "no session 'sess_zzz'; `offload sessions` lists them" in unknown.stderr
+
+
+def test_agents_json_has_the_documented_keys_and_per_child_status():
+    now = time.time()
+    ledger = current_ledger()
+    task = {"goal": "2 parallel subagents", "goals": ["alpha", "beta"], "is_batch": True}
+    ledger.persist_dispatch(DispatchRow("deleg_abc123", "sess_j", now - 3, task, parent_session_id="sess_j",
+                                        owner_pid=os.getpid()), now)
+    ledger.record_unit_child("deleg_abc123", {"task_index": 1, "status": "completed", "summary": "b",
+                                              "duration_seconds": 0.03}, now)
+    ledger.close()
+
+    done = offload("agents", "--json")
+    assert done.returncode == 0, done
+    data = json.loads(done.stdout)
+    assert set(data) == {"running", "pending", "recent"}
+    [row] = data["running"]
+    assert {"id", "session", "label", "state", "dispatched_at", "completed_at", "delivery_state",
+            "delivery_attempts", "owner_pid", "owner", "children"} <= set(row)
+    assert (row["id"], row["session"], row["state"], row["owner"]) == ("deleg_abc123", "sess_j", "running", "running")
+    assert row["children"] == [
+        {"task": 1, "goal": "alpha", "status": "running", "duration_seconds": None},
+        {"task": 2, "goal": "beta", "status": "completed", "duration_seconds": 0.03},  # done: no idle clock
+    ]
+    text = offload("agents").stdout
+    assert "owner" in text and "(alive)" in text and "#2 ✓ completed 0.0 s  beta" in text
