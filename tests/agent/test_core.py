@@ -18,6 +18,7 @@ from tools.toolspec import Tool, ToolContext, ToolError
 
 RESULT_KEYS = {
     "final_response", "completed", "exit_reason", "api_calls", "messages", "error", "model", "interrupted", "usage",
+    "error_kind",
 }
 
 
@@ -197,6 +198,7 @@ def test_model_error_ends_the_run_with_its_message(fake_toolsets, tmp_path):
     result = make_agent(ScriptedLLM(reject), tmp_path).run_conversation("go")
     assert (result["exit_reason"], result["completed"], result["interrupted"]) == ("error", False, False)
     assert result["error"] == "HTTP 404: model 'm-1' does not exist at x: gone"
+    assert result["error_kind"] == "model"  # the CLI exits 4 on it
     assert result["final_response"] is None and result["api_calls"] == 1
 
 
@@ -210,6 +212,7 @@ def test_a_toolset_that_fails_to_load_is_an_error_result(tmp_path):
     finally:
         unregister_toolset("broken")
     assert result["exit_reason"] == "error" and "ImportError" in result["error"]
+    assert result["error_kind"] == "internal"
 
 
 # --- interrupts ---------------------------------------------------------------------------
@@ -423,6 +426,7 @@ def test_real_client_error_becomes_an_error_result(fake_toolsets, tmp_path):
     result = make_agent(llm, tmp_path).run_conversation("go")
     assert result["exit_reason"] == "error"
     assert result["error"].startswith(f"HTTP 404: model 'm-1' does not exist at {BASE_URL}")
+    assert result["error_kind"] == "model"
 
 
 @pytest.mark.timeout(10)
