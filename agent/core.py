@@ -29,6 +29,7 @@ from agent.llm import AssistantTurn, LLMClient, LLMError, ModelNotFoundError
 from agent.prompts import default_system_prompt
 from agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from agent.toolsets import KNOWN_TOOLSETS, resolve_tools, validate_toolsets
+from delegation.observers import span
 from tools.toolspec import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -193,12 +194,15 @@ class AIAgent:
         run.api_calls += 1
         self._activity.api_call_started()
         try:
-            return self.llm.stream_turn(
-                run.messages,
-                [tool.schema() for tool in self.tools],
-                on_activity=self._activity.touch,
-                should_stop=self._should_stop,
-            )
+            with span("offload.model_call", model=self.model) as traced:
+                turn = self.llm.stream_turn(
+                    run.messages,
+                    [tool.schema() for tool in self.tools],
+                    on_activity=self._activity.touch,
+                    should_stop=self._should_stop,
+                )
+                traced.set(**(turn.usage or {}), finish_reason=turn.finish_reason, tool_calls=len(turn.tool_calls))
+            return turn
         finally:
             self._activity.touch()  # API call finished (or failed): still a sign of life
 
@@ -235,7 +239,8 @@ class AIAgent:
                 output = INTERRUPTED_BEFORE_START
             else:
                 run.tool_counts[call["name"]] += 1
-                output = execute_tool_call(call, tools_by_name, ctx, self._activity)
+                with span("offload.tool_call", tool=call["name"]):
+                    output = execute_tool_call(call, tools_by_name, ctx, self._activity)
             run.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 
     def _clear_interrupt(self) -> None:

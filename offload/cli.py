@@ -204,10 +204,22 @@ def _user_error(exc: Exception) -> str | None:
     return describe(exc)
 
 
+def _install_tracing() -> None:
+    """OpenTelemetry traces when the standard OTEL_* variables ask for them (README: Dashboard and telemetry)."""
+    from offload.telemetry import install_tracing_from_env
+
+    try:
+        install_tracing_from_env()
+    except ImportError as exc:
+        raise CliError(f"OTEL_* variables ask for traces, but {exc.name} is missing: "
+                       "pip install 'offload[dashboard]', or unset them") from None
+
+
 def main() -> None:
     from offload.exit_codes import ExitCode
 
     try:
+        _install_tracing()
         app(prog_name="offload")
     except KeyboardInterrupt:
         _fail("interrupted", ExitCode.INTERRUPTED)

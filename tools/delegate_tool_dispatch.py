@@ -9,12 +9,14 @@ synchronously with a note saying so.
 """
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 import time
 from dataclasses import replace
 from typing import Any, Callable
 
+from delegation.observers import span
 from tools import async_delegation as ad
 from tools import delegate_tool as dt
 
@@ -143,18 +145,22 @@ def _run_children(unit: dt.Batch, on_entry: Callable[[dict], Any] | None,
     def run_one(index: int, child: Any) -> None:
         task = unit.tasks[index]
         started = time.monotonic()
-        try:
-            entry = dt._run_single_child(index, task.goal, child=child, parent_agent=unit.parent,
-                                         context=task.context or unit.context)
-        except BaseException as exc:  # a child that raised is an "error" task, not a dead unit
-            entry = dt._fabricated_entry(index, "error", f"{type(exc).__name__}: {exc}", child, started)
+        with span("offload.subagent", task_index=index, goal=task.goal[:200]) as traced:
+            try:
+                entry = dt._run_single_child(index, task.goal, child=child, parent_agent=unit.parent,
+                                             context=task.context or unit.context)
+            except BaseException as exc:  # a child that raised is an "error" task, not a dead unit
+                entry = dt._fabricated_entry(index, "error", f"{type(exc).__name__}: {exc}", child, started)
+            traced.set(status=entry.get("status"), api_calls=entry.get("api_calls"))
         done.put(entry)
 
     if len(jobs) == 1:
         run_one(*jobs[0])
     else:
         for index, child in jobs:
-            threading.Thread(target=run_one, args=(index, child), name=f"delegate-child-{index}", daemon=True).start()
+            # Each child thread runs in a copy of the unit's context (session variables, the trace).
+            threading.Thread(target=contextvars.copy_context().run, args=(run_one, index, child),
+                             name=f"delegate-child-{index}", daemon=True).start()
     return _collect(unit, done, len(jobs), on_entry, honor_parent_interrupt)
 
 

@@ -1,0 +1,58 @@
+"""A delegation owner for the cross-process trace test: traces to a JSON-lines file, runs
+one 2-child unit whose first child finishes (span exported, child recorded in the ledger)
+and whose second never does, prints READY, and waits to be SIGKILLed.
+
+Usage: python trace_owner.py SPANS_FILE   (HERMES_HOME from the environment)
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from delegation import observers
+from offload.telemetry import tracing
+from tools import async_delegation as ad
+
+
+class JsonLines(SpanExporter):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def export(self, spans) -> SpanExportResult:
+        with open(self.path, "a", encoding="utf-8") as out:
+            for span in spans:
+                out.write(json.dumps({"name": span.name, "trace_id": f"{span.context.trace_id:032x}",
+                                      "span_id": f"{span.context.span_id:016x}",
+                                      "parent_id": f"{span.parent.span_id:016x}" if span.parent else None}) + "\n")
+        return SpanExportResult.SUCCESS
+
+
+def main(spans_file: str) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(JsonLines(spans_file)))
+    tracing.install(provider.get_tracer("owner"))
+    dispatched, forever = threading.Event(), threading.Event()
+    unit: dict[str, str] = {}
+
+    def runner() -> dict:
+        dispatched.wait()
+        with observers.span("offload.subagent", task_index=0):
+            pass
+        ad.record_unit_child(unit["id"], {"task_index": 0, "status": "completed", "summary": "first result"})
+        print("READY", unit["id"], flush=True)
+        forever.wait()
+        return {}
+
+    handle = ad.dispatch_async_delegation_batch(goals=["first", "second"], context=None, toolsets=None, role=None,
+                                                model="m", session_key="sess-kill", runner=runner)
+    unit["id"] = handle["delegation_id"]
+    dispatched.set()
+    forever.wait()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
