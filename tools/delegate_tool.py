@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Batch:
-    """One delegate_task call: its tasks, built children and where results must go."""
+    """One delegate_task call (or one completion unit of it): its tasks and where results go.
+
+    ``children`` holds one slot per task this batch runs, ``None`` until the worker that runs
+    the task has built its child; ``cancelled`` is set when the batch is stopped.
+    """
 
     tasks: list[TaskArgs]
     children: list[Any]
@@ -38,6 +43,8 @@ class Batch:
     role: str = "leaf"
     indexes: list[int] = field(default_factory=list)  # task indexes this batch (or unit) runs
     group: str | None = None
+    budget: int = 50  # max_iterations of each child
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
     @property
     def goals(self) -> list[str]:
@@ -199,13 +206,10 @@ def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConf
         return {"status": "error", "error": problem}
     background = args.background if args.background is not None else (cfg.background and depth == 0)
     routing = dispatch.capture_routing(parent) if background else None  # before any child is built
-    batch = Batch(tasks=task_list, children=[], parent=parent, cfg=cfg, creds=creds, context=args.context,
-                  role=args.role or "leaf", indexes=list(range(len(task_list))))
-    budget = args.max_iterations or cfg.max_iterations
-    for i, task in enumerate(task_list):
-        batch.children.append(_build_child_agent(
-            task_index=i, goal=task.goal, context=task.context or args.context, toolsets=task.toolsets,
-            role=batch.role, creds=creds, max_iterations=budget, parent_agent=parent))
+    # Children are built later, each on the worker that runs it (tools/delegate_children.py).
+    batch = Batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
+                  context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
+                  budget=args.max_iterations or cfg.max_iterations)
     if routing is None:
         return dispatch.run_sync(batch)
     if not routing["async_delivery"]:

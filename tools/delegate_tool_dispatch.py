@@ -9,16 +9,15 @@ synchronously with a note saying so.
 """
 from __future__ import annotations
 
-import contextvars
-import queue
 import threading
 import time
 from dataclasses import replace
 from typing import Any, Callable
 
-from delegation.observers import span
 from tools import async_delegation as ad
+from tools import delegate_children as kids
 from tools import delegate_tool as dt
+from tools.delegate_children import progress_token as _batch_progress_token  # noqa: F401 - historic name
 
 _NOTES = {
     "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
@@ -62,8 +61,8 @@ def _units_of(batch: dt.Batch) -> list[dt.Batch]:
             groups[group] = [i]
             plan.append((group, groups[group]))
     position = {index: k for k, index in enumerate(batch.indexes)}
-    return [replace(batch, indexes=indexes, group=group, children=[batch.children[position[i]] for i in indexes])
-            for group, indexes in plan]
+    return [replace(batch, indexes=indexes, group=group, children=[None] * len(indexes),
+                    cancelled=threading.Event()) for group, indexes in plan]
 
 
 def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +82,7 @@ def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, A
             elif k == 0:
                 return run_sync(batch, note="at_capacity")
             else:  # a later unit can only fail to schedule, never at capacity: run it here
-                inline.extend(_run_children(unit, None, honor_parent_interrupt=True))
+                inline.extend(kids.run_children(unit, None, honor_parent_interrupt=True))
     finally:
         if slot_key is not None and len(units) > 1:
             ad.release_slot_hold(slot_key)
@@ -104,16 +103,16 @@ def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: i
         goals=unit.goals, context=unit.context, toolsets=None, role=unit.role, model=unit.creds.get("model"),
         session_key=routing["session_key"], parent_session_id=routing["parent_session_id"],
         origin_ui_session_id=routing["origin_ui_session_id"], origin_session_id=routing["origin_session_id"],
-        runner=_unit_runner(unit, unit_id), interrupt_fn=lambda: _signal_child_stop(unit.children),
+        runner=_unit_runner(unit, unit_id), interrupt_fn=lambda: kids.stop(unit),
         max_async_children=cap, delegation_id=unit_id, slot_key=slot_key,
         task_indexes=None if whole_call else unit.indexes, group=unit.group,
-        progress_fn=_batch_progress_token(unit.children), origin=routing["origin"], hold_slot=hold_slot)
+        progress_fn=kids.progress_token(unit.children), origin=routing["origin"], hold_slot=hold_slot)
 
 
 def _unit_runner(unit: dt.Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
     def run() -> dict[str, Any]:
         started = time.monotonic()
-        entries = _run_children(unit, lambda entry: ad.record_unit_child(unit_id, entry))
+        entries = kids.run_children(unit, lambda entry: ad.record_unit_child(unit_id, entry))
         out: dict[str, Any] = {"results": _finalize_child_results(entries, unit),
                                "total_duration_seconds": round(time.monotonic() - started, 2)}
         if unit.group:
@@ -124,68 +123,12 @@ def _unit_runner(unit: dt.Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
 
 def run_sync(batch: dt.Batch, note: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
-    _attach(batch)
-    try:
-        entries = _run_children(batch, None, honor_parent_interrupt=True)
-    finally:
-        _detach(batch)
+    entries = kids.run_children(batch, None, honor_parent_interrupt=True)
     out: dict[str, Any] = {"status": "completed", "mode": "sync", "results": _finalize_child_results(entries, batch),
                            "total_duration_seconds": round(time.monotonic() - started, 2)}
     if note:
         out["note"] = _NOTES[note].format(cap=batch.cfg.max_concurrent_children)
     return out
-
-
-def _run_children(unit: dt.Batch, on_entry: Callable[[dict], Any] | None,
-                  honor_parent_interrupt: bool = False) -> list[dict[str, Any]]:
-    """Run the unit's children in parallel; hand each entry to ``on_entry`` as it lands."""
-    done: queue.Queue[dict[str, Any]] = queue.Queue()
-    jobs = list(zip(unit.indexes, unit.children))
-
-    def run_one(index: int, child: Any) -> None:
-        task = unit.tasks[index]
-        started = time.monotonic()
-        with span("offload.subagent", task_index=index, goal=task.goal[:200]) as traced:
-            try:
-                entry = dt._run_single_child(index, task.goal, child=child, parent_agent=unit.parent,
-                                             context=task.context or unit.context)
-            except BaseException as exc:  # a child that raised is an "error" task, not a dead unit
-                entry = dt._fabricated_entry(index, "error", f"{type(exc).__name__}: {exc}", child, started)
-            traced.set(status=entry.get("status"), api_calls=entry.get("api_calls"))
-        done.put(entry)
-
-    if len(jobs) == 1:
-        run_one(*jobs[0])
-    else:
-        for index, child in jobs:
-            # Each child thread runs in a copy of the unit's context (session variables, the trace).
-            threading.Thread(target=contextvars.copy_context().run, args=(run_one, index, child),
-                             name=f"delegate-child-{index}", daemon=True).start()
-    return _collect(unit, done, len(jobs), on_entry, honor_parent_interrupt)
-
-
-def _collect(unit: dt.Batch, done: queue.Queue, expected: int, on_entry, honor_parent_interrupt: bool) -> list:
-    entries: list[dict[str, Any]] = []
-    deadline = None
-    while len(entries) < expected:
-        try:
-            entry = done.get(timeout=0.2)
-        except queue.Empty:
-            if honor_parent_interrupt and deadline is None and getattr(unit.parent, "_interrupt_requested", False) is True:
-                _signal_child_stop(unit.children)
-                deadline = time.monotonic() + 10.0  # children get this long to unwind
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            continue
-        entries.append(entry)
-        if on_entry is not None:
-            on_entry(entry)
-    seen = {e.get("task_index") for e in entries}
-    for index, child in zip(unit.indexes, unit.children):
-        if index not in seen:
-            entries.append(dt._fabricated_entry(index, "interrupted", "the parent was interrupted", child,
-                                                time.monotonic()))
-    return entries
 
 
 def _finalize_child_results(entries: list[dict[str, Any]], unit: dt.Batch) -> list[dict[str, Any]]:
@@ -201,52 +144,3 @@ def _finalize_child_results(entries: list[dict[str, Any]], unit: dt.Batch) -> li
             clean["summary_truncated"] = True
         results.append(clean)
     return results
-
-
-def _batch_progress_token(children: list[Any]) -> Callable[[], tuple[tuple, bool]]:
-    def sample() -> tuple[tuple, bool]:
-        token, in_tool = [], False
-        for child in children:
-            try:
-                summary = child.get_activity_summary()
-            except Exception:
-                summary = None
-            if not isinstance(summary, dict):
-                token.append(None)
-                continue
-            tool = summary.get("current_tool")
-            in_tool = in_tool or bool(tool)
-            token.append((summary.get("api_call_count"), tool, summary.get("last_activity_ts")))
-        return tuple(token), in_tool
-    return sample
-
-
-def _signal_child_stop(children: list[Any]) -> None:
-    for child in children:
-        try:
-            child.interrupt("Async delegation cancelled")
-        except Exception:
-            pass  # one broken child must not keep its siblings running
-
-
-def _attach(batch: dt.Batch) -> None:
-    """Synchronous children belong to the parent's turn: a parent interrupt reaches them."""
-    _with_children_list(batch.parent, lambda kids: kids.extend(batch.children))
-
-
-def _detach(batch: dt.Batch) -> None:
-    def drop(kids: list) -> None:
-        kids[:] = [c for c in kids if not any(c is b for b in batch.children)]
-    _with_children_list(batch.parent, drop)
-
-
-def _with_children_list(parent: Any, change: Callable[[list], Any]) -> None:
-    kids = getattr(parent, "_active_children", None)
-    if not isinstance(kids, list):
-        return
-    lock = getattr(parent, "_active_children_lock", None)
-    if lock is None:
-        change(kids)
-        return
-    with lock:
-        change(kids)
