@@ -21,7 +21,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from agent.activity import ActivityTracker
 from agent.child import derive_child_settings
@@ -57,7 +57,7 @@ class _Run:
     last_content: str | None = None  # latest non-blank assistant text, the partial answer
     answer: str | None = None  # the final reply's text, set only when the run completes
     tool_counts: Counter[str] = field(default_factory=Counter)
-    usage: Counter[str] = field(default_factory=Counter)
+    usage: Counter[str] = field(default_factory=Counter)  # token counts, and cost_usd when reported
 
 
 class AIAgent:
@@ -100,6 +100,9 @@ class AIAgent:
         self._llm = llm
         self._owns_llm = llm is None
         self._tools: list[Tool] | None = None
+        # Session totals: this agent's runs plus what its subagents add (see add_usage).
+        self.usage_totals: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+        self._usage_lock = threading.Lock()
 
     # --- collaborators, built on first use ------------------------------------------------
 
@@ -142,6 +145,17 @@ class AIAgent:
             except Exception:  # one broken child must not shield its siblings
                 logger.exception("interrupting a child agent failed")
 
+    def add_usage(self, usage: Mapping[str, Any]) -> None:
+        """Add tokens and cost to the session totals: a run of this agent, or subagents' usage
+        rolled up by ``delegate_task`` (inline children at once, background ones on delivery).
+        A cost stays None (unknown) until some run reports one. Thread-safe."""
+        with self._usage_lock:
+            for key in ("input_tokens", "output_tokens"):
+                self.usage_totals[key] += int(usage.get(key) or 0)
+            cost = usage.get("cost_usd")
+            if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+                self.usage_totals["cost_usd"] = (self.usage_totals["cost_usd"] or 0.0) + float(cost)
+
     def get_activity_summary(self) -> dict[str, Any]:
         return self._activity.summary()
 
@@ -165,6 +179,9 @@ class AIAgent:
             self._clear_interrupt()
         result = self._result(run, exit_reason, error, interrupt_message)
         result["error_kind"] = error_kind
+        usage = result["usage"]
+        self.add_usage({"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+                        "cost_usd": usage.get("cost_usd")})
         return result
 
     def _opening_messages(self, user_message: str, history: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -264,10 +281,7 @@ class AIAgent:
             "error": error,
             "model": self.model,
             "interrupted": exit_reason == "interrupted",
-            "usage": {
-                "prompt_tokens": run.usage["prompt_tokens"],
-                "completion_tokens": run.usage["completion_tokens"],
-            },
+            "usage": _usage_of(run),
         }
 
     # --- children ---------------------------------------------------------------------------
@@ -307,6 +321,14 @@ class AIAgent:
         child._subagent_id = subagent_id or f"sa-{task_index}-{uuid.uuid4().hex[:8]}"
         child._delegate_role = derived.role
         return child
+
+
+def _usage_of(run: _Run) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": run.usage["prompt_tokens"],
+                             "completion_tokens": run.usage["completion_tokens"]}
+    if "cost_usd" in run.usage:  # only when the provider reported one: unknown is not zero
+        usage["cost_usd"] = run.usage["cost_usd"]
+    return usage
 
 
 def _progress_note(run: _Run, exit_reason: str, interrupt_message: str | None) -> str:

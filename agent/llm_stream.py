@@ -113,9 +113,13 @@ class TurnAssembler:
         return AssistantTurn(content, calls, finish, self._usage)
 
 
-def _usage_dict(usage: Any) -> dict[str, int]:
+def _usage_dict(usage: Any) -> dict[str, Any]:
     keys = ("prompt_tokens", "completion_tokens", "total_tokens")
-    return {key: int(getattr(usage, key, 0) or 0) for key in keys}
+    out: dict[str, Any] = {key: int(getattr(usage, key, 0) or 0) for key in keys}
+    cost = getattr(usage, "cost", None)  # reported by some providers (e.g. OpenRouter), in USD
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        out["cost_usd"] = float(cost)
+    return out
 
 
 class StreamPump:

@@ -22,6 +22,7 @@ from offload.inbox import Delivery, SessionInbox
 from offload.runtime import Conversation, TurnResult, apply_engine_tuning, open_conversation
 from offload.views import Ui
 from tools.async_delegation import get_durable_delegation, interrupt_for_session, list_async_delegations
+from tools.delegate_usage import roll_up_event
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class SessionDriver:
             self.ui.error(f"could not inject result {item.delegation_id} ({exc}); it stays queued and is retried")
             return
         self.inbox.acknowledge(item)
+        roll_up_event(self.conversation.agent, item.event)  # background subagents count once delivered
         self.show_turn(result)
 
     def units(self) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from tools.delegate_args import DELEGATE_TASK_SCHEMA, KNOWN_TOOLSETS, DelegateArgs, TaskArgs
 from tools.delegate_config import ConfigError, DelegationConfig, load_delegation_config
+from tools.delegate_usage import entry_usage_fields
 from tools.toolspec import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ def _run_single_child(task_index: int, goal: str, child: Any = None, parent_agen
     entry = {"task_index": task_index, "status": status, "summary": summary if usable else None,
              "api_calls": int(out.get("api_calls") or 0), "duration_seconds": round(time.monotonic() - started, 2),
              "model": out.get("model") or _str_attr(child, "model"), "exit_reason": exit_reason,
-             "truncated": exit_reason == "max_iterations"}
+             "truncated": exit_reason == "max_iterations", **entry_usage_fields(out)}
     if out.get("error"):
         entry["error"] = str(out["error"])
     elif status == "failed":

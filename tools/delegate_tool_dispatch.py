@@ -18,6 +18,7 @@ from tools import async_delegation as ad
 from tools import delegate_children as kids
 from tools import delegate_tool as dt
 from tools.delegate_children import progress_token as _batch_progress_token  # noqa: F401 - historic name
+from tools.delegate_usage import roll_up, sum_usage
 
 _NOTES = {
     "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
@@ -93,6 +94,8 @@ def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, A
         handle["units"] = handles
     if inline:
         handle["inline_results"] = _finalize_child_results(inline, batch)
+        handle["usage"] = sum_usage(handle["inline_results"])
+        roll_up(batch.parent, handle["usage"])
     return handle
 
 
@@ -124,8 +127,10 @@ def _unit_runner(unit: dt.Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
 def run_sync(batch: dt.Batch, note: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
     entries = kids.run_children(batch, None, honor_parent_interrupt=True)
-    out: dict[str, Any] = {"status": "completed", "mode": "sync", "results": _finalize_child_results(entries, batch),
+    results = _finalize_child_results(entries, batch)
+    out: dict[str, Any] = {"status": "completed", "mode": "sync", "results": results, "usage": sum_usage(results),
                            "total_duration_seconds": round(time.monotonic() - started, 2)}
+    roll_up(batch.parent, out["usage"])  # inline children count now; background ones on delivery
     if note:
         out["note"] = _NOTES[note].format(cap=batch.cfg.max_concurrent_children)
     return out

@@ -1,0 +1,72 @@
+"""Token and cost roll-up of subagents into their parent's totals.
+
+A child's result entry carries ``tokens`` ({"input", "output"}) and ``cost_usd`` (None when the
+provider did not report a cost). Children run inline (sync mode, or a unit that ran in place)
+are added to the parent's totals when the tool returns; background children's usage travels
+in their result entries and is added when the result is delivered (``roll_up_event``), so a
+result is counted once, by the session that reads it.
+
+The parent is duck-typed: anything with ``add_usage(mapping)`` is rolled into, anything else is
+left alone (a parent that does not keep totals is not an error).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Mapping
+
+logger = logging.getLogger(__name__)
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "cost_usd")
+
+
+def entry_usage_fields(out: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``tokens`` / ``cost_usd`` fields of a result entry, from a child run's result."""
+    usage = out.get("usage") if isinstance(out.get("usage"), Mapping) else {}
+    cost = usage.get("cost_usd")
+    return {"tokens": {"input": _count(usage.get("prompt_tokens")), "output": _count(usage.get("completion_tokens"))},
+            "cost_usd": float(cost) if _is_number(cost) else None}
+
+
+def sum_usage(entries: Iterable[Any]) -> dict[str, Any]:
+    """Totals over result entries; ``cost_usd`` is None unless some child reported a cost."""
+    total: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        tokens = entry.get("tokens") if isinstance(entry.get("tokens"), Mapping) else {}
+        total["input_tokens"] += _count(tokens.get("input"))
+        total["output_tokens"] += _count(tokens.get("output"))
+        if _is_number(entry.get("cost_usd")):
+            total["cost_usd"] = (total["cost_usd"] or 0.0) + float(entry["cost_usd"])
+    return total
+
+
+def event_usage(evt: Mapping[str, Any]) -> dict[str, Any]:
+    """What a delivered completion event adds to its parent's totals."""
+    results = evt.get("results")
+    return sum_usage(results if isinstance(results, list) else [evt])
+
+
+def roll_up(parent: Any, usage: Mapping[str, Any]) -> None:
+    """Add ``usage`` to the parent's totals, if it keeps any. Never raises."""
+    if not (usage.get("input_tokens") or usage.get("output_tokens") or usage.get("cost_usd")):
+        return
+    add = getattr(parent, "add_usage", None)
+    if not callable(add):
+        return
+    try:
+        add(dict(usage))
+    except Exception:
+        logger.warning("could not add subagent usage to the parent's totals", exc_info=True)
+
+
+def roll_up_event(parent: Any, evt: Mapping[str, Any]) -> None:
+    roll_up(parent, event_usage(evt))
+
+
+def _count(value: Any) -> int:
+    return int(value) if _is_number(value) and value > 0 else 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
