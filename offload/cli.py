@@ -54,7 +54,8 @@ _DEMO_MODEL = typer.Option(False, "--demo-model", help="no API key: talk to the 
                                                        "(canned answers, not a real model)")
 
 
-def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False) -> SessionDriver:
+def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False,
+            wakeable: bool = False) -> SessionDriver:
     from offload.driver import start_session
     from offload.views import Ui
 
@@ -66,7 +67,7 @@ def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: b
         from offload.demo_model import start_demo_endpoint
 
         endpoint = start_demo_endpoint(ui)
-    return start_session(resume, sync_delegation=sync, ui=ui, endpoint=endpoint)
+    return start_session(resume, sync_delegation=sync, ui=ui, endpoint=endpoint, wakeable=wakeable)
 
 
 @app.command()
@@ -90,7 +91,7 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
     With --sync the subagents run inside the turn instead; the output says which happened."""
     if not prompt and not resume:
         raise CliError("give a prompt (offload run \"...\"), or --resume SESSION to collect its pending results")
-    driver = _driver(verbose, resume, sync, demo_model)
+    driver = _driver(verbose, resume, sync, demo_model, wakeable=True)  # one request; its session can be woken later
     ui = driver.ui
     ui.say(f"offload run — session {driver.session_id}", style="bold")
     driver.deliver_ready()  # results replayed for a resumed session come before the new prompt

@@ -31,17 +31,18 @@ _LIVE = ("running", "stalling", "finalizing")
 
 
 def start_session(resume: str | None = None, *, sync_delegation: bool = False, ui: Ui | None = None,
-                  endpoint: dict[str, str] | None = None) -> SessionDriver:
+                  endpoint: dict[str, str] | None = None, wakeable: bool = False) -> SessionDriver:
     """Load the config, tune the engine, open the store and the session (new, or ``resume``).
 
     ``endpoint`` (``model``, ``base_url``) replaces the configured endpoint for this process
-    only, e.g. the scripted demo server of ``--demo-model``; the file is not changed."""
+    only, e.g. the scripted demo server of ``--demo-model``; the file is not changed.
+    ``wakeable``: one request on a stateless channel whose session can be woken later by id."""
     cfg = load_config()
     if endpoint:
         cfg = cfg.model_copy(update=endpoint)
     apply_engine_tuning(cfg.delegation)
     store = SessionStore()
-    conversation = open_conversation(cfg, store, resume, sync_delegation=sync_delegation)
+    conversation = open_conversation(cfg, store, resume, sync_delegation=sync_delegation, wakeable=wakeable)
     return SessionDriver(conversation, SessionInbox(conversation.session_id, store), ui or Ui())
 
 

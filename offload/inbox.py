@@ -56,7 +56,7 @@ class SessionInbox:
         self.registry = registry
 
     def owns(self, evt: Event) -> bool:
-        return self.session_id in (evt.get("session_key"), evt.get("parent_session_id"))
+        return self.session_id in (evt.get("session_key"), evt.get("parent_session_id"), evt.get("origin_session_id"))
 
     def poll(self) -> list[Delivery]:
         """Claim and return every owned result that is ready; never blocks on the bus."""

@@ -27,7 +27,7 @@ from offload.ids import resolve
 from tools import async_delegation as engine
 from tools.approval_context import reset_current_session_key, set_current_session_key
 from tools.delegate_config import DelegationConfig
-from tools.session_env import set_async_delivery
+from tools.session_env import set_async_delivery, set_wake_session
 
 
 def apply_engine_tuning(delegation: DelegationConfig) -> None:
@@ -54,13 +54,14 @@ def build_agent(cfg: OffloadConfig, session_id: str, *, api_key: str | None = No
 
 
 def open_conversation(cfg: OffloadConfig, store: SessionStore, resume: str | None = None, *,
-                      sync_delegation: bool = False, api_key: str | None = None) -> Conversation:
+                      sync_delegation: bool = False, api_key: str | None = None,
+                      wakeable: bool = False) -> Conversation:
     """A new session, or the stored one ``resume`` names (``last`` = the most recent)."""
     session_id = _resolve_session(store, resume) if resume else new_session_id()
     agent = build_agent(cfg, session_id, api_key=api_key)  # first: a config error must not leave an empty session
     if not resume:
         store.create_session(session_id, model=cfg.model)
-    return Conversation(agent, store, sync_delegation=sync_delegation)
+    return Conversation(agent, store, sync_delegation=sync_delegation, wakeable=wakeable)
 
 
 def _resolve_session(store: SessionStore, wanted: str) -> str:
@@ -92,11 +93,15 @@ class TurnResult:
 class Conversation:
     """One session: its agent, its history (as stored) and the turn runner."""
 
-    def __init__(self, agent: AIAgent, store: SessionStore, *, sync_delegation: bool = False) -> None:
+    def __init__(self, agent: AIAgent, store: SessionStore, *, sync_delegation: bool = False,
+                 wakeable: bool = False) -> None:
         self.agent = agent
         self.store = store
         self.session_id = agent.session_id
         self.sync_delegation = sync_delegation
+        # A stateless front end (one request, then gone) whose session can be woken later by id:
+        # background results are recorded for that id and delivered when it is resumed.
+        self.wakeable = wakeable
         self.history: list[dict[str, Any]] = store.load_messages(self.session_id)
         self._turn_lock = threading.Lock()
 
@@ -134,6 +139,9 @@ class Conversation:
         token = set_current_session_key(self.session_id)
         if self.sync_delegation:
             set_async_delivery(False)  # delegate_task then runs its children in this turn
+        elif self.wakeable:
+            set_async_delivery(False)  # no push back into this request...
+            set_wake_session(self.session_id)  # ...but the session can be woken later by its id
         try:
             out = self.agent.run_conversation(text, self.history)
             messages = out.get("messages") or []

@@ -33,7 +33,7 @@ _NOTES = {
 def capture_routing(parent: Any) -> dict[str, Any]:
     """Who the results belong to. Must run before children are built."""
     from tools.approval_context import get_current_session_key
-    from tools.session_env import async_delivery_supported, get_session_env
+    from tools.session_env import get_session_env, resolve_wake_session
 
     parent_sid = dt._str_attr(parent, "session_id")
     session_key = get_current_session_key(default="")
@@ -42,9 +42,10 @@ def capture_routing(parent: Any) -> dict[str, Any]:
     origin = {k: v for k, v in (("scope_id", get_session_env("HERMES_SESSION_SCOPE_ID", "")),
                                 ("user_id", get_session_env("HERMES_SESSION_USER_ID", "")),
                                 ("user_name", get_session_env("HERMES_SESSION_USER_NAME", ""))) if v}
+    wake_sid = resolve_wake_session()  # a raw session id when the channel is stateless but wakeable
     return {"session_key": session_key or parent_sid or "", "parent_session_id": parent_sid,
             "origin_ui_session_id": get_session_env("HERMES_UI_SESSION_ID", "") or "",
-            "origin_session_id": "", "origin": origin, "async_delivery": async_delivery_supported()}
+            "origin_session_id": wake_sid or "", "origin": origin, "async_delivery": wake_sid is not None}
 
 
 def _units_of(batch: dt.Batch) -> list[dt.Batch]:

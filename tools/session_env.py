@@ -47,11 +47,15 @@ SESSION_ENV_NAMES: Final[tuple[str, ...]] = (
     "HERMES_UI_SESSION_ID",
 )
 ASYNC_DELIVERY_NAME: Final = "HERMES_SESSION_ASYNC_DELIVERY"
+# A stateless channel (no push back to this turn) that can still be WOKEN later at a raw session
+# id: an API-server request, or `offload run --resume SID`. Background results go to that id.
+WAKE_SESSION_NAME: Final = "HERMES_SESSION_WAKE_ID"
 
 _VARS: Final[dict[str, ContextVar[str | _Unset]]] = {
     name: ContextVar(name, default=UNSET) for name in SESSION_ENV_NAMES
 }
 _ASYNC_DELIVERY: Final[ContextVar[bool | _Unset]] = ContextVar(ASYNC_DELIVERY_NAME, default=UNSET)
+_WAKE_SESSION: Final[ContextVar[str]] = ContextVar(WAKE_SESSION_NAME, default="")
 
 
 def get_session_env(name: str, default: str = "") -> str:
@@ -100,3 +104,25 @@ def reset_session_env() -> None:
 
 def set_async_delivery(supported: bool) -> Token:
     return _ASYNC_DELIVERY.set(bool(supported))
+
+
+def set_wake_session(session_id: str) -> Token:
+    """Declare this turn's channel wakeable later at ``session_id`` (see ``WAKE_SESSION_NAME``)."""
+    return _WAKE_SESSION.set(str(session_id or ""))
+
+
+def reset_wake_session(token: Token) -> None:
+    _WAKE_SESSION.reset(token)
+
+
+def wake_session_id() -> str:
+    """The raw session id a stateless channel can be woken at later, or "" if none."""
+    return _WAKE_SESSION.get()
+
+
+def resolve_wake_session() -> str | None:
+    """Where a background result of this turn can go: "" = pushed back to this channel, a raw
+    session id = delivered when that session is woken, None = nowhere (run it inline)."""
+    if async_delivery_supported():
+        return ""
+    return wake_session_id() or None
