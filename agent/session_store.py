@@ -2,8 +2,9 @@
 
 Owns the file ``state.db``: it opens it in WAL mode (the delegation ledger is a guest in the
 same file and never changes the journal mode), keeps the file and its sidecars owner-only
-(0o600), and owns three tables: ``sessions``, ``session_messages`` (one JSON message per row,
-ordered by ``seq``) and ``injected_results``.
+(0o600), and owns four tables: ``sessions``, ``session_messages`` (one JSON message per row,
+ordered by ``seq``), ``injected_results`` and ``session_lineage`` (which session a compressed
+one continues in).
 
 Invariant: a turn is stored whole or not at all. ``append_turn`` writes the turn's messages
 and, for a turn that carried background results, one ``injected_results`` row per delegation
@@ -39,7 +40,11 @@ _SCHEMA = (
     " role TEXT NOT NULL, message_json TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (session_id, seq))",
     "CREATE TABLE IF NOT EXISTS injected_results (session_id TEXT NOT NULL, delegation_id TEXT NOT NULL,"
     " injected_at REAL NOT NULL, PRIMARY KEY (session_id, delegation_id))",
+    # Compression lineage: a session continues in at most one successor (UNIQUE parent).
+    "CREATE TABLE IF NOT EXISTS session_lineage (session_id TEXT PRIMARY KEY, parent_session_id TEXT NOT NULL"
+    " UNIQUE, reason TEXT NOT NULL, created_at REAL NOT NULL)",
 )
+_MAX_LINEAGE_HOPS = 1000
 
 
 class SessionStoreError(Exception):
@@ -160,6 +165,50 @@ class SessionStore:
             conn.execute("UPDATE sessions SET updated_at=?, title=COALESCE(title, ?) WHERE session_id=?",
                          (now, _title_of(messages), session_id))
         return len(messages)
+
+    # -- compression lineage ------------------------------------------------------------------
+    def continue_session(self, old_session_id: str, messages: Iterable[dict[str, Any]], *,
+                         reason: str = "compression", model: str | None = None) -> str:
+        """Start the successor of ``old_session_id`` holding ``messages``; returns its id.
+
+        One transaction: the new session, its messages and the lineage row all exist, or none
+        does — so a crash right after compression leaves either the old session live, or the
+        new one reachable from every id in its lineage.
+        """
+        new_id = new_session_id()
+        messages = list(messages)
+        now = time.time()
+        with self._transaction() as conn:
+            title = conn.execute("SELECT title FROM sessions WHERE session_id=?", (old_session_id,)).fetchone()
+            conn.execute("INSERT INTO sessions (session_id, created_at, updated_at, model, title) VALUES (?, ?, ?, ?, ?)",
+                         (new_id, now, now, model, title[0] if title else None))
+            conn.executemany(
+                "INSERT INTO session_messages (session_id, seq, role, message_json, created_at) VALUES (?, ?, ?, ?, ?)",
+                [(new_id, i, str(m.get("role") or "?"), json.dumps(m, ensure_ascii=False, default=str), now)
+                 for i, m in enumerate(messages)])
+            conn.execute("INSERT INTO session_lineage (session_id, parent_session_id, reason, created_at)"
+                         " VALUES (?, ?, ?, ?)", (new_id, old_session_id, reason, now))
+        return new_id
+
+    def live_tip(self, session_id: str) -> str | None:
+        """The live session at the tip of ``session_id``'s compression lineage (itself if never
+        compressed), or None when it cannot be resolved: an unknown session, a successor whose
+        row is missing, or a cycle. Callers must then leave a result pending, never guess."""
+        current, seen = session_id, {session_id}
+        with self._lock:
+            for _ in range(_MAX_LINEAGE_HOPS):
+                row = self._conn.execute("SELECT session_id FROM session_lineage WHERE parent_session_id=?",
+                                         (current,)).fetchone()
+                if row is None:
+                    break
+                if row[0] in seen:
+                    return None
+                current = row[0]
+                seen.add(current)
+            else:
+                return None
+            exists = self._conn.execute("SELECT 1 FROM sessions WHERE session_id=?", (current,)).fetchone()
+        return current if exists else None
 
     def was_injected(self, session_id: str, delegation_id: str) -> bool:
         """Whether a stored turn of this session already carries this delegation's result."""

@@ -8,8 +8,9 @@ into a running turn, and results appear while the user is idle.
 Slash commands: ``/agents`` (live roster) and ``/stop`` (interrupt this session's background
 subagents) are answered by the reader thread at once, even while a turn runs — both only read
 or signal the engine, which is thread-safe; ``/quit`` (or end of input) waits for this
-session's background results, then leaves. Ctrl-C interrupts a running turn; at the prompt
-it leaves like ``/quit``.
+session's background results, then leaves; ``/new`` starts a fresh session in the loop itself,
+between turns and deliveries, and the previous session's results stay with it. Ctrl-C
+interrupts a running turn; at the prompt it leaves like ``/quit``.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from offload.driver import POLL_S, SessionDriver
 from offload.views import live_roster
 
 HELP = ("commands: /agents (live roster of background subagents), /stop (interrupt them), "
-        "/show ID (a result in full, as the agent read it), /quit (wait for their results, then leave), /help")
+        "/show ID (a result in full, as the agent read it), /new (start a new session), "
+        "/quit (wait for their results, then leave), /help")
 _EOF = None
 
 
@@ -64,6 +66,9 @@ class ChatLoop:
                 continue
             if line is _EOF or line == "/quit":
                 return
+            if line == "/new":  # here, between turns and deliveries: never inside either
+                self.driver.new_session()
+                continue
             self.driver.user_turn(line)
 
     def _read_input(self) -> None:
@@ -88,7 +93,7 @@ class ChatLoop:
             self._show(line.removeprefix("/show").strip())
         elif line in ("/help", "/?"):
             self.ui.say(HELP)
-        elif line.startswith("/") and line != "/quit":
+        elif line.startswith("/") and line not in ("/quit", "/new"):
             self.ui.error(f"unknown command {line.split()[0]}; {HELP}")
         else:
             return False

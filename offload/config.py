@@ -46,6 +46,9 @@ class OffloadConfig(BaseModel):
     workspace: str | None = Field(None, description="directory the tools work in; default: where offload starts")
     max_iterations: int = Field(50, ge=1, le=10_000, description="model calls per parent turn")
     toolsets: list[str] = Field(default_factory=lambda: list(KNOWN_TOOLSETS), description="the parent's toolsets")
+    context_window_tokens: int | None = Field(128_000, ge=256, description=(
+        "the parent model's context window; near it, old turns are summarised (null = never)"))
+    compress_at_ratio: float = Field(0.8, gt=0, le=1, description="compress when a request would pass this share")
     delegation: DelegationConfig = Field(default_factory=DelegationConfig)
 
     @field_validator("base_url")

@@ -43,15 +43,33 @@ def start_session(resume: str | None = None, *, sync_delegation: bool = False, u
     apply_engine_tuning(cfg.delegation)
     store = SessionStore()
     conversation = open_conversation(cfg, store, resume, sync_delegation=sync_delegation, wakeable=wakeable)
-    return SessionDriver(conversation, SessionInbox(conversation.session_id, store), ui or Ui())
+    return SessionDriver(conversation, SessionInbox(conversation.session_id, store), ui or Ui(),
+                         lambda: open_conversation(cfg, store, sync_delegation=sync_delegation, wakeable=wakeable))
 
 
 class SessionDriver:
-    def __init__(self, conversation: Conversation, inbox: SessionInbox, ui: Ui) -> None:
+    def __init__(self, conversation: Conversation, inbox: SessionInbox, ui: Ui,
+                 new_conversation: Callable[[], Conversation] | None = None) -> None:
         self.conversation = conversation
         self.inbox = inbox
         self.ui = ui
         self.exit_code = ExitCode.OK  # the first failure of this process's turns (what `offload run` exits with)
+        self._new_conversation = new_conversation
+
+    def new_session(self) -> str:
+        """/new: a fresh session (a user boundary, not a continuation: no lineage link).
+
+        Results of the previous session stay with it (pending, delivered on its resume); one
+        that was already claimed is refused at injection (see ``inject``), never delivered here.
+        """
+        if self._new_conversation is None:
+            raise RuntimeError("this driver cannot start a new session")
+        previous = self.session_id
+        self.conversation = self._new_conversation()
+        self.inbox.follow(self.session_id)
+        self.ui.say(f"new session {self.session_id}; results of {previous} stay with it "
+                    f"(offload chat --resume {previous})", style="dim")
+        return self.session_id
 
     @property
     def session_id(self) -> str:
@@ -59,10 +77,14 @@ class SessionDriver:
 
     def user_turn(self, text: str, on_wait: Callable[[], None] | None = None) -> TurnResult:
         result = self.conversation.run_turn(text, on_wait=on_wait)
+        self.inbox.follow(self.session_id)  # compression may have moved the session on
         self.show_turn(result)
         return result
 
     def show_turn(self, result: TurnResult) -> None:
+        if result.compressed_from:
+            self.ui.say(f"(context compressed: session {result.compressed_from} continues as {self.session_id})",
+                        style="dim")
         self.ui.handles(result.handles)
         self._note_outcome(exit_codes.for_turn(result.exit_reason, result.error_kind))
         if result.exit_reason == "error":
@@ -86,9 +108,14 @@ class SessionDriver:
         return len(items)
 
     def inject(self, item: Delivery, on_wait: Callable[[], None] | None = None) -> None:
+        self.inbox.follow(self.session_id)
+        if not self.inbox.owns(item.event):  # /new (or a switch) raced this delivery: not for this session
+            self.inbox.give_back(item)
+            return
         self.ui.result(item.event, item.text)
         try:
             result = self.conversation.run_turn(item.text, [item.dedupe_id] if item.dedupe_id else [], on_wait)
+            self.inbox.follow(self.session_id)
         except Exception as exc:
             self.inbox.give_back(item)
             logger.exception("injecting delegation %s failed", item.delegation_id)

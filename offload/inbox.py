@@ -7,6 +7,9 @@ to inject. The caller injects each as a new turn, and only AFTER the turn is sto
 ``acknowledge`` (completes the claim); if injecting fails it calls ``give_back`` (releases
 the claim and requeues the event).
 
+A session that was compressed continues under a new id; results dispatched before that are
+owned by the live session at the tip of the lineage (``SessionStore.live_tip``).
+
 Invariants: delivery is at least once and deduplicated by delegation id — an event whose
 result a stored turn already carries (a crash hit between "turn stored" and "claim
 completed") is only acknowledged, never injected again; an event another consumer holds a
@@ -56,7 +59,17 @@ class SessionInbox:
         self.registry = registry
 
     def owns(self, evt: Event) -> bool:
-        return self.session_id in (evt.get("session_key"), evt.get("parent_session_id"), evt.get("origin_session_id"))
+        """Whether this session should receive ``evt``: it names this session, or a session whose
+        compression lineage ends here. An unresolvable lineage (or a store error, which the bus
+        treats as "not mine") leaves the result pending for a later poll; never a guess."""
+        if self.session_id in (evt.get("session_key"), evt.get("parent_session_id"), evt.get("origin_session_id")):
+            return True
+        anchor = evt.get("parent_session_id") or evt.get("origin_session_id")
+        return bool(anchor) and self.store.live_tip(str(anchor)) == self.session_id
+
+    def follow(self, session_id: str) -> None:
+        """The conversation moved on (compression, or a new session): own what the new id owns."""
+        self.session_id = session_id
 
     def poll(self) -> list[Delivery]:
         """Claim and return every owned result that is ready; never blocks on the bus."""

@@ -8,17 +8,21 @@ Invariants:
   transaction) only after the agent returned; a turn the process did not survive is not
   stored, and the results it dispatched still come back through the ledger;
 - one turn at a time: ``run_turn`` is not re-entrant, and nothing is injected into a running
-  turn (callers inject results only between turns).
+  turn (callers inject results only between turns);
+- near the context window, a turn first compresses old turns into a successor session
+  (``session_id`` changes; the lineage is stored with it), so the session id is read per turn.
 """
 from __future__ import annotations
 
 import contextvars
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from agent import compression
 from agent.core import AIAgent
 from agent.session_store import SessionStore, new_session_id
 from offload.config import ConfigError, OffloadConfig, resolve_api_key
@@ -28,6 +32,8 @@ from tools import async_delegation as engine
 from tools.approval_context import reset_current_session_key, set_current_session_key
 from tools.delegate_config import DelegationConfig
 from tools.session_env import set_async_delivery, set_wake_session
+
+logger = logging.getLogger(__name__)
 
 
 def apply_engine_tuning(delegation: DelegationConfig) -> None:
@@ -61,7 +67,8 @@ def open_conversation(cfg: OffloadConfig, store: SessionStore, resume: str | Non
     agent = build_agent(cfg, session_id, api_key=api_key)  # first: a config error must not leave an empty session
     if not resume:
         store.create_session(session_id, model=cfg.model)
-    return Conversation(agent, store, sync_delegation=sync_delegation, wakeable=wakeable)
+    return Conversation(agent, store, sync_delegation=sync_delegation, wakeable=wakeable,
+                        context_window_tokens=cfg.context_window_tokens, compress_at_ratio=cfg.compress_at_ratio)
 
 
 def _resolve_session(store: SessionStore, wanted: str) -> str:
@@ -72,7 +79,7 @@ def _resolve_session(store: SessionStore, wanted: str) -> str:
             raise CliError("there is no session to resume yet; start one with `offload chat`")
         return recent[0].session_id
     if store.session_exists(wanted):
-        return wanted
+        return store.live_tip(wanted) or wanted  # a compressed session continues at its live tip
     return resolve(wanted, (s.session_id for s in store.list_sessions(limit=-1)), kind="session",
                    id_prefix="sess_", listing="offload sessions")
 
@@ -84,6 +91,7 @@ class TurnResult:
     error: str | None = None
     handles: list[dict[str, Any]] = field(default_factory=list)  # what each delegate_task call returned
     error_kind: str | None = None  # "model" | "endpoint" | "internal" when exit_reason is "error"
+    compressed_from: str | None = None  # the session this turn's context was compressed out of
 
     @property
     def dispatched(self) -> list[dict[str, Any]]:
@@ -94,7 +102,8 @@ class Conversation:
     """One session: its agent, its history (as stored) and the turn runner."""
 
     def __init__(self, agent: AIAgent, store: SessionStore, *, sync_delegation: bool = False,
-                 wakeable: bool = False) -> None:
+                 wakeable: bool = False, context_window_tokens: int | None = None,
+                 compress_at_ratio: float = 0.8) -> None:
         self.agent = agent
         self.store = store
         self.session_id = agent.session_id
@@ -102,6 +111,8 @@ class Conversation:
         # A stateless front end (one request, then gone) whose session can be woken later by id:
         # background results are recorded for that id and delivered when it is resumed.
         self.wakeable = wakeable
+        self.context_window_tokens = context_window_tokens
+        self.compress_at_ratio = compress_at_ratio
         self.history: list[dict[str, Any]] = store.load_messages(self.session_id)
         self._turn_lock = threading.Lock()
 
@@ -136,6 +147,7 @@ class Conversation:
             self._turn_lock.release()
 
     def _turn(self, text: str, injected_ids: list[str], box: dict[str, Any], done: threading.Event) -> None:
+        compressed_from = self._compress_if_needed(text)  # first: the turn runs in the live session
         token = set_current_session_key(self.session_id)
         if self.sync_delegation:
             set_async_delivery(False)  # delegate_task then runs its children in this turn
@@ -149,12 +161,34 @@ class Conversation:
             self.store.append_turn(self.session_id, new, injected_ids)
             self.history = messages
             box["result"] = TurnResult(out.get("final_response"), out.get("exit_reason") or "?", out.get("error"),
-                                       delegate_handles(new), out.get("error_kind"))
+                                       delegate_handles(new), out.get("error_kind"), compressed_from)
         except BaseException as exc:  # handed to the caller's thread
             box["error"] = exc
         finally:
             reset_current_session_key(token)
             done.set()
+
+    def _compress_if_needed(self, incoming: str) -> str | None:
+        """Summarise old turns into a successor session when the context is nearly full.
+
+        Returns the old session id when it compressed. A summary that fails is logged and the
+        turn runs uncompressed: losing the user's turn would be worse than a long request.
+        """
+        old = self.session_id
+        try:
+            if not compression.needs_compression(self.history, incoming, self.context_window_tokens,
+                                                 self.compress_at_ratio):
+                return None
+            _, old_turns, _ = compression.split_for_compression(self.history)
+            history = compression.compressed_history(self.history, compression.summarize(self.agent.llm, old_turns))
+            new = self.store.continue_session(old, history, model=getattr(self.agent, "model", None))
+        except Exception:
+            logger.warning("context compression of session %s failed; continuing uncompressed", old, exc_info=True)
+            return None
+        self.session_id = self.agent.session_id = new
+        self.history = history
+        logger.info("context compressed: session %s continues as %s", old, new)
+        return old
 
 
 def _new_messages(history: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
