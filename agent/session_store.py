@@ -210,6 +210,18 @@ class SessionStore:
             exists = self._conn.execute("SELECT 1 FROM sessions WHERE session_id=?", (current,)).fetchone()
         return current if exists else None
 
+    def lineage(self, session_id: str) -> list[str]:
+        """``session_id`` and every session it was compressed out of, newest first."""
+        chain = [session_id]
+        with self._lock:
+            for _ in range(_MAX_LINEAGE_HOPS):
+                row = self._conn.execute("SELECT parent_session_id FROM session_lineage WHERE session_id=?",
+                                         (chain[-1],)).fetchone()
+                if row is None or row[0] in chain:
+                    break
+                chain.append(row[0])
+        return chain
+
     def was_injected(self, session_id: str, delegation_id: str) -> bool:
         """Whether a stored turn of this session already carries this delegation's result."""
         with self._lock:

@@ -143,7 +143,12 @@ class SessionDriver:
         return sum(1 for item in self.units() if item.get("status") in _LIVE)
 
     def stop_background(self, reason: str = "stopped by the user") -> int:
-        return interrupt_for_session(session_key=self.session_id, parent_session_id=self.session_id, reason=reason)
+        """Interrupt this session's background work, including what it dispatched before a
+        context compression moved it to its current id."""
+        stopped = 0
+        for sid in self.conversation.store.lineage(self.session_id):
+            stopped += interrupt_for_session(session_key=sid, parent_session_id=sid, reason=reason)
+        return stopped
 
     def wait_for_background(self, on_wait: Callable[[], None] | None = None) -> bool:
         """Inject results until nothing of this session is running or queued.

@@ -82,7 +82,7 @@ def _build(unit: dt.Batch, pos: int, index: int, attach: bool) -> Any:
     task = unit.tasks[index]
     child = dt._build_child_agent(task_index=index, goal=task.goal, context=task.context or unit.context,
                                   toolsets=task.toolsets, role=unit.role, creds=unit.creds,
-                                  max_iterations=unit.budget, parent_agent=unit.parent)
+                                  max_iterations=unit.child_max_iterations, parent_agent=unit.parent)
     unit.children[pos] = child
     if attach:
         _with_children_list(unit.parent, lambda kids: kids.append(child))

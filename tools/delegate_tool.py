@@ -44,7 +44,7 @@ class Batch:
     role: str = "leaf"
     indexes: list[int] = field(default_factory=list)  # task indexes this batch (or unit) runs
     group: str | None = None
-    budget: int = 50  # max_iterations of each child
+    child_max_iterations: int = 50
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -210,7 +210,7 @@ def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConf
     # Children are built later, each on the worker that runs it (tools/delegate_children.py).
     batch = Batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
                   context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
-                  budget=args.max_iterations or cfg.max_iterations)
+                  child_max_iterations=args.max_iterations or cfg.max_iterations)
     if routing is None:
         return dispatch.run_sync(batch)
     if not routing["async_delivery"]:

@@ -17,7 +17,6 @@ from typing import Any, Callable
 from tools import async_delegation as ad
 from tools import delegate_children as kids
 from tools import delegate_tool as dt
-from tools.delegate_children import progress_token as _batch_progress_token  # noqa: F401 - historic name
 from tools.delegate_usage import roll_up, sum_usage
 
 _NOTES = {
@@ -62,7 +61,6 @@ def _units_of(batch: dt.Batch) -> list[dt.Batch]:
         else:
             groups[group] = [i]
             plan.append((group, groups[group]))
-    position = {index: k for k, index in enumerate(batch.indexes)}
     return [replace(batch, indexes=indexes, group=group, children=[None] * len(indexes),
                     cancelled=threading.Event()) for group, indexes in plan]
 

@@ -185,3 +185,18 @@ def test_new_racing_a_delivery_never_delivers_into_the_new_session(store):
     assert SessionInbox(fresh, store).poll() == []  # the new session never takes it
     resumed = SessionDriver(Conversation(Answering(old), store), SessionInbox(old, store), Ui())
     assert resumed.deliver_ready() == 1 and store.was_injected(old, evt["delegation_id"])
+
+
+def test_stop_after_compression_reaches_work_dispatched_before_it(store):
+    import threading
+
+    a = store.create_session()
+    b = store.continue_session(a, [])
+    assert store.lineage(b) == [b, a] and store.lineage(a) == [a]
+    stopped = threading.Event()
+    ad.dispatch_async_delegation(goal="find the number", context=None, toolsets=None, role="leaf", model="m",
+                                 session_key=a, parent_session_id=a, interrupt_fn=stopped.set,
+                                 runner=lambda: stopped.wait(10) and {"status": "interrupted", "summary": None})
+    driver = SessionDriver(Conversation(Answering(b), store), SessionInbox(b, store), Ui())
+    assert driver.live_count() == 1  # the pre-compression unit is this session's work
+    assert driver.stop_background() == 1 and stopped.is_set()

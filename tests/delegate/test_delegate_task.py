@@ -213,13 +213,13 @@ def test_missing_api_key_env_is_reported():
     assert out["status"] == "error" and "NOPE_NOT_SET" in out["error"]
 
 
-def test_progress_token_samples_every_child():
+def test_progress_token_samples_every_child_and_an_unbuilt_one_as_none():
+    from tools.delegate_children import progress_token
     parent = FakeParent()
-    children = [parent.build_child(task_index=i, goal=str(i)) for i in range(2)]
-    from tools.delegate_tool_dispatch import _batch_progress_token
+    children = [parent.build_child(task_index=i, goal=str(i)) for i in range(2)] + [None]
     children[1].api_calls = 3
-    token, in_tool = _batch_progress_token(children)()
-    assert [t[0] for t in token] == [0, 3] and in_tool is False
+    token, in_tool = progress_token(children)()
+    assert [t and t[0] for t in token] == [0, 3, None] and in_tool is False
 
 
 def test_tool_entry_passes_the_calling_agent():
