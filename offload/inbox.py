@@ -67,6 +67,10 @@ class SessionInbox:
         anchor = evt.get("parent_session_id") or evt.get("origin_session_id")
         return bool(anchor) and self.store.live_tip(str(anchor)) == self.session_id
 
+    def _already_injected(self, delegation_id: str) -> bool:
+        """A stored turn of this session, or of one it was compressed out of, carries the result."""
+        return any(self.store.was_injected(sid, delegation_id) for sid in self.store.lineage(self.session_id))
+
     def follow(self, session_id: str) -> None:
         """The conversation moved on (compression, or a new session): own what the new id owns."""
         self.session_id = session_id
@@ -80,7 +84,7 @@ class SessionInbox:
                 logger.info("delegation %s is being delivered by another consumer", evt.get("delegation_id"))
                 continue
             item = Delivery(evt, text or "", claim)
-            if item.dedupe_id and self.store.was_injected(self.session_id, item.dedupe_id):
+            if item.dedupe_id and self._already_injected(item.dedupe_id):
                 self.acknowledge(item)  # stored before a crash; only the acknowledgement was lost
                 continue
             if not item.text:  # only non-delegation events can lack text: nothing to show

@@ -93,6 +93,7 @@ def clear_session_env() -> None:
     for var in _VARS.values():
         var.set("")
     _ASYNC_DELIVERY.set(UNSET)
+    _WAKE_SESSION.set("")
 
 
 def reset_session_env() -> None:
@@ -100,6 +101,7 @@ def reset_session_env() -> None:
     for var in _VARS.values():
         var.set(UNSET)
     _ASYNC_DELIVERY.set(UNSET)
+    _WAKE_SESSION.set("")
 
 
 def set_async_delivery(supported: bool) -> Token:

@@ -200,3 +200,12 @@ def test_stop_after_compression_reaches_work_dispatched_before_it(store):
     driver = SessionDriver(Conversation(Answering(b), store), SessionInbox(b, store), Ui())
     assert driver.live_count() == 1  # the pre-compression unit is this session's work
     assert driver.stop_background() == 1 and stopped.is_set()
+
+
+def test_a_result_stored_before_compression_is_only_acknowledged_at_the_tip(store):
+    a = store.create_session()
+    evt = finished(a)
+    store.append_turn(a, [{"role": "user", "content": "[the result]"}], [evt["delegation_id"]])
+    b = store.continue_session(a, [])  # then compressed; the claim's completion was lost in a crash
+    assert SessionInbox(b, store).poll() == []
+    assert ad.get_durable_delegation(evt["delegation_id"])["delivery_state"] == "delivered"

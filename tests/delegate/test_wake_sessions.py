@@ -65,3 +65,16 @@ def test_the_woken_session_owns_results_recorded_for_its_raw_id():
         inbox = SessionInbox("api-sess-7", store)
         assert inbox.owns({"type": "async_delegation", "session_key": "", "origin_session_id": "api-sess-7"})
         assert not inbox.owns({"type": "async_delegation", "session_key": "", "origin_session_id": "api-sess-8"})
+
+
+def test_clearing_or_resetting_the_session_forgets_the_wake_id():
+    import contextvars
+
+    def check():  # in a copy of the context, so nothing leaks into other tests
+        session_env.set_wake_session("api-sess-9")
+        session_env.clear_session_env()
+        assert session_env.wake_session_id() == ""
+        session_env.set_wake_session("api-sess-9")
+        session_env.reset_session_env()
+        assert session_env.wake_session_id() == ""
+    contextvars.copy_context().run(check)
