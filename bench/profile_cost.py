@@ -37,13 +37,13 @@ def run_inline(n: int, root: Path) -> float:
     """Dispatch and finalize ``n`` trivial delegations inline; returns seconds per delegation."""
     harness.reset_engine()
     harness.new_home(root, "profile")
-    ad._executor = InlineExecutor()  # _get_executor reuses whatever is installed
+    ad._engine.executor = InlineExecutor()  # the engine reuses whatever pool is installed
     started = time.perf_counter()
     for i in range(n):
         harness.dispatch_unit(i, lambda: {"status": "completed", "summary": "ok"}, cap=n)
         process_registry.completion_queue.get_nowait()
     elapsed = time.perf_counter() - started
-    ad._executor = None
+    ad._engine.executor = None
     harness.reset_engine()
     return elapsed / n
 

@@ -1,6 +1,6 @@
 """The engine's one extension point for telemetry: observers told what happens to a unit.
 
-The engine (tools/async_delegation*.py now, this package later) calls ``notify(kind, delegation_id, **fields)`` at a few moments (see ``KINDS``);
+The engine (``delegation.engine``, ``delegation.delivery``) calls ``notify(kind, delegation_id, **fields)`` at a few moments (see ``KINDS``);
 metrics and tracing (``offload.telemetry``) register with ``add_observer``; work the engine
 does not see (subagents, model and tool calls) opens ``span(...)``. So the engine
 never imports a telemetry library, and with no observer registered a notification costs one

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from delegation.ledger import LedgerRow
-from tools.process_liveness import owner_alive
+from delegation.liveness import owner_alive
 
 
 def _number(value: Any) -> float | None:

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from delegation.policy import DEFAULTS as STALL
 from tools.hermes_home import config_path
 
 logger = logging.getLogger(__name__)
@@ -39,10 +40,13 @@ class DelegationConfig(BaseModel):
     fallback_providers: list[Any] = Field(default_factory=list)
     max_async_children: int | None = Field(None, description="deprecated and ignored")
     # Stall monitor tuning; a frontend applies these to the engine when it starts.
-    stall_idle_seconds: float = Field(450.0, gt=0, description="no progress this long (not in a tool) = stalled")
-    stall_in_tool_seconds: float = Field(1200.0, gt=0, description="no progress this long inside a tool = stalled")
-    stall_grace_seconds: float = Field(120.0, ge=0, description="after the interrupt, wait this long, then report it")
-    stall_check_interval_seconds: float = Field(30.0, gt=0, description="how often the stall monitor looks")
+    stall_idle_seconds: float = Field(STALL.stall_idle_s, gt=0, description="no progress this long (not in a tool) = stalled")
+    stall_in_tool_seconds: float = Field(STALL.stall_in_tool_s, gt=0,
+                                         description="no progress this long inside a tool = stalled")
+    stall_grace_seconds: float = Field(STALL.stall_grace_s, ge=0,
+                                       description="after the interrupt, wait this long, then report it")
+    stall_check_interval_seconds: float = Field(STALL.stall_check_interval_s, gt=0,
+                                                description="how often the stall monitor looks")
 
 
 def _format_validation(path: Path, exc: ValidationError) -> str:

@@ -17,6 +17,8 @@ import queue
 import threading
 from typing import Any, Callable
 
+from tools import async_delegation_delivery as _delivery
+
 logger = logging.getLogger(__name__)
 
 Event = dict[str, Any]
@@ -37,8 +39,7 @@ class ProcessRegistry:
                 return 0
             self._completions_restored = True  # set first: a failure is logged, not retried
         try:
-            from tools.async_delegation import restore_undelivered_completions
-            return restore_undelivered_completions(self.completion_queue)
+            return _delivery.restore_undelivered_completions(self.completion_queue)
         except Exception:
             logger.exception("Could not restore async delegation completions")
             return 0
@@ -46,8 +47,7 @@ class ProcessRegistry:
     def _sweep_orphans(self) -> None:
         """Re-offer results whose owner or claiming consumer died while we run (rate-limited)."""
         try:
-            from tools.async_delegation import maybe_sweep_orphaned_completions
-            maybe_sweep_orphaned_completions(self.completion_queue)
+            _delivery.maybe_sweep_orphaned_completions(self.completion_queue)
         except Exception:
             logger.debug("orphan sweep failed", exc_info=True)
 

@@ -17,7 +17,7 @@ from tools import async_delegation as engine
 from tools import ledger_queries
 from tools.async_delegation_delivery import current_ledger
 from tools.async_delegation_ledger import LedgerRow
-from tools.process_liveness import owner_alive
+from delegation.liveness import owner_alive
 from tools.process_registry_notifications import format_process_notification
 
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen

@@ -32,7 +32,7 @@ import pytest
 from tests.chaos.support import LONG, base_seed, report, scaled
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
-from tools.async_delegation_events import batch_status
+from delegation.events import batch_status
 
 TRIALS = int(os.environ.get("OFFLOAD_CHAOS_TRIALS") or scaled(30, 500))
 PARALLEL = 3  # trials mostly wait on children and timers, so a few overlap well on 2 cores

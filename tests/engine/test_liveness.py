@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tools import process_liveness as liveness
+from delegation import liveness
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from tools.async_delegation_pool import DaemonThreadPool
+from delegation.pool import DaemonThreadPool
 
 pytestmark = pytest.mark.timeout(20)
 

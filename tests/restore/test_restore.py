@@ -17,8 +17,8 @@ import pytest
 import tools.async_delegation as ad
 import tools.async_delegation_delivery as delivery
 from delegation.ledger import LedgerError
-from tools.async_delegation_recovery import NO_RESULT_ERROR
-from tools.process_liveness import current_owner, owner_alive
+from delegation.recovery import NO_RESULT_ERROR
+from delegation.liveness import current_owner, owner_alive
 from tools.process_registry import ProcessRegistry
 
 pytestmark = pytest.mark.timeout(60)  # the seeder starts a subprocess to get a dead pid
@@ -302,7 +302,7 @@ def test_a_failed_restore_is_logged_and_not_retried(monkeypatch, caplog):
         calls.append(q)
         raise LedgerError("state.db is not a readable SQLite database", kind="corrupt")
 
-    monkeypatch.setattr(ad, "restore_undelivered_completions", broken)
+    monkeypatch.setattr(delivery, "restore_undelivered_completions", broken)
     registry = ProcessRegistry()
 
     with caplog.at_level(logging.ERROR):

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from delegation.states import DONE_STATES
+
 ROUTING_KEYS = ("scope_id", "user_id", "user_name")
 STALL_META_KEYS = ("stalled_after_quiet_seconds", "stall_threshold_seconds", "stall_phase", "stall_grace_seconds")
-DONE_STATES = frozenset({"completed", "success"})
 _COMMON = ("delegation_id", "session_key", "origin_ui_session_id", "origin_session_id", "parent_session_id",
            "goal", "context", "toolsets", "role", "dispatched_at", "completed_at")
 

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tools.async_delegation_events import ROUTING_KEYS, unit_task_indexes
+from delegation.events import ROUTING_KEYS, unit_task_indexes
 from delegation.ledger import LedgerRow
 
 NO_RESULT_ERROR = "Delegation owner exited before recording a terminal result; outcome unknown."

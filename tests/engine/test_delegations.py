@@ -1,0 +1,71 @@
+"""``Delegations`` on its own, as an embedding app would use it: given a ledger, a bus and a
+policy, with no tools/ module involved (the facade tests cover the hermes names)."""
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+
+from delegation.engine import Delegations
+from delegation.ledger import open_ledger
+from delegation.policy import Policy
+from delegation.units import UnitSpec
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def engine():
+    ledger = open_ledger("memory://")
+    bus: queue.Queue = queue.Queue()
+    engine = Delegations(ledger=lambda: ledger, publish=bus.put, policy=lambda: Policy(max_retained_completed=1))
+    engine.bus, engine.store = bus, ledger
+    yield engine
+    engine.reset()
+
+
+def test_a_unit_is_recorded_run_published_and_settled_in_the_given_ledger(engine):
+    handle = engine.dispatch(UnitSpec("sum it", session_key="s1"), lambda: {"status": "completed", "summary": "42"}, 2)
+
+    evt = engine.bus.get(timeout=10)
+
+    assert handle["status"] == "dispatched" and evt["delegation_id"] == handle["delegation_id"]
+    assert (evt["status"], evt["summary"], evt["session_key"]) == ("completed", "42", "s1")
+    row = engine.store.get(handle["delegation_id"])
+    assert (row.state, row.event["summary"], row.delivery_state) == ("completed", "42", "pending")
+    assert engine.active_count() == 0
+
+
+def test_capacity_is_counted_in_slots_and_a_finished_unit_frees_its_slot(engine):
+    release = threading.Event()
+    first = engine.dispatch(UnitSpec("blocks"), lambda: release.wait(10) and {"status": "completed"}, 1)
+
+    refused = engine.dispatch(UnitSpec("second"), lambda: {"status": "completed"}, 1)
+
+    assert first["status"] == "dispatched"
+    assert refused["status"] == "rejected" and "capacity reached (1 running)" in refused["error"]
+    release.set()
+    assert engine.bus.get(timeout=10)["delegation_id"] == first["delegation_id"]
+    assert engine.dispatch(UnitSpec("third"), lambda: {"status": "completed"}, 1)["status"] == "dispatched"
+
+
+class _Inline:
+    """A pool that runs each job in ``submit``: dispatch returns after the unit is finalized."""
+
+    def submit(self, job):
+        job()
+
+
+def test_the_policy_is_read_per_use(engine):
+    engine.pool_for = lambda max_workers: _Inline()
+    retained = {"n": 2}
+    engine.policy = lambda: Policy(max_retained_completed=retained["n"])
+    for goal in ("a", "b", "c"):
+        engine.dispatch(UnitSpec(goal), lambda: {"status": "completed"}, 3)
+    assert [r["goal"] for r in engine.list()] == ["b", "c"]
+
+    retained["n"] = 1
+    engine.dispatch(UnitSpec("d"), lambda: {"status": "completed"}, 3)
+
+    assert [r["goal"] for r in engine.list()] == ["d"]
