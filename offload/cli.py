@@ -106,6 +106,9 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
     if expected:
         ui.say(f"waiting for {expected} background result(s)… (Ctrl-C stops them)", style="yellow")
     driver.wait_for_background()
+    usage = driver.usage_line()
+    if usage:
+        ui.say(usage, style="dim")
     ui.say(f"done; continue with: offload chat --resume {driver.session_id}", style="dim")
     raise typer.Exit(int(driver.exit_code))
 

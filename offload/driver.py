@@ -125,6 +125,17 @@ class SessionDriver:
         roll_up_event(self.conversation.agent, item.event)  # background subagents count once delivered
         self.show_turn(result)
 
+    def usage_line(self) -> str | None:
+        """Tokens (and cost, when the provider reports one) of this process's turns, with the
+        subagents whose results were delivered here (or that ran inline) included."""
+        totals = getattr(self.conversation.agent, "usage_totals", None)
+        if not isinstance(totals, dict) or not (totals.get("input_tokens") or totals.get("output_tokens")):
+            return None
+        cost = totals.get("cost_usd")
+        cost_text = f"cost ${cost:.4f}" if isinstance(cost, (int, float)) else "cost not reported by the provider"
+        return (f"tokens used by this run: {totals['input_tokens']:,} in / {totals['output_tokens']:,} out, "
+                f"subagents included ({cost_text})")
+
     def units(self) -> list[dict[str, Any]]:
         """This session's background units as the engine lists them (live per-child activity),
         each live one with ``children_finished``: its children already recorded in the ledger,

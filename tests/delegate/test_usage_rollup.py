@@ -107,3 +107,19 @@ def test_the_driver_adds_background_usage_when_it_delivers_the_result(tmp_path):
         assert agent.added == []
         assert driver.deliver_ready() == 1
     assert agent.added == [{"input_tokens": 40, "output_tokens": 4, "cost_usd": 0.5}]
+
+
+def test_the_run_summary_line_reports_totals_and_says_when_cost_is_unknown(tmp_path):
+    from types import SimpleNamespace
+
+    from offload.driver import SessionDriver
+    from offload.views import Ui
+
+    agent = SimpleNamespace(usage_totals={"input_tokens": 1200, "output_tokens": 30, "cost_usd": None})
+    driver = SessionDriver(SimpleNamespace(agent=agent), inbox=None, ui=Ui())
+    assert driver.usage_line() == ("tokens used by this run: 1,200 in / 30 out, subagents included "
+                                   "(cost not reported by the provider)")
+    agent.usage_totals.update(cost_usd=0.5)
+    assert driver.usage_line().endswith("(cost $0.5000)")
+    agent.usage_totals.update(input_tokens=0, output_tokens=0)
+    assert driver.usage_line() is None

@@ -36,6 +36,8 @@ def test_a_result_recorded_for_a_raw_session_id_is_delivered_when_that_session_i
     assert wake.finish() == 0
     assert f"background result {did} landed" in wake.output and "child result 11" in wake.output
     assert "agent> Woken with the result: 11." in wake.output
+    # The woken run reports its totals (the child part of them is unit-tested in test_usage_rollup).
+    assert wake.wait_for(r"tokens used by this run: [1-9][\d,]* in / [1-9][\d,]* out, subagents included")
     assert get_durable_delegation(did)["delivery_state"] == "delivered"
     with SessionStore() as store:
         assert store.was_injected(sid, did)
