@@ -1,11 +1,14 @@
-"""The ``delegate_task`` tool: schema, argument validation, config, credentials, building and
-running children, and the synchronous and background modes.
+"""The ``delegate_task`` tool: entry point, config, credentials, the child seams and the result
+entry of one child. The arguments and the schema live in ``delegate_args``, the child build and
+run in ``delegate_children`` (on worker threads), the modes in ``delegate_tool_dispatch``.
 
-Invariants: the tool never raises to the model — bad arguments, bad config and failures come
-back as ``{"status": "error", "error": ...}`` JSON that says what to change; routing identity
-is captured before any child is built (building a child may rebind session state); a child
-never gets a toolset its parent lacks. ``_build_child_agent``, ``_run_single_child``,
-``_resolve_delegation_credentials`` and ``_load_config`` are seams the acceptance suite patches.
+Invariants: the tool never raises to the model — bad arguments, placeholder goals, bad config,
+credential failures and anything unexpected come back as ``{"status": "error", "error": ...}``
+JSON that says what to change, before anything is dispatched; routing identity is captured
+before any child is built (building a child may rebind session state); a child never gets a
+toolset its parent lacks; a child that raised is ``error``, one that ran and did not succeed
+``failed``. ``_build_child_agent``, ``_run_single_child``, ``_resolve_delegation_credentials``
+and ``_load_config`` are seams the acceptance suite patches (looked up at call time).
 """
 from __future__ import annotations
 

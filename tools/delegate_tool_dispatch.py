@@ -5,7 +5,10 @@ per ungrouped task with ``delegation.independent_completions`` — dispatched wi
 ``slot_key`` so splitting never uses more capacity. Each unit runner records every finished
 child in the ledger at once (before any post-processing), so a crash costs only the children
 that had not finished. If the first unit is refused at capacity, the whole call runs
-synchronously with a note saying so.
+synchronously with a note saying so. Whether a call may go to the background at all is decided
+by ``capture_routing``: a push channel, or a stateless one that can be woken at a raw session
+id; only a channel that can never be reached later runs inline. Inline children's usage is
+rolled into the parent when the call returns.
 """
 from __future__ import annotations
 
