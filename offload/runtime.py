@@ -80,8 +80,9 @@ def _resolve_session(store: SessionStore, wanted: str) -> str:
         return recent[0].session_id
     if store.session_exists(wanted):
         return store.live_tip(wanted) or wanted  # a compressed session continues at its live tip
-    return resolve(wanted, (s.session_id for s in store.list_sessions(limit=-1)), kind="session",
-                   id_prefix="sess_", listing="offload sessions")
+    found = resolve(wanted, (s.session_id for s in store.list_sessions(limit=-1)), kind="session",
+                    id_prefix="sess_", listing="offload sessions")
+    return store.live_tip(found) or found
 
 
 @dataclass

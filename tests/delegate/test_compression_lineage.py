@@ -209,3 +209,12 @@ def test_a_result_stored_before_compression_is_only_acknowledged_at_the_tip(stor
     b = store.continue_session(a, [])  # then compressed; the claim's completion was lost in a crash
     assert SessionInbox(b, store).poll() == []
     assert ad.get_durable_delegation(evt["delegation_id"])["delivery_state"] == "delivered"
+
+
+def test_resuming_a_compressed_session_by_id_or_prefix_continues_at_its_tip(store):
+    from offload.runtime import _resolve_session
+
+    a = store.create_session()
+    b = store.continue_session(a, [])
+    assert _resolve_session(store, a) == b and _resolve_session(store, a[:12]) == b
+    assert _resolve_session(store, b) == b
