@@ -56,8 +56,11 @@ _DEMO_MODEL = typer.Option(False, "--demo-model", help="no API key: talk to the 
 
 def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False,
             wakeable: bool = False) -> SessionDriver:
+    from offload import interrupt_requests
     from offload.driver import start_session
     from offload.views import Ui
+
+    interrupt_requests.install()  # the dashboard's interrupt button reaches this process's units
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="offload: %(levelname)s: %(message)s")

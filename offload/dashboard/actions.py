@@ -1,13 +1,16 @@
 """The dashboard's buttons: interrupt, ack, drop — the engine and ledger calls the CLI makes.
 
 Each returns ``(ok, message)``; the message says what happened or what the user must do.
-Interrupting reaches only units this process runs (the engine's interrupt functions are
-in-memory); a unit of another live process is stopped there (``/stop`` in its chat).
+A unit this process runs is interrupted at once; a unit of another live offload process on
+this machine gets an interrupt request (``offload.interrupt_requests``), which that process
+carries out through the same engine call.
 """
 from __future__ import annotations
 
+from offload import interrupt_requests
 from tools import async_delegation as engine
 from tools.async_delegation_delivery import current_ledger
+from tools.process_liveness import owner_alive
 
 
 def interrupt(delegation_id: str) -> tuple[bool, str]:
@@ -18,8 +21,12 @@ def interrupt(delegation_id: str) -> tuple[bool, str]:
         return False, f"no delegation {delegation_id!r}: it is not running here and not in the ledger"
     if row.state != "running":
         return False, f"{delegation_id} is not running (it is {row.state})"
-    return False, (f"{delegation_id} runs in process {row.owner_pid}, not in this dashboard's process: "
-                   "stop it there (/stop in its chat, Ctrl-C in `offload run`)")
+    if not owner_alive(row.owner_pid, row.owner_started_at):
+        return False, (f"the process that ran {delegation_id} ({row.owner_pid}) has exited; the next offload "
+                       "command that reads the ledger (e.g. `offload inbox`) reports it as unknown")
+    interrupt_requests.request(delegation_id)
+    return True, (f"interrupt requested from process {row.owner_pid}, which runs {delegation_id}; it stops within "
+                  f"a second if that is `offload chat` or `offload run` (else stop it there)")
 
 
 def ack(delegation_id: str) -> tuple[bool, str]:

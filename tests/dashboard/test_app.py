@@ -1,14 +1,18 @@
 """The dashboard's pages, actions, guard and /metrics over HTTP (Starlette's test client)."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
+from offload import interrupt_requests
 from offload.dashboard.app import create_app, parse_age
 from offload.dashboard.security import check_bind, is_loopback
 from offload.errors import CliError
@@ -67,13 +71,46 @@ def test_ack_and_drop_settle_a_pending_result_like_the_cli(client, held):
     assert current_ledger().get(second).delivery_state == "dropped"
 
 
-def test_interrupt_of_a_unit_this_process_does_not_run_says_where_it_runs(client, held):
-    unit = held(["elsewhere"])
-    with ad._records_lock:  # as if another process ran it: the ledger row stays running
-        ad._records[unit.delegation_id]["interrupt_fn"] = None
-    text = client.post(f"/d/{unit.delegation_id}/interrupt").text
-    assert "not in this dashboard" in text and "/stop in its chat" in text
-    assert "still running; interrupt it first" in client.post(f"/d/{unit.delegation_id}/ack").text
+def _other_owner() -> tuple[subprocess.Popen, str]:
+    owner = subprocess.Popen([sys.executable, str(Path(__file__).with_name("interruptible_owner.py"))],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    ready = owner.stdout.readline().split()
+    if ready[:1] != ["READY"]:
+        owner.kill()
+        pytest.fail(f"the other owner did not start: {ready}")
+    return owner, ready[1]
+
+
+def test_interrupt_reaches_a_unit_another_process_runs(client):
+    owner, delegation_id = _other_owner()
+    try:
+        text = client.post(f"/d/{delegation_id}/interrupt").text
+        assert f"interrupt requested from process {owner.pid}" in text
+        assert owner.wait(30) == 0  # it saw the request, interrupted its unit and recorded the result
+    finally:
+        owner.kill()
+    row = current_ledger().get(delegation_id)
+    assert row.state == "error" and row.result["results"][0]["status"] == "interrupted"
+    assert not list(interrupt_requests.request_dir().iterdir())  # the request was taken
+
+
+def test_interrupt_of_a_unit_whose_process_died_says_so(client):
+    owner, delegation_id = _other_owner()
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(10)
+    text = client.post(f"/d/{delegation_id}/interrupt").text
+    assert f"({owner.pid}) has exited" in text and "offload inbox" in text
+    assert "still running; interrupt it first" in client.post(f"/d/{delegation_id}/ack").text
+
+
+def test_interrupt_requests_are_plain_names_and_expire(tmp_path):
+    with pytest.raises(ValueError):
+        interrupt_requests.request("../state.db")
+    old, mine = interrupt_requests.request("deleg_old"), interrupt_requests.request("deleg_mine")
+    os.utime(old, (0, 0))
+    assert interrupt_requests.take({"deleg_mine"}, now=time.time()) == ["deleg_mine"]
+    assert not old.exists() and not mine.exists()
+    assert interrupt_requests.poll_once() == 0  # nothing left, nothing signalled
 
 
 def test_cross_site_post_is_refused(client, held):

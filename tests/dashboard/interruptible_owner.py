@@ -1,0 +1,34 @@
+"""Another offload process for the dashboard's interrupt test: honours interrupt requests
+(as `offload chat` does), runs one unit until interrupted, prints READY <id>, and exits 0
+once the unit's result is recorded.
+
+Usage: python interruptible_owner.py   (HERMES_HOME from the environment)
+"""
+from __future__ import annotations
+
+import threading
+
+from offload import interrupt_requests
+from tools import async_delegation as ad
+from tools.process_registry import process_registry
+
+
+def main() -> None:
+    interrupt_requests.install()
+    stop = threading.Event()
+
+    def runner() -> dict:
+        stop.wait(60)
+        return {"results": [{"task_index": 0, "status": "interrupted" if stop.is_set() else "completed",
+                             "summary": None, "error": "interrupted from the dashboard"}]}
+
+    handle = ad.dispatch_async_delegation_batch(goals=["wait for the interrupt"], context=None, toolsets=None,
+                                                role=None, model="m", session_key="sess-other", runner=runner,
+                                                interrupt_fn=stop.set)
+    print("READY", handle["delegation_id"], flush=True)
+    event = process_registry.completion_queue.get(timeout=60)  # persisted before it is queued
+    raise SystemExit(0 if event["results"][0]["status"] == "interrupted" else 1)
+
+
+if __name__ == "__main__":
+    main()
