@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from offload.dashboard import actions, metrics, model
 from offload.dashboard.security import Guard
+from delegation.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
 from tools.notification_text import format_age
 
@@ -67,7 +68,14 @@ class Dashboard:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status_code)
 
     def roster_html(self) -> str:
-        return self.env.get_template("_roster.html").render(units=model.roster())
+        try:
+            units, problem = model.roster(), None
+        except LedgerError as exc:  # the page stays up and says what to fix; the stream retries
+            units, problem = [], str(exc)
+        return self.env.get_template("_roster.html").render(units=units, problem=problem)
+
+    async def ledger_problem(self, request: Request, exc: Exception) -> Response:
+        return self.render("problem.html", 503, problem=str(exc))
 
     async def roster_page(self, request: Request) -> Response:
         fragment = await run_in_threadpool(self.roster_html)
@@ -139,6 +147,7 @@ def create_app(*, token: str | None = None, refresh_s: float = 1.0) -> Starlette
         Route("/metrics", dash.metrics),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
+    app = Starlette(routes=routes, middleware=[Middleware(Guard, token=token)],
+                    exception_handlers={LedgerError: dash.ledger_problem})
     app.state.dashboard = dash
     return app

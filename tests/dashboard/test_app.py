@@ -200,3 +200,17 @@ def test_roster_stream_sends_the_fragment_when_it_changes(held):
         assert any(unit.delegation_id in line for line in lines)
         assert all(line.startswith("data: ") for line in lines[1:-1])
         app.state.dashboard.stopping.set()
+
+
+def test_an_unreadable_ledger_is_a_clear_page_not_a_crash(client, held):
+    _finished(held, ["x"])
+    state_db = Path(os.environ["HERMES_HOME"]) / "state.db"
+    ad._reset_for_tests()  # close the open connection; the next read opens the damaged file
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{state_db}{suffix}").unlink(missing_ok=True)
+    state_db.write_bytes(b"this is not a database" * 100)
+    page = client.get("/history")
+    assert page.status_code == 503 and "The ledger cannot be read" in page.text
+    assert "state.db" in page.text  # the ledger's own message: which file, and what to do
+    assert "the ledger cannot be read" in client.get("/roster").text
+    assert client.get("/metrics").status_code == 200  # a scrape still answers, the error is counted
