@@ -215,11 +215,7 @@ def _install_tracing() -> None:
     """OpenTelemetry traces when the standard OTEL_* variables ask for them (README: Dashboard and telemetry)."""
     from offload.telemetry import install_tracing_from_env
 
-    try:
-        install_tracing_from_env()
-    except ImportError as exc:
-        raise CliError(f"OTEL_* variables ask for traces, but {exc.name} is missing: "
-                       "pip install 'offload[dashboard]', or unset them") from None
+    install_tracing_from_env()
 
 
 def main() -> None:

@@ -7,10 +7,10 @@ carries out through the same engine call.
 """
 from __future__ import annotations
 
+from delegation.liveness import owner_alive
 from offload import interrupt_requests
 from tools import async_delegation as engine
 from tools.async_delegation_delivery import current_ledger
-from tools.process_liveness import owner_alive
 
 
 def interrupt(delegation_id: str) -> tuple[bool, str]:

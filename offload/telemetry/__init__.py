@@ -5,15 +5,33 @@ Both are optional (the ``dashboard`` extra installs their libraries) and off unt
 installed: the dashboard installs the metrics observer, ``tracing.install_from_env()``
 installs tracing when the standard ``OTEL_*`` variables ask for it.
 """
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+
+def tracing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the standard OTEL_* variables ask for traces (read without importing OpenTelemetry)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:
+        return exporter != "none"
+    return bool(environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
 def install_tracing_from_env() -> bool:
     """Turn tracing on if the OTEL_* variables ask for it. Costs an environment lookup when
-    they do not: the OpenTelemetry SDK is imported only when tracing is wanted."""
-    import os
-
-    if not any(key.startswith("OTEL_") for key in os.environ):
+    they do not: the OpenTelemetry SDK is imported only when tracing is wanted. Without the
+    ``dashboard`` extra it says how to get it on stderr and runs untraced."""
+    if not tracing_wanted():
         return False
-    from offload.telemetry import tracing
-
+    try:
+        from offload.telemetry import tracing
+    except ImportError as exc:
+        sys.stderr.write(f"offload: OTEL_* variables ask for traces, but {exc.name} is not installed "
+                         "(pip install 'offload[dashboard]'); running without traces\n")
+        return False
     return tracing.install_from_env()

@@ -28,6 +28,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from delegation import observers
+from offload.telemetry import tracing_wanted
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +39,7 @@ _SETTLED = frozenset({"delivered", "acknowledged", "dropped"})
 
 def wanted(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the standard OTEL_* variables ask for traces."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:
-        return exporter != "none"
-    return bool(environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    return tracing_wanted(environ)
 
 
 def _exporters(environ: Mapping[str, str]) -> list[Any]:

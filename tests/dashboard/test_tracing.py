@@ -161,3 +161,13 @@ def test_an_unsupported_exporter_leaves_tracing_off_with_a_warning(caplog):
     assert "OTEL_TRACES_EXPORTER=zipkin is not supported; use otlp, console or none" in caplog.text
     with observers.span("x") as span:  # still the no-op
         span.set(a=1)
+
+
+def test_otel_variables_without_the_extra_warn_and_run_untraced():
+    code = ("import sys; sys.modules['opentelemetry'] = None\n"
+            "from offload.telemetry import install_tracing_from_env\n"
+            "print(install_tracing_from_env())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    assert done.stdout.strip() == "False"
+    assert "pip install 'offload[dashboard]'); running without traces" in done.stderr
