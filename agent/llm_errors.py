@@ -13,21 +13,15 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-# Lower-cased fragments providers use when the requested model is unknown (OpenAI, OpenRouter,
-# vLLM, Ollama, llama.cpp wordings). Public: the notice renderer may reuse them.
-MODEL_NOT_FOUND_PATTERNS: tuple[str, ...] = (
-    "model_not_found",
-    "is not a valid model",
-    "not a valid model",
-    "does not exist",
-    "model not found",
-)
+from delegation.errors import OffloadError
+from tools.model_rejection import MODEL_NOT_FOUND_PATTERNS
+
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 _PROVIDER_MESSAGE_MAX_CHARS = 500
 
 
-class LLMError(Exception):
+class LLMError(OffloadError):
     """A model call failed in a way retrying will not fix (or retries ran out)."""
 
     def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False) -> None:

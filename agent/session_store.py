@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from delegation.errors import OffloadError
 from delegation.ledger.sqlite import connect, is_locked, retry_while_locked, secure_files
 from tools.hermes_home import state_db_path
 
@@ -47,7 +48,7 @@ _SCHEMA = (
 _MAX_LINEAGE_HOPS = 1000
 
 
-class SessionStoreError(Exception):
+class SessionStoreError(OffloadError):
     """The session store cannot be used. The message names the file and the fix."""
 
 

@@ -3,7 +3,8 @@
 Owns three things: routing enrichment (session key -> platform/chat/thread on the event), the
 gateway's choice of text per event type (``_format_gateway_process_notification``), and the
 delivery step ``deliver_pending(drain)``: drain -> enrich -> group per route -> one turn per
-group -> ``adapter.send``. ``watch`` is the tiny loop around that step.
+group -> ``adapter.send``. The loop around that step, with delivery claims, is
+``gateway.bus.GatewayBus.tick``.
 
 Invariants:
 - Nothing is dropped. Every drained event lands in exactly one of ``DeliveryOutcome.delivered``
@@ -19,7 +20,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
@@ -148,22 +148,3 @@ class GatewayRunner:
                 logger.exception("adapter %r failed to deliver %d delegation result(s); requeueing",
                                  primary["platform"], len(events))
         (outcome.delivered if accepted else outcome.undelivered).extend(events)
-
-    def watch(
-        self,
-        drain: Drain,
-        requeue: Callable[[list[Event]], None],
-        stop: threading.Event,
-        interval_s: float = 2.0,
-    ) -> None:
-        """Deliver until *stop* is set; hand undelivered events to *requeue* every tick."""
-        while not stop.is_set():
-            try:
-                outcome = self.deliver_pending(drain)
-                if outcome.undelivered:
-                    requeue(outcome.undelivered)
-            except Exception:
-                # A bad tick (drain or requeue raised) must not end delivery for good.
-                logger.exception("async delegation delivery tick failed")
-            if stop.wait(interval_s):
-                break

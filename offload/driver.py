@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable
 
 from agent.session_store import SessionStore
+from delegation.states import LIVE_STATES
 from offload import exit_codes
 from offload.config import load_config
 from offload.exit_codes import ExitCode
@@ -27,7 +28,6 @@ from tools.delegate_usage import roll_up_event
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.2
-_LIVE = ("running", "stalling", "finalizing")
 
 
 def start_session(resume: str | None = None, *, sync_delegation: bool = False, ui: Ui | None = None,
@@ -142,7 +142,7 @@ class SessionDriver:
         by task index."""
         items = [item for item in list_async_delegations() if self.inbox.owns(item)]
         for item in items:
-            if item.get("status") in _LIVE:
+            if item.get("status") in LIVE_STATES:
                 row = get_durable_delegation(str(item.get("delegation_id"))) or {}
                 entries = (row.get("result") or {}).get("results") or []
                 item["children_finished"] = {e["task_index"]: e for e in entries
@@ -151,7 +151,7 @@ class SessionDriver:
 
     def live_count(self) -> int:
         """Background units of this session that have not reported yet."""
-        return sum(1 for item in self.units() if item.get("status") in _LIVE)
+        return sum(1 for item in self.units() if item.get("status") in LIVE_STATES)
 
     def stop_background(self, reason: str = "stopped by the user") -> int:
         """Interrupt this session's background work, including what it dispatched before a

@@ -1,6 +1,9 @@
 """Errors a user can fix, shared by the CLI modules without importing the agent runtime."""
 from __future__ import annotations
 
+from delegation.errors import OffloadError
 
-class CliError(Exception):
+
+
+class CliError(OffloadError):
     """A problem the user must fix (unknown session, bad argument). The message says how."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from delegation.states import DONE_STATES
+
 _MARKS = {"completed": "✓", "success": "✓", "failed": "✗", "error": "✗", "interrupted": "■", "stalled": "■",
           "timeout": "■", "unknown": "?"}
 GOAL_CHARS = 60
@@ -44,7 +46,7 @@ def task_lines(event: dict[str, Any]) -> list[str]:
         status = str(entry.get("status") or "unknown")
         seconds = _number(entry.get("duration_seconds"))
         timing = f", {seconds:.1f} s" if seconds is not None else ""
-        outcome = entry.get("summary") if status in ("completed", "success") else entry.get("error") or entry.get("summary")
+        outcome = entry.get("summary") if status in DONE_STATES else entry.get("error") or entry.get("summary")
         said = f": {_line(outcome, ANSWER_CHARS)}" if outcome else ""
         number = f"{index + 1}/{total} " if total > 1 else ""
         lines.append(f"{_MARKS.get(status, '•')} {number}{_line(goal, GOAL_CHARS)} ({status}{timing}){said}")

@@ -14,13 +14,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from delegation.errors import OffloadError
 from delegation.policy import DEFAULTS as STALL
 from tools.hermes_home import config_path
 
 logger = logging.getLogger(__name__)
 
 
-class ConfigError(Exception):
+class ConfigError(OffloadError):
     """The config file cannot be used as it is. The message says where and how to fix it."""
 
 

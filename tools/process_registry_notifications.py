@@ -8,9 +8,10 @@ compact one-line title a UI shows for a delegation result.
 Invariants:
 - No I/O and no clock reads. The "Dispatched" age is ``completed_at - dispatched_at`` from the
   event; formatting that epoch in local time is the only environment input. The one exception
-  is ``_delegation_config()``, read for the SUBAGENT MODEL REJECTED notice: it lazily asks
-  ``tools.delegate_tool._load_config()`` (which owns config loading) and fails open to ``{}``.
-  Tests monkeypatch it, so it is looked up at call time.
+  is ``_delegation_config()``, read for the SUBAGENT MODEL REJECTED notice: it lazily loads
+  the ``delegation`` section with ``tools.delegate_config`` (below the tool, so the renderer
+  never imports ``delegate_tool``) and fails open to ``{}``. Tests monkeypatch it, so it is
+  looked up at call time.
 - Anti-forgery: child output is untrusted. Multi-line child text is passed through
   ``notification_text.quote_block``, which prefixes ``"│ "`` to any line that would start
   (after blanks) with a reserved marker -- ``[ASYNC DELEGATION``, ``[IMPORTANT:``,
@@ -21,9 +22,9 @@ Invariants:
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
+from tools.model_rejection import MODEL_NOT_FOUND_PATTERNS
 from tools.notification_text import clip, format_age, format_count, inline, quote_block
 from tools.process_registry_notifications_blocks import (
     DONE_STATUSES,
@@ -38,26 +39,21 @@ from tools.process_registry_notifications_blocks import (
 
 __all__ = ["format_process_notification", "async_delegation_display_text", "MODEL_NOT_FOUND_PATTERNS"]
 
-MODEL_NOT_FOUND_PATTERNS: tuple[str, ...] = (
-    "is not a valid model",
-    "model not found",
-    "model_not_found",
-    "does not exist",
-)
 _DISPLAY_SUBJECT_CHARS = 200
 
 
 def _delegation_config() -> dict[str, Any]:
     """The ``delegation`` config section, or ``{}`` if it cannot be read.
 
-    Imported lazily: the renderer must stay importable (and pure) even when delegate_tool,
-    which owns config loading, is absent or broken.
+    Imported lazily: rendering must not pay for (or fail with) pydantic and YAML loading
+    unless a notice needs the config.
     """
     try:
-        config = importlib.import_module("tools.delegate_tool")._load_config()
+        from tools.delegate_config import load_delegation_config
+
+        return load_delegation_config().model_dump()
     except Exception:
         return {}
-    return config if isinstance(config, dict) else {}
 
 
 def format_process_notification(event: Any) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from delegation.states import DONE_STATES
 from tools.notification_text import (
     format_age,
     format_count,
@@ -20,7 +21,7 @@ from tools.notification_text import (
     quote_block,
 )
 
-DONE_STATUSES = frozenset({"completed", "success"})
+DONE_STATUSES = DONE_STATES  # one source: delegation.states
 TRUNCATED_SUFFIX = "TRUNCATED: hit max_iterations — work may be incomplete"
 TRUNCATED_NOTE = (
     "[TRUNCATED — subagent hit its iteration cap; the summary below may be incomplete. "

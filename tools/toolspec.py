@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from delegation.errors import OffloadError
 
-class ToolError(Exception):
+
+class ToolError(OffloadError):
     """A tool failure worded for the model: what went wrong and what to do instead."""
 
 

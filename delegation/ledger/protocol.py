@@ -19,8 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from delegation.errors import OffloadError
 
-class LedgerError(Exception):
+
+class LedgerError(OffloadError):
     """A ledger operation failed. The message names the file, the cause and the fix."""
 
     def __init__(self, message: str, *, kind: str = "error") -> None:

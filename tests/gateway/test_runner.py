@@ -1,7 +1,6 @@
 """GatewayRunner: formatting choice, routing enrichment, grouping and delivery via adapters."""
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -196,28 +195,3 @@ def test_one_failing_platform_does_not_block_another():
 
 def test_empty_drain_delivers_nothing():
     assert GatewayRunner({}).deliver_pending(lambda: []) == DeliveryOutcome()
-
-
-# -- loop ----------------------------------------------------------------------------------
-
-@pytest.mark.timeout(10)
-def test_watch_requeues_undelivered_and_survives_a_failing_tick():
-    adapter = FakeAdapter()
-    stop = threading.Event()
-    requeued: list[list[dict]] = []
-    ok, orphan = _evt("deleg_ok"), _evt("deleg_cli", session_key="")
-    ticks = iter([
-        lambda: (_ for _ in ()).throw(RuntimeError("bus hiccup")),
-        lambda: [(ok, "t"), (orphan, "t")],
-    ])
-
-    def drain():
-        tick = next(ticks, None)
-        if tick is None:
-            stop.set()
-            return []
-        return tick()
-
-    GatewayRunner({"telegram": adapter}).watch(drain, requeued.append, stop, interval_s=0)
-    assert requeued == [[orphan]]
-    assert [chat for chat, _, _ in adapter.sent] == ["12345"]

@@ -1,9 +1,6 @@
 """The SUBAGENT MODEL REJECTED notice: one config-level warning above the per-task wall."""
 from __future__ import annotations
 
-import sys
-import types
-
 import pytest
 
 import tools.process_registry_notifications as prn
@@ -92,26 +89,26 @@ def test_config_errors_fail_open(make_batch, monkeypatch):
     assert "TASK 2/2" in text
 
 
-def test_delegation_config_reads_delegate_tool_lazily(monkeypatch):
-    fake = types.ModuleType("tools.delegate_tool")
-    fake._load_config = lambda: {"model": "x"}
-    monkeypatch.setitem(sys.modules, "tools.delegate_tool", fake)
-    assert REAL_DELEGATION_CONFIG() == {"model": "x"}
+def test_delegation_config_reads_the_delegation_section(write_home_config):
+    write_home_config("delegation:\n  model: upstage/solar-pro-4\n  provider: upstage\n")
+    config = REAL_DELEGATION_CONFIG()
+    assert (config["model"], config["provider"]) == ("upstage/solar-pro-4", "upstage")
 
 
-@pytest.mark.parametrize("module_attrs", [
-    {},  # delegate_tool without _load_config (still being written)
-    {"_load_config": lambda: ["not", "a", "dict"]},
-    {"_load_config": lambda: 1 / 0},
-])
-def test_delegation_config_fails_open_to_empty(monkeypatch, module_attrs):
-    fake = types.ModuleType("tools.delegate_tool")
-    for name, value in module_attrs.items():
-        setattr(fake, name, value)
-    monkeypatch.setitem(sys.modules, "tools.delegate_tool", fake)
+def test_delegation_config_fails_open_on_a_broken_file(write_home_config):
+    write_home_config("delegation: [not, a, mapping\n")
     assert REAL_DELEGATION_CONFIG() == {}
 
 
-def test_delegation_config_fails_open_when_module_missing(monkeypatch):
-    monkeypatch.setitem(sys.modules, "tools.delegate_tool", None)  # import raises ImportError
+def test_delegation_config_fails_open_when_the_loader_raises(monkeypatch):
+    import tools.delegate_config as delegate_config
+
+    monkeypatch.setattr(delegate_config, "load_delegation_config", lambda: 1 / 0)
     assert REAL_DELEGATION_CONFIG() == {}
+
+
+@pytest.fixture
+def write_home_config(_isolated_hermes_home):
+    def write(text: str) -> None:
+        (_isolated_hermes_home / "config.yaml").write_text(text, encoding="utf-8")
+    return write
