@@ -21,6 +21,7 @@ from collections import Counter
 
 import pytest
 
+from delegation.ledger.sqlite import retry_while_locked
 from tests.chaos.support import drain_queue, report, scaled, wait_until
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
@@ -155,7 +156,9 @@ def test_every_ledger_file_is_owner_only_under_a_wide_umask(journal, tmp_path, m
         assert wait_until(lambda: ad.active_count() == 0)
         if journal == "wal":
             conn = sqlite3.connect(state_db_path())
-            conn.execute("PRAGMA journal_mode=WAL")
+            # The last finalize may still be pruning the ledger; a journal-mode switch answers
+            # "locked" at once instead of waiting, so retry it as the session store does.
+            retry_while_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
             conn.close()
             delivery.current_ledger().close()  # reopen in WAL: -wal and -shm appear
         sampler.start()

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -41,8 +43,10 @@ def test_children_lose_the_delegation_toolset_at_max_depth(tmp_path):
     assert child._delegate_depth == 1
 
 
-def test_a_rejected_subagent_model_is_named_once_above_the_tasks(tmp_path, monkeypatch):
-    monkeypatch.setattr(dt, "_load_config", lambda: {"model": "no-such-model", "provider": "scripted"})
+def test_a_rejected_subagent_model_is_named_once_above_the_tasks(tmp_path):
+    # The real config file: the child's model and the renderer's notice both come from it.
+    (Path(os.environ["HERMES_HOME"]) / "config.yaml").write_text(
+        "delegation:\n  model: no-such-model\n  provider: scripted\n", encoding="utf-8")
     with ScriptedModelServer(rule_script([(lambda t: True, text_reply("unused"))])) as server:
         handle = json.loads(dt.delegate_task(tasks=[{"goal": "task one"}, {"goal": "task two"}], background=True,
                                              parent_agent=parent_on(server, tmp_path)))
