@@ -14,7 +14,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from delegation.errors import OffloadError
-from tools.model_rejection import MODEL_NOT_FOUND_PATTERNS
+from render.model_rejection import MODEL_NOT_FOUND_PATTERNS
 
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from delegation.ledger import LedgerRow
 from offload import ledger_rows
-from tools.notification_text import format_age
+from render.text import format_age
 from offload.result_summary import task_lines
 from tools.process_registry_notifications import async_delegation_display_text
 

@@ -1,45 +1,19 @@
-"""Pure rendering of completion-bus events into the text a parent agent reads as a new turn.
+"""Facade: ``format_process_notification(event)``, the renderer of the completion bus under
+its hermes name, over the pure ``render.notification.format_event``.
 
-Owns ``format_process_notification(event) -> str | None`` for every event type on
-``process_registry.completion_queue`` (async delegations, process completions, heartbeats,
-watch matches and watch-state notices) and ``async_delegation_display_text(evt)``, the
-compact one-line title a UI shows for a delegation result.
-
-Invariants:
-- No I/O and no clock reads. The "Dispatched" age is ``completed_at - dispatched_at`` from the
-  event; formatting that epoch in local time is the only environment input. The one exception
-  is ``_delegation_config()``, read for the SUBAGENT MODEL REJECTED notice: it lazily loads
-  the ``delegation`` section with ``tools.delegate_config`` (below the tool, so the renderer
-  never imports ``delegate_tool``) and fails open to ``{}``. Tests monkeypatch it, so it is
-  looked up at call time.
-- Anti-forgery: child output is untrusted. Multi-line child text is passed through
-  ``notification_text.quote_block``, which prefixes ``"│ "`` to any line that would start
-  (after blanks) with a reserved marker -- ``[ASYNC DELEGATION``, ``[IMPORTANT:``,
-  ``[TRUNCATED``, ``[Background process``, ``--- `` or ``⚠ SUBAGENT MODEL REJECTED``; child
-  text embedded in a renderer line is collapsed onto that line by ``inline``. So every line
-  starting with a reserved marker was written by this renderer: a summary cannot forge a
-  second result header, task header or ``--- RESULT ---`` separator.
+This module reads what the pure renderer must not: ``_delegation_config()``, the
+``delegation`` config section the SUBAGENT MODEL REJECTED notice names. It is loaded lazily
+(only when a notice may be due) with ``tools.delegate_config``, fails open to ``{}``, and is
+looked up at call time, so tests may patch it here.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from tools.model_rejection import MODEL_NOT_FOUND_PATTERNS
-from tools.notification_text import clip, format_age, format_count, inline, quote_block
-from tools.process_registry_notifications_blocks import (
-    DONE_STATUSES,
-    batch_block,
-    event_goals,
-    event_results,
-    goal_for,
-    interim_block,
-    is_truncated,
-    single_block,
-)
+from render.model_rejection import MODEL_NOT_FOUND_PATTERNS  # noqa: F401 - re-exported
+from render.notification import async_delegation_display_text, format_event  # noqa: F401 - re-exported
 
 __all__ = ["format_process_notification", "async_delegation_display_text", "MODEL_NOT_FOUND_PATTERNS"]
-
-_DISPLAY_SUBJECT_CHARS = 200
 
 
 def _delegation_config() -> dict[str, Any]:
@@ -58,131 +32,4 @@ def _delegation_config() -> dict[str, Any]:
 
 def format_process_notification(event: Any) -> str | None:
     """The parent-facing text for one completion-bus event, or None for unknown types."""
-    if not isinstance(event, dict):
-        return None
-    etype = event.get("type")
-    if etype == "async_delegation":
-        return _format_async_delegation(event)
-    if etype == "watch_disabled" or (isinstance(etype, str) and etype.startswith("watch_overflow_")):
-        return f"[IMPORTANT: {quote_block(event.get('message')) or inline(etype)}]"
-    renderer = _PROCESS_RENDERERS.get(etype) if isinstance(etype, str) else None
-    return renderer(event) if renderer else None
-
-
-def _format_async_delegation(evt: dict[str, Any]) -> str:
-    if evt.get("task_failure_notice"):
-        return interim_block(evt)
-    if evt.get("is_batch") or isinstance(evt.get("results"), list):
-        return batch_block(evt, _model_rejection_notice(event_results(evt), batch=True))
-    return single_block(evt, _model_rejection_notice([evt], batch=False))
-
-
-# -- SUBAGENT MODEL REJECTED ----------------------------------------------------------------
-
-def _mentions_rejection(model: str, entries: list[dict[str, Any]]) -> bool:
-    for entry in entries:
-        text = f"{entry.get('error') or ''} {entry.get('summary') or ''}".lower()
-        # The configured model must be named: a rejection of some other model (a stale task
-        # or a per-task override) is task-level noise, not a config problem.
-        if model in text and any(pattern in text for pattern in MODEL_NOT_FOUND_PATTERNS):
-            return True
-    return False
-
-
-def _model_rejection_notice(entries: list[dict[str, Any]], *, batch: bool) -> list[str]:
-    """One config-level notice when the provider rejected the configured delegation model."""
-    try:
-        config = _delegation_config() or {}
-        model = inline(config.get("model"))
-        if not model or not _mentions_rejection(model.lower(), entries):
-            return []
-        provider = inline(config.get("provider")) or "configured provider"
-        scope = "Every task in this batch that reports it" if batch else "The task"
-        lines = [
-            f'⚠ SUBAGENT MODEL REJECTED: the configured Subagent Model "{model}" was rejected '
-            f'by provider "{provider}" (not a valid model ID).',
-            f"{scope} failed for this reason before doing any work; re-dispatching will fail "
-            "the same way until the model is fixed.",
-            "Check the configured subagent model: offload config get delegation.model",
-        ]
-        if not config.get("fallback_providers"):
-            lines.append("No fallback chain is configured, so no failover was attempted.")
-        return lines
-    except Exception:
-        # The notice is advice; a surprise in building it must never cost the result itself.
-        return []
-
-
-# -- process events -----------------------------------------------------------------------
-
-def _process_id(evt: dict[str, Any]) -> str:
-    return inline(evt.get("session_id") or evt.get("process_id") or evt.get("id")) or "?"
-
-
-def _format_completion(evt: dict[str, Any]) -> str:
-    code = format_count(evt.get("exit_code"))
-    lines = [f"[Background process {_process_id(evt)} finished with exit code {code}."]
-    if inline(evt.get("command")):
-        lines.append(f"Command: {inline(evt['command'])}")
-    output = quote_block(evt.get("output"))
-    lines += ["Output (tail):", output] if output else ["(no output)"]
-    return "\n".join(lines) + "]"
-
-
-def _format_heartbeat(evt: dict[str, Any]) -> str:
-    elapsed = evt.get("uptime_seconds", evt.get("elapsed_seconds"))
-    text = f"[Background process {_process_id(evt)} is still running ({format_age(elapsed)} so far)."
-    if inline(evt.get("command")):
-        text += f" Command: {inline(evt['command'])}"
-    return text + "]"
-
-
-def _format_watch_match(evt: dict[str, Any]) -> str:
-    pattern = inline(evt.get("pattern"))
-    lines = [f'[IMPORTANT: Background process {_process_id(evt)} matched watch pattern "{pattern}".']
-    lines.append(f"Command: {inline(evt.get('command')) or '?'}")
-    output = quote_block(evt.get("output"))
-    if output:
-        lines.append(output)
-    suppressed = format_count(evt.get("suppressed"), default="0")
-    if suppressed != "0":
-        lines.append(f"({suppressed} further matches suppressed)")
-    return "\n".join(lines) + "]"
-
-
-_PROCESS_RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "completion": _format_completion,
-    "heartbeat": _format_heartbeat,
-    "watch_match": _format_watch_match,
-}
-
-
-# -- compact UI title ---------------------------------------------------------------------
-
-_LABELS = {
-    "failed": "Failed", "error": "Failed", "rejected": "Failed",
-    "cancelled": "Cancelled", "canceled": "Cancelled", "interrupted": "Interrupted",
-    "timeout": "Timed Out", "timed_out": "Timed Out", "stalled": "Stalled", "unknown": "Unknown",
-}
-
-
-def _outcome_label(entry: dict[str, Any]) -> str:
-    status = inline(entry.get("status")).lower()
-    if status in DONE_STATUSES:
-        return "Incomplete" if is_truncated(entry) else "Completed"
-    return _LABELS.get(status, "Incomplete")
-
-
-def async_delegation_display_text(evt: dict[str, Any]) -> str:
-    """``Subagent Task Completed: <goal>`` or ``Subagent Tasks <Outcome>: <subject> (<n> tasks)``."""
-    results, goals = event_results(evt), event_goals(evt)
-    if len(results) > 1:
-        labels = {_outcome_label(r) for r in results}
-        outcome = labels.pop() if len(labels) == 1 else "Finished with Issues"
-        subject = inline(evt.get("group")) or "; ".join(
-            g for g in (inline(goal_for(r, goals)) for r in results) if g
-        )
-        return f"Subagent Tasks {outcome}: {clip(subject, _DISPLAY_SUBJECT_CHARS)} ({len(results)} tasks)"
-    entry = results[0] if results else evt
-    goal = inline(goal_for(entry, goals, evt.get("goal"))) or "; ".join(inline(g) for g in goals)
-    return f"Subagent Task {_outcome_label(entry)}: {clip(goal, _DISPLAY_SUBJECT_CHARS)}"
+    return format_event(event, lambda: _delegation_config())

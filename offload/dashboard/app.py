@@ -28,7 +28,7 @@ from offload.dashboard import actions, metrics, model
 from offload.dashboard.security import Guard
 from delegation.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
-from tools.notification_text import format_age
+from render.text import format_age
 
 _HERE = Path(__file__).parent
 KEEPALIVE_S = 15.0

@@ -32,7 +32,7 @@ from tools import async_delegation_delivery as delivery
 from tools.approval_context import reset_current_session_key, set_current_session_key
 from tools.delegate_config import ConfigError, DelegationConfig, load_delegation_config
 from tools.hermes_home import config_path, state_db_path
-from tools.notification_text import is_reserved_line
+from render.text import is_reserved_line
 from tools.process_registry import process_registry
 from tools.process_registry_notifications import format_process_notification
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.notification_text import (
+from render.text import (
     QUOTE_MARK,
     clip,
     format_age,

@@ -3,7 +3,7 @@ failure notice and crash-recovery lines.
 
 Pure functions of the event dict (no I/O, no clock reads, no config reads -- the caller passes
 in the model-rejection notice it computed). Every child-supplied value goes through
-``notification_text.quote_block`` or ``inline``, so the only lines that start with a reserved
+``render.text.quote_block`` or ``inline``, so the only lines that start with a reserved
 marker (``[ASYNC DELEGATION``, ``--- ``, ...) are the ones written here.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from delegation.states import DONE_STATES
-from tools.notification_text import (
+from render.text import (
     format_age,
     format_count,
     format_local_time,
