@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
 import time
 import uuid
 from typing import Any, Callable
@@ -37,6 +38,8 @@ class Deliveries:
         self.health = health or LedgerHealth()
         self._last_sweep: dict[str, float] = {}
         self._offered: dict[tuple[str, str], float] = {}  # (ledger location, delegation id) -> last offer
+        self._offer_lock = threading.Lock()  # a listener thread and a scan may look at one row at once
+        self._listened: dict[tuple[str, str], queue.Queue] = {}  # the queue a listener/sweep last offered it to
 
     # -- restart: recovery and replay ---------------------------------------------------------
     def recover_abandoned(self, now: float | None = None) -> int:
@@ -48,7 +51,7 @@ class Deliveries:
         hints: dict[str, str | None] = {}
         settled = 0
         for row in ledger.running_rows():
-            if self.owner_alive(row.owner_pid, row.owner_started_at):
+            if not ledger.is_abandoned(row, self.owner_alive):
                 continue
             cwd = (row.task or {}).get("owner_cwd")
             if cwd not in hints:
@@ -86,19 +89,14 @@ class Deliveries:
 
     def _offer_orphans(self, target_queue: queue.Queue, now: float, *, only_new: bool) -> int:
         ledger = self.ledger()
+        if not only_new:
+            self._watch(ledger, target_queue)  # listen first: a row settled during the scan still wakes us
         if not ledger.exists():
             return 0  # replay never creates a ledger
         offered = 0
         try:
             self.recover_abandoned(now)
-            for row in ledger.pending_rows():
-                if not self._should_offer(ledger, row, now, only_new):
-                    continue
-                event = dict(row.event or {})
-                event["restored"] = True
-                target_queue.put(event)
-                self._offered[(ledger.location, row.delegation_id)] = now
-                offered += 1
+            offered = self._offer(ledger, target_queue, ledger.pending_rows(), now, only_new)
         except LedgerError as exc:
             # An unreadable or locked ledger must not take the consumer down with it; what it
             # holds stays there and is replayed by the first start after it is repaired.
@@ -106,9 +104,49 @@ class Deliveries:
                                "Undelivered results recorded there are replayed once it is readable again.")
         return offered
 
+    def _offer(self, ledger: DelegationLedger, target_queue: queue.Queue, rows: list[LedgerRow], now: float,
+               only_new: bool) -> int:
+        offered = 0
+        with self._offer_lock:
+            for row in rows:
+                key = (ledger.location, row.delegation_id)
+                if not only_new and self._listened.get(key) is target_queue and self._offered.get(key, 0.0) > now:
+                    continue  # the listener put it on this very queue while this scan ran
+                if not self._should_offer(ledger, row, now, only_new):
+                    continue
+                if only_new:
+                    self._listened[key] = target_queue
+                event = dict(row.event or {})
+                event["restored"] = True
+                target_queue.put(event)
+                self._offered[key] = now
+                offered += 1
+        return offered
+
+    def _watch(self, ledger: DelegationLedger, target_queue: queue.Queue) -> None:
+        """On a ledger shared across hosts, offer rows settled anywhere as they settle
+        (PostgreSQL LISTEN/NOTIFY) instead of at the next orphan sweep."""
+        if getattr(type(ledger), "watch", None) is None:
+            return
+
+        def on_rows(rows: list[LedgerRow] | None) -> None:
+            now = time.time()
+            try:
+                if rows is None:  # the listener reconnected: it may have missed some
+                    self._offer_orphans(target_queue, now, only_new=True)
+                else:
+                    self._offer(ledger, target_queue, rows, now, only_new=True)
+            except LedgerError as exc:
+                self.health.report(ledger, "offering a notified result", exc, "The orphan sweep offers it later.")
+        try:
+            ledger.watch(on_rows)  # type: ignore[attr-defined]
+        except LedgerError as exc:
+            self.health.report(ledger, "listening for results of other hosts", exc,
+                               "Their results arrive with the orphan sweep instead.")
+
     def _should_offer(self, ledger: DelegationLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
-        if self.owner_alive(row.owner_pid, row.owner_started_at):
-            return False  # its owner is running and delivers it itself
+        if ledger.delivers_itself(row, self.owner_alive):
+            return False  # its owner is running here and delivers it itself
         claim_live = row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - self.policy().claim_lease_s
         last_offer = self._offered.get((ledger.location, row.delegation_id))
         reclaimable = not claim_live and (row.delivery_claimed_at or 0.0) > (last_offer or 0.0)
@@ -212,6 +250,7 @@ class Deliveries:
         self.health.reset()
         self._last_sweep.clear()
         self._offered.clear()
+        self._listened.clear()
 
 
 def _told(delegation_id: str, outcome: str, changed: Any) -> Any:

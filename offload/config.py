@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
 from tools.delegate_config import ConfigError, DelegationConfig, read_config_file
 from tools.hermes_home import config_path
+from tools.ledger_config import LedgerConfig
 
 __all__ = ["ConfigError", "OffloadConfig", "get_value", "load_config", "resolve_api_key", "set_value"]
 
@@ -50,6 +51,7 @@ class OffloadConfig(BaseModel):
         "the parent model's context window; near it, old turns are summarised (null = never)"))
     compress_at_ratio: float = Field(0.8, gt=0, le=1, description="compress when a request would pass this share")
     delegation: DelegationConfig = Field(default_factory=DelegationConfig)
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
 
     @field_validator("base_url")
     @classmethod
@@ -79,8 +81,9 @@ def _describe(exc: ValidationError, where: str) -> str:
 
 
 def _known_keys(key: str) -> list[str]:
-    if key.startswith("delegation."):
-        return [f"delegation.{name}" for name in DelegationConfig.model_fields]
+    for section, model in (("delegation", DelegationConfig), ("ledger", LedgerConfig)):
+        if key.startswith(f"{section}."):
+            return [f"{section}.{name}" for name in model.model_fields]
     return list(OffloadConfig.model_fields)
 
 

@@ -1,8 +1,23 @@
 """Every test gets its own HERMES_HOME, so no test reads or writes ~/.hermes; ``model_server``
-starts loopback scripted model servers and stops them at teardown."""
+starts loopback scripted model servers and stops them at teardown.
+
+``OFFLOAD_TEST_LEDGER=postgresql`` runs the tests with the ledger in PostgreSQL instead
+(``OFFLOAD_LEDGER_URL`` on a fresh schema of ``.ci/postgres-up``'s server per test), so the
+engine, restore and chaos suites prove the same promises on both backends.
+"""
+import os
 from typing import Any, Callable, Iterator
 
 import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("OFFLOAD_TEST_LEDGER", "") != "postgresql":
+        return
+    skip = pytest.mark.skip(reason="about the SQLite file itself; this run uses OFFLOAD_TEST_LEDGER=postgresql")
+    for item in items:
+        if "sqlite_only" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
@@ -10,9 +25,24 @@ def _isolated_hermes_home(tmp_path, monkeypatch):
     home = tmp_path / "hermes-home"
     home.mkdir()
     monkeypatch.setenv("HERMES_HOME", str(home))
-    for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OFFLOAD_API_KEY", "OFFLOAD_BASE_URL", "OFFLOAD_MODEL"):
+    for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OFFLOAD_API_KEY", "OFFLOAD_BASE_URL", "OFFLOAD_MODEL",
+                "OFFLOAD_LEDGER_URL", "OFFLOAD_HOST_ID"):
         monkeypatch.delenv(key, raising=False)
+    if os.environ.get("OFFLOAD_TEST_LEDGER", "") != "postgresql":
+        yield home
+        return
+    from tests.postgres_support import FreshSchema
+
+    schema = FreshSchema()
+    monkeypatch.setenv("OFFLOAD_LEDGER_URL", schema.url)
     yield home
+    from tools import async_delegation_delivery
+
+    from tests.postgres_support import drop_per_home_schemas
+
+    async_delegation_delivery.reset_for_tests()  # close pools before the schemas go
+    schema.drop()
+    drop_per_home_schemas()
 
 
 @pytest.fixture

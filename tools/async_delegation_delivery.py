@@ -1,7 +1,8 @@
 """Facade: durable delivery (replay, claims) of ``delegation.delivery.Deliveries``, wired to
 the ledger of the current ``$HERMES_HOME`` and kept importable by its hermes-era names.
 
-``current_ledger()`` is one instance per process and store, opened by ``open_ledger``; the
+``current_ledger()`` is one instance per process and store, opened by ``open_ledger`` on
+``ledger.url`` (``tools.async_delegation_ledger_select``) or the home's state.db; the
 policy numbers come from ``policy_source()``, which ``tools.async_delegation`` points at its
 patchable module constants when imported (until then, the defaults). ``owner_alive`` is read
 through this module at call time, so tests may patch it here.
@@ -14,9 +15,10 @@ from typing import Callable
 
 from delegation.delivery import Deliveries
 from delegation.health import LedgerHealth
-from delegation.ledger import DelegationLedger, open_ledger
+from delegation.ledger import DelegationLedger
 from delegation.liveness import owner_alive
 from delegation.policy import DEFAULTS, Policy
+from tools.async_delegation_ledger_select import ledger_key, open_selected_ledger
 from tools.hermes_home import state_db_path
 
 policy_source: Callable[[], Policy] = lambda: DEFAULTS  # noqa: E731 - replaced by tools.async_delegation
@@ -26,13 +28,14 @@ _ledgers_lock = threading.Lock()
 
 
 def current_ledger() -> DelegationLedger:
-    """The ledger of the current ``$HERMES_HOME``; one per process and store."""
+    """The ledger of the current settings (``ledger.url``, else ``$HERMES_HOME/state.db``);
+    one per process and store."""
     path = state_db_path()
-    key = (os.getpid(), str(path))  # a forked child must not share its parent's connection
+    key = (os.getpid(), ledger_key(path))  # a forked child must not share its parent's connection
     with _ledgers_lock:
         ledger = _ledgers.get(key)
         if ledger is None:
-            ledger = _ledgers[key] = open_ledger(path)
+            ledger = _ledgers[key] = open_selected_ledger(path)
         return ledger
 
 

@@ -6,6 +6,7 @@ A ledger is chosen by a URL (or a filesystem path, which means SQLite):
 |---|---|
 | ``/path/state.db``, a ``Path``, ``sqlite:///abs/path``, ``sqlite:relative/path`` | ``SqliteLedger`` |
 | ``memory://`` (private) or ``memory://NAME`` (shared by name in this process) | ``MemoryLedger`` |
+| ``postgresql://USER:PASSWORD@HOST:PORT/DB`` (or ``postgres://``) | ``PostgresLedger`` (options: ``host_id``, ``lease_s``, ``heartbeat_s``, ``owner``) |
 
 Adding a backend is one entry in ``_OPENERS``: a function of the parsed URL (and any keyword
 options the caller passes through) that imports its module lazily, so a driver is needed
@@ -44,9 +45,17 @@ def _open_memory(url: SplitResult, raw: str) -> DelegationLedger:
     return MemoryLedger(named_store(url.netloc + url.path))
 
 
+def _open_postgres(url: SplitResult, raw: str, **options: Any) -> DelegationLedger:
+    from delegation.ledger.postgres import PostgresLedger  # psycopg only for those who use it
+
+    return PostgresLedger(raw, **options)
+
+
 _OPENERS: dict[str, Callable[..., DelegationLedger]] = {
     "sqlite": _open_sqlite,
     "memory": _open_memory,
+    "postgresql": _open_postgres,
+    "postgres": _open_postgres,
 }
 
 

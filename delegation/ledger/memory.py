@@ -16,7 +16,7 @@ import weakref
 from typing import Any, Callable
 
 from delegation.ledger.codec import decode_row, dumps, loads
-from delegation.ledger.protocol import DispatchRow, LedgerRow
+from delegation.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners
 
 Row = dict[str, Any]  # column name -> stored value, as in the SQLite table
 _SETTLED = ("delivered", "dropped")
@@ -58,7 +58,7 @@ def _new_row(row: DispatchRow, state: str, completed_at: float | None, now: floa
             "owner_pid": row.owner_pid, "owner_started_at": row.owner_started_at}
 
 
-class MemoryLedger:
+class MemoryLedger(SingleHostOwners):
     """The ledger in a ``MemoryStore``. Thread-safe."""
 
     def __init__(self, store: MemoryStore | None = None) -> None:

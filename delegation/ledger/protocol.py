@@ -17,7 +17,10 @@ Invariants every backend keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
+
+# ``alive(pid, started_at)``: is that process running on this host (the local pid check)?
+OwnerCheck = Callable[[int | None, int | None], bool]
 
 from delegation.errors import OffloadError
 
@@ -91,6 +94,14 @@ class DelegationLedger(Protocol):
     def running_rows(self) -> list[LedgerRow]:
         """Rows still marked running: candidates for owner-death recovery."""
 
+    def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is gone, so any process may recover the row. ``alive`` is the
+        local pid check, meaningful only for owners on this host (a shared ledger judges
+        owners elsewhere by their lease)."""
+
+    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is a live process on this host, which delivers it itself."""
+
     def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
         """Mark a running row ``unknown`` with its recovered event; False if it moved meanwhile."""
 
@@ -122,3 +133,13 @@ class DelegationLedger(Protocol):
     def get(self, delegation_id: str) -> LedgerRow | None: ...
 
     def close(self) -> None: ...
+
+
+class SingleHostOwners:
+    """Owner liveness for a ledger only one host uses: the pid check alone decides."""
+
+    def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        return not alive(row.owner_pid, row.owner_started_at)
+
+    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        return alive(row.owner_pid, row.owner_started_at)

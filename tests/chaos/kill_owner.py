@@ -101,13 +101,14 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
 
 
 def _kill_at_ledger_write(n: int, when: str) -> None:
-    from delegation.ledger.sqlite import SqliteLedger
+    from tools.async_delegation_delivery import current_ledger
 
+    ledger_class = type(current_ledger())  # SQLite, or PostgreSQL under OFFLOAD_TEST_LEDGER=postgresql
     writes = [0]
     lock = threading.Lock()
 
     def wrap(name: str) -> None:
-        real = getattr(SqliteLedger, name)
+        real = getattr(ledger_class, name)
 
         def write(self, *args, **kwargs):
             with lock:
@@ -120,7 +121,7 @@ def _kill_at_ledger_write(n: int, when: str) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             return out
 
-        setattr(SqliteLedger, name, write)
+        setattr(ledger_class, name, write)
 
     for name in ("persist_dispatch", "record_unit_child", "persist_completion"):
         wrap(name)

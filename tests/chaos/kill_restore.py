@@ -13,6 +13,7 @@ import sqlite3
 import sys
 
 from tools.async_delegation import restore_undelivered_completions
+from tests.postgres_support import pg_ledger_rows
 from tools.hermes_home import state_db_path
 
 
@@ -28,7 +29,10 @@ def main(via_registry: bool) -> None:
     while not q.empty():
         events.append(q.get_nowait())
     rows = []
-    if state_db_path().exists():
+    pg = pg_ledger_rows("delegation_id, state, delivery_state, result_json")
+    if pg is not None:
+        rows = [dict(zip(("delegation_id", "state", "delivery_state", "result_json"), r)) for r in pg]
+    elif state_db_path().exists():
         conn = sqlite3.connect(state_db_path())
         conn.row_factory = sqlite3.Row
         rows = [dict(r) for r in conn.execute(

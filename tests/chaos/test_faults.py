@@ -47,7 +47,8 @@ from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from tools.hermes_home import state_db_path
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(60), pytest.mark.usefixtures("engine")]
+# Faults of the state.db file (locks, full disk, garbage, deletion); PostgreSQL faults are in tests/postgres.
+pytestmark = [pytest.mark.chaos, pytest.mark.sqlite_only, pytest.mark.timeout(60), pytest.mark.usefixtures("engine")]
 
 BIG = "x" * 20_000  # rows that need new pages, so a capped database is really full
 

@@ -27,6 +27,7 @@ import tools.delegate_tool as dt
 from gateway.session_keys import parse_session_key
 from tests.chaos.support import drain_queue, report, scaled, wait_until
 from tests.delegate.fakes import FakeParent
+from tests.postgres_support import pg_ledger_rows
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from tools.approval_context import reset_current_session_key, set_current_session_key
@@ -78,6 +79,9 @@ session_keys = st.one_of(any_text, st.lists(any_text, min_size=5, max_size=7).ma
 
 
 def ledger_rows() -> dict[str, tuple]:
+    pg = pg_ledger_rows("delegation_id, state, delivery_state, task_json, event_json, result_json")
+    if pg is not None:
+        return {r[0]: tuple(r[1:]) for r in pg}
     if not state_db_path().exists():
         return {}
     conn = sqlite3.connect(state_db_path())
@@ -167,7 +171,7 @@ def test_a_surrogate_session_key_costs_durability_only_never_a_slot_or_an_except
         assert evt["session_key"] == key and evt["status"] == "completed"  # delivered in memory
     assert ledger_rows() == {}  # nothing half-written
     errors = [r for r in caplog.records if r.levelno >= 40 and r.name == "tools.async_delegation"]
-    assert len(errors) == 1 and str(state_db_path()) in errors[0].getMessage()
+    assert len(errors) == 1 and delivery.current_ledger().location in errors[0].getMessage()
 
 
 def test_a_surrogate_in_child_output_is_stored_and_restored_exactly(monkeypatch_session, caplog):

@@ -133,6 +133,7 @@ def _modes(home) -> dict[str, int]:
     return modes
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("journal", ["delete", "wal"])
 def test_every_ledger_file_is_owner_only_under_a_wide_umask(journal, tmp_path, monkeypatch):
     home = tmp_path / "fresh" / "home"  # the ledger creates it

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.support import LONG, base_seed, report, scaled
+from tests.postgres_support import ledger_env_for
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from delegation.events import batch_status
@@ -97,7 +98,8 @@ class Trial:
 
 def _env(home: Path) -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "HERMES_HOME": str(home), "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+    return {**os.environ, "HERMES_HOME": str(home), "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1",
+            **ledger_env_for(home)}
 
 
 def _run_owner_and_kill(trial: Trial) -> None:
@@ -244,6 +246,8 @@ def _check(trial: Trial) -> None:
 def _acknowledge_and_restore_again(trial: Trial, monkeypatch) -> None:
     """In this process (the owner is dead): ack every reported unit; a second restore is empty."""
     monkeypatch.setenv("HERMES_HOME", str(trial.home))
+    for name, value in ledger_env_for(trial.home).items():
+        monkeypatch.setenv(name, value)
     try:
         for evt in trial.restored["events"]:
             if not ad.mark_completion_delivered(evt["delegation_id"]):

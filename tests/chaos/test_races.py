@@ -25,6 +25,7 @@ import pytest
 from tests.chaos.support import drain_queue, report, scaled, wait_until
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
+from tests.postgres_support import pg_ledger_rows
 from tools.hermes_home import state_db_path
 from tools.process_registry import process_registry
 
@@ -33,12 +34,17 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(scaled(240, 1200)), pytest.
 
 def use_wal() -> None:
     """The session store owns the journal mode; production runs WAL. Set it before the engine opens."""
+    if pg_ledger_rows("1") is not None:
+        return  # the ledger is in PostgreSQL this run
     conn = sqlite3.connect(state_db_path())
     assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
     conn.close()
 
 
 def rows_by_state() -> Counter:
+    pg = pg_ledger_rows("state")
+    if pg is not None:
+        return Counter(state for (state,) in pg)
     conn = sqlite3.connect(state_db_path())
     try:
         return Counter(state for (state,) in conn.execute("SELECT state FROM async_delegations"))

@@ -15,14 +15,25 @@ from typing import Any, Callable
 import pytest
 
 from delegation.ledger import DelegationLedger, DispatchRow, open_ledger
+from tests.postgres_support import FreshSchema
 
 LedgerFactory = Callable[[], DelegationLedger]
+
+
+def pg_factory_for_test(tmp_path) -> LedgerFactory:
+    """Ledgers on one fresh schema of the test PostgreSQL server, dropped afterwards (skipped
+    locally without a server, naming the command that starts one; a failure when CI=true)."""
+    schema = FreshSchema()
+    factory = lambda: open_ledger(schema.url)  # noqa: E731
+    factory.cleanup = schema.drop  # type: ignore[attr-defined]
+    return factory
 
 # Each entry opens its backend through open_ledger(), the way the engine does. The memory
 # store is named after the test's tmp_path, so instances of one test share it and tests don't.
 BACKENDS: dict[str, Callable[[Any], LedgerFactory]] = {
     "sqlite": lambda tmp_path: (lambda: open_ledger(tmp_path / "state.db")),
     "memory": lambda tmp_path: (lambda: open_ledger(f"memory://{tmp_path}")),
+    "postgresql": pg_factory_for_test,  # one schema per test
 }
 
 T0 = 1_000_000.0  # a fixed epoch for every test
@@ -42,6 +53,7 @@ def ledger_factory(request, tmp_path) -> LedgerFactory:
     yield factory
     for instance in opened:
         instance.close()
+    getattr(make, "cleanup", lambda: None)()
 
 
 @pytest.fixture

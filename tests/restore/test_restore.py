@@ -419,6 +419,7 @@ def _errors(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno >= logging.ERROR and r.name == "tools.async_delegation"]
 
 
+@pytest.mark.sqlite_only
 def test_consecutive_failures_of_one_kind_log_one_error(caplog):
     _corrupt_state_db()
 
@@ -432,6 +433,7 @@ def test_consecutive_failures_of_one_kind_log_one_error(caplog):
     assert str(delivery.current_ledger().path) in error.getMessage()
 
 
+@pytest.mark.sqlite_only
 def test_a_success_in_between_re_arms_error_reporting(caplog):
     with caplog.at_level(logging.DEBUG, logger="tools.async_delegation"):
         _corrupt_state_db()

@@ -1,0 +1,433 @@
+"""PostgreSQL implementation of the delegation ledger, for several processes on several hosts.
+
+Selected by ``ledger.url: postgresql://…`` in config.yaml or ``OFFLOAD_LEDGER_URL``. One
+instance per process and URL: a ``psycopg_pool`` pool of autocommit connections, each checked
+before use, so a server restart or a terminated backend costs one reconnect, not an error.
+
+Invariants beyond the ledger contract:
+- every claim is one conditional ``UPDATE`` (PostgreSQL re-checks the condition after a row
+  lock wait, so of N racing consumers exactly one wins); multi-row claims use
+  ``FOR UPDATE SKIP LOCKED``; nothing is read-then-written without a row lock;
+- each process holds an owner lease (``async_delegation_postgres_lease``); terminal writes and
+  per-child records are fenced by its token, recovery of another host's rows needs its lease
+  to have expired on the database clock;
+- the store is never created by a read: reads of a database without the table return nothing;
+- a failure is a ``LedgerError`` with one kind per cause (see ``_errors``); an operation that
+  lost its connection mid-flight is retried once on a fresh one.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
+from delegation.ledger.postgres_errors import classify, error_kind, redact
+from delegation.ledger.postgres_lease import OwnerLease
+from delegation.ledger.postgres_listen import CompletionListener
+from delegation.ledger import postgres_queue as work_queue
+from delegation.ledger.postgres_sql import (
+    DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, SCHEMA, SCHEMA_LOCK_KEY, SELECT, TABLE_EXISTS,
+    UPDATE_COMPLETION, completion_values, decode, dispatch_values, notify_channel,
+)
+from delegation.ledger.sqlite_rows import _loads, dumps
+
+logger = logging.getLogger("tools.async_delegation")
+_T = TypeVar("_T")
+_MISSING = object()
+POOL_TIMEOUT_S = 3.0
+POOL_MAX_SIZE = 8
+PROBE_TIMEOUT_S = 3
+LISTEN_WAIT_S = 2.0
+PROBE_INTERVAL_S = 1.0  # while the server is down, one connection attempt per interval; others fail fast
+
+
+def default_host_id() -> str:
+    return socket.gethostname() or "localhost"
+
+
+class PostgresLedger:
+    """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
+
+    def __init__(self, url: str, *, host_id: str | None = None, lease_s: float = 60.0, heartbeat_s: float = 10.0,
+                 owner: Callable[[], tuple[int, int | None]] | None = None) -> None:
+        """``owner()``: this process's (pid, start-time fingerprint), stamped on lease rows and
+        claimed units, for the same-host pid check (default: the pid alone)."""
+        self.url = url
+        self.location = redact(url)  # the label log lines and log-once bookkeeping use
+        self.host_id = host_id or default_host_id()
+        self.owner = owner or (lambda: (os.getpid(), None))
+        self.lease = OwnerLease(self._run, self.host_id, lease_s, heartbeat_s, self.owner)
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
+        self._schema: str | None = None  # set once the tables are known to exist
+        self._tokens: dict[str, int] = {}  # delegation id -> the lease token it was dispatched under
+        self._down: LedgerError | None = None  # why the server was unusable at the last attempt
+        self._down_at = 0.0
+        self._listener: CompletionListener | None = None
+        try:
+            conninfo_to_dict(url)
+            self._bad_url: LedgerError | None = None
+        except psycopg.Error as exc:
+            self._bad_url = classify(self.location, exc)
+
+    # -- connections ------------------------------------------------------------------
+    def _get_pool(self) -> ConnectionPool:
+        if self._bad_url is not None:
+            raise self._bad_url
+        with self._pool_lock:
+            if self._pool is None or self._down is not None:
+                self._probe()
+            if self._pool is None:
+                # The pool logs every failed reconnect; we log one line per cause instead.
+                logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+                self._pool = ConnectionPool(self.url, min_size=1, max_size=POOL_MAX_SIZE, open=False,
+                                            timeout=POOL_TIMEOUT_S, kwargs={"autocommit": True},
+                                            check=ConnectionPool.check_connection, name="offload-ledger")
+                self._pool.open(wait=False)
+            return self._pool
+
+    def _run(self, fn: Callable[[Any], _T], *, create: bool = False, missing: Any = _MISSING) -> _T:
+        """``fn(conn)`` on a pooled connection. ``create``: make the tables first; ``missing``:
+        what a read returns when the tables do not exist (it never creates them)."""
+        for attempt in (1, 2):
+            try:
+                with self._get_pool().connection() as conn:
+                    if create:
+                        self._ensure_schema(conn)
+                    return fn(conn)
+            except psycopg.errors.UndefinedTable as exc:
+                self._schema = None
+                if not create and missing is not _MISSING:
+                    return missing
+                if attempt == 2:
+                    raise classify(self.location, exc) from exc
+            except PoolTimeout as exc:
+                self._down, self._down_at = self._why_unreachable(exc), time.monotonic()
+                raise self._down from exc
+            except (psycopg.Error, OSError) as exc:
+                # the connection died under us (server restart, terminated backend): once more on a fresh one
+                if attempt == 2 or error_kind(exc) != "unreachable":
+                    error = classify(self.location, exc)
+                    if error.kind == "unreachable":
+                        self._down, self._down_at = error, time.monotonic()
+                    raise error from exc
+            except (ValueError, OverflowError) as exc:
+                # a value PostgreSQL cannot store (a lone surrogate in a session key): a failed
+                # write like any other, never a crash of the caller
+                raise classify(self.location, exc) from exc
+        raise AssertionError("unreachable")
+
+    def _probe(self) -> None:
+        """Connect once directly: a server that is down, or refuses us, fails here in
+        milliseconds with its real cause instead of after the pool's timeout. While it stays
+        down, callers within ``PROBE_INTERVAL_S`` of the last attempt fail at once."""
+        if self._down is not None and time.monotonic() - self._down_at < PROBE_INTERVAL_S:
+            raise self._down
+        try:
+            psycopg.connect(self.url, connect_timeout=PROBE_TIMEOUT_S).close()
+        except (psycopg.Error, OSError) as exc:
+            self._down, self._down_at = classify(self.location, exc), time.monotonic()
+            raise self._down from exc
+        self._down = None
+
+    def _why_unreachable(self, exc: PoolTimeout) -> LedgerError:
+        """The pool only says it timed out; one direct attempt names the real cause."""
+        try:
+            psycopg.connect(self.url, connect_timeout=3).close()
+        except psycopg.Error as direct:
+            return classify(self.location, direct)
+        return classify(self.location, exc)
+
+    def _ensure_schema(self, conn: Any) -> None:
+        if self._schema is not None:
+            return
+        if not _schema_complete(conn):
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))", (SCHEMA_LOCK_KEY,))
+                for statement in SCHEMA:
+                    conn.execute(statement)
+        self._schema = conn.execute("SELECT current_schema()").fetchone()[0]
+
+    def exists(self) -> bool:
+        return bool(self._run(lambda conn: conn.execute(TABLE_EXISTS).fetchone()[0]))
+
+    def watch(self, on_rows: Callable[[list[LedgerRow] | None], None]) -> None:
+        """Call ``on_rows(rows)`` from a listener thread with rows that just became deliverable
+        on any host (``None``: some may have been missed, look at everything pending). One
+        listener per ledger; a second call replaces the callback."""
+        if self._bad_url is not None:
+            raise self._bad_url
+
+        def on_ids(ids: list[str] | None) -> None:
+            on_rows(None if ids is None else self._select(
+                "WHERE d.delegation_id = ANY(%s) AND d.delivery_state='pending' AND d.state!='running'"
+                " AND d.event_json IS NOT NULL", (ids,)))
+        with self._pool_lock:
+            if self._listener is None:
+                self._listener = CompletionListener(self.url, self.location, on_ids).start()
+            else:
+                self._listener.on_ids = on_ids
+            listener = self._listener
+        # The caller scans what is pending right after this; listening first means nothing
+        # settled in between is missed. A server that is down does not hold the caller up long.
+        listener.listening.wait(timeout=LISTEN_WAIT_S)
+
+    def close(self) -> None:
+        with self._pool_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+        self.lease.release()
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    # -- writes of the running engine ------------------------------------------------
+    def persist_dispatch(self, row: DispatchRow, now: float) -> None:
+        def write(conn: Any) -> None:
+            token = self.lease.token(conn, verify=True)  # never stamp a row with a revoked lease
+            conn.execute(INSERT_DISPATCH, dispatch_values(row, now, self.host_id, token))
+            self._tokens[row.delegation_id] = token
+        self._run(write, create=True)
+
+    def forget(self, delegation_id: str) -> None:
+        self._tokens.pop(delegation_id, None)
+        self._run(lambda conn: conn.execute("DELETE FROM async_delegations WHERE delegation_id=%s",
+                                            (delegation_id,)), missing=None)
+
+    def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        token = self._tokens.get(delegation_id)
+
+        def write(conn: Any) -> bool:
+            with conn.transaction():
+                if not self._lease_held(conn, token):
+                    return False
+                found = conn.execute(
+                    "SELECT result_json FROM async_delegations WHERE delegation_id=%s AND state='running'"
+                    " AND owner_token IS NOT DISTINCT FROM %s FOR UPDATE", (delegation_id, token)).fetchone()
+                if found is None:
+                    return False
+                results = [r for r in ((_loads(found[0]) or {}).get("results") or [])
+                           if r.get("task_index") != entry.get("task_index")]
+                conn.execute("UPDATE async_delegations SET result_json=%s, updated_at=%s WHERE delegation_id=%s",
+                             (dumps({"results": [*results, entry], "partial": True}), now, delegation_id))
+                return True
+        return self._run(write, missing=False)
+
+    def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
+        state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
+        event_json, result_json = dumps(event), dumps(result)
+
+        def write(conn: Any) -> None:
+            token = self._tokens.get(row.delegation_id) or self.lease.token(conn)
+            with conn.transaction():
+                if not self._lease_held(conn, token):
+                    raise self._fenced(row.delegation_id, token)
+                moved = conn.execute(UPDATE_COMPLETION, (state, completed_at, now, event_json, result_json,
+                                                         row.delegation_id, token)).rowcount
+                if not moved:
+                    conn.execute(INSERT_COMPLETION, completion_values(
+                        row, state, completed_at, now, event_json, result_json, self.host_id, token))
+                self._notify(conn, row.delegation_id, row.origin_session)
+            self._tokens.pop(row.delegation_id, None)
+        self._run(write, create=True)
+
+    def _lease_held(self, conn: Any, token: int | None) -> bool:
+        """Lock our lease row against revocation for this transaction; False if it is gone."""
+        return token is None or conn.execute(LOCK_LEASE, (token,)).fetchone() is not None
+
+    def _fenced(self, delegation_id: str, token: int) -> LedgerError:
+        return LedgerError(
+            f"the lease (token {token}) under which this process ran delegation {delegation_id} on {self.location} "
+            "expired and was revoked by a recovering host, so its row was settled there; this result is "
+            "delivered in memory only and the recovered row stands — keep heartbeats within ledger.lease_seconds",
+            kind="fenced")
+
+    def _notify(self, conn: Any, delegation_id: str, origin_session: str) -> None:
+        if self._schema is not None:
+            conn.execute("SELECT pg_notify(%s, %s)", (notify_channel(self._schema), delegation_id))
+
+    # -- the work queue of ``delegation.run_on: workers`` ----------------------------------
+    def enqueue_unit(self, row: DispatchRow, now: float) -> bool:
+        """Queue a unit for ``offload worker`` (any host); False if the id already exists."""
+        def write(conn: Any) -> bool:
+            with conn.transaction():
+                queued = work_queue.enqueue(conn, row, now, self.host_id)
+                self._notify(conn, row.delegation_id, row.origin_session)
+                return queued
+        return self._run(write, create=True)
+
+    def claim_queued_unit(self, now: float, max_running: int) -> LedgerRow | None:
+        """The oldest queued unit, now running under this process's lease, if fewer than
+        ``max_running`` units run on all hosts together; else None."""
+        def take(conn: Any) -> LedgerRow | None:
+            token = self.lease.token(conn, verify=True)
+            row = work_queue.claim(conn, now, self.host_id, self.owner(), token, max_running)
+            if row is not None:
+                self._tokens[row.delegation_id] = token
+            return row
+        return self._run(take, create=True)
+
+    def listen(self, on_ids: Callable[[list[str] | None], None]) -> CompletionListener:
+        """A started listener calling ``on_ids`` for every notification of this ledger (results
+        settled, units queued); the caller stops it."""
+        if self._bad_url is not None:
+            raise self._bad_url
+        return CompletionListener(self.url, self.location, on_ids).start()
+
+    # -- recovery and replay ------------------------------------------------------------
+    def running_rows(self) -> list[LedgerRow]:
+        return self._select("WHERE d.state='running' ORDER BY d.dispatched_at", ())
+
+    def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is gone: its lease expired or was revoked, or it ran on this
+        host and its process is dead (the pid check is only meaningful on the same host)."""
+        extra = row.extra or {}
+        if not extra.get("lease_live"):
+            return True
+        return extra.get("owner_host") == self.host_id and not alive(row.owner_pid, row.owner_started_at)
+
+    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is a live process on this host, which delivers it itself."""
+        extra = row.extra or {}
+        return (extra.get("owner_host") == self.host_id and bool(extra.get("lease_live"))
+                and alive(row.owner_pid, row.owner_started_at))
+
+    def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        event_json, result_json = dumps(event), dumps(result)
+
+        def settle(conn: Any) -> bool:
+            with conn.transaction():
+                found = conn.execute("SELECT owner_token FROM async_delegations WHERE delegation_id=%s"
+                                     " AND state='running'", (delegation_id,)).fetchone()
+                if found is None:
+                    return False
+                if found[0] is not None and not self._revoke_expired(conn, found[0]):
+                    return False
+                # delivery_state is left alone: an acknowledged row stays acknowledged.
+                settled = conn.execute(
+                    "UPDATE async_delegations SET state='unknown', completed_at=%s, updated_at=%s, event_json=%s,"
+                    " result_json=%s WHERE delegation_id=%s AND state='running'"
+                    " AND owner_token IS NOT DISTINCT FROM %s RETURNING origin_session",
+                    (now, now, event_json, result_json, delegation_id, found[0])).fetchone()
+                if settled is not None:
+                    self._notify(conn, delegation_id, settled[0])
+                return settled is not None
+        return self._run(settle, missing=False)
+
+    def _revoke_expired(self, conn: Any, token: int) -> bool:
+        """Delete the owner's lease so it is fenced out, unless it is live on another host.
+        The lease row is locked first: the owner's fenced writes take it in the same order."""
+        lease = conn.execute(f"SELECT host_id, expires_at > {DB_NOW} FROM async_delegation_owners WHERE token=%s"
+                             " FOR UPDATE", (token,)).fetchone()
+        if lease is None:
+            return True
+        host_id, live = lease
+        if live and host_id != self.host_id:
+            return False  # live elsewhere: only the same host may judge its owner by pid
+        conn.execute("DELETE FROM async_delegation_owners WHERE token=%s", (token,))
+        return True
+
+    def pending_rows(self) -> list[LedgerRow]:
+        return self._select("WHERE d.delivery_state='pending' AND d.state!='running' AND d.event_json IS NOT NULL"
+                            " ORDER BY d.completed_at, d.delegation_id", ())
+
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        return self._select("WHERE d.delivery_state IN ('delivered','dropped') ORDER BY d.updated_at DESC LIMIT %s",
+                            (int(limit),))
+
+    def get(self, delegation_id: str) -> LedgerRow | None:
+        rows = self._select("WHERE d.delegation_id=%s", (delegation_id,))
+        return rows[0] if rows else None
+
+    # -- delivery claims ------------------------------------------------------------------
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        def claim_row(conn: Any) -> bool | None:
+            if conn.execute(
+                    "UPDATE async_delegations SET delivery_claim=%s, delivery_claimed_at=%s,"
+                    " delivery_attempts=delivery_attempts+1 WHERE delegation_id=%s AND delivery_state='pending'"
+                    " AND (delivery_claim IS NULL OR delivery_claimed_at < %s)",
+                    (claim, now, delegation_id, now - lease_s)).rowcount:
+                return True
+            found = conn.execute("SELECT delivery_claim FROM async_delegations WHERE delegation_id=%s",
+                                 (delegation_id,)).fetchone()
+            if found is None:
+                return None
+            return found[0] == claim  # our own claim: the first try committed but its answer was lost
+        return self._run(claim_row, missing=None)
+
+    def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update("SET delivery_state='delivered', delivered_at=%s, updated_at=%s, delivery_claim=NULL"
+                            " WHERE delegation_id=%s AND delivery_state='pending' AND delivery_claim=%s",
+                            (now, now, delegation_id, claim))
+
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+        state = self._run(lambda conn: conn.execute(
+            "UPDATE async_delegations SET delivery_state=CASE WHEN delivery_attempts>=%s THEN 'dropped'"
+            " ELSE 'pending' END, delivery_claim=NULL, delivery_claimed_at=CASE WHEN delivery_attempts>=%s"
+            " THEN delivery_claimed_at END, updated_at=%s WHERE delegation_id=%s AND delivery_state='pending'"
+            " AND delivery_claim=%s RETURNING delivery_state",
+            (max_attempts, max_attempts, now, delegation_id, claim)).fetchone(), missing=None)
+        return state[0] if state else ""
+
+    def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=%s,"
+                            " delivery_attempts=GREATEST(0, delivery_attempts-1)"
+                            " WHERE delegation_id=%s AND delivery_state='pending' AND delivery_claim=%s",
+                            (now, delegation_id, claim))
+
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+        guard, params = (" AND delivery_claim=%s", (claim,)) if claim is not None else ("", ())
+        return self._update("SET delivery_state='dropped', updated_at=%s, delivery_claim=NULL"
+                            " WHERE delegation_id=%s AND delivery_state='pending'" + guard,
+                            (now, delegation_id, *params))
+
+    def mark_delivered(self, delegation_id: str, now: float) -> bool:
+        return self._update("SET delivery_state='delivered', delivered_at=%s, updated_at=%s, delivery_claim=NULL"
+                            " WHERE delegation_id=%s AND delivery_state!='delivered'", (now, now, delegation_id))
+
+    # -- housekeeping -----------------------------------------------------------------------
+    def prune(self, now: float, retention_s: float, max_settled: int) -> int:
+        settled = "delivery_state IN ('delivered','dropped')"
+
+        def prune_rows(conn: Any) -> int:
+            with conn.transaction():
+                deleted = conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at < %s",
+                                       (now - retention_s,)).rowcount
+                # Keep exactly the newest max_settled by row: rows settled in one tick share updated_at.
+                deleted += conn.execute(
+                    f"DELETE FROM async_delegations WHERE {settled} AND delegation_id NOT IN"
+                    f" (SELECT delegation_id FROM async_delegations WHERE {settled}"
+                    " ORDER BY updated_at DESC, delegation_id DESC LIMIT %s)", (max_settled,)).rowcount
+                return deleted
+        return self._run(prune_rows, missing=0)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _update(self, tail: str, params: tuple[Any, ...]) -> bool:
+        return self._run(lambda conn: conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0,
+                         missing=False)
+
+    def _select(self, tail: str, params: tuple[Any, ...]) -> list[LedgerRow]:
+        return self._run(lambda conn: [decode(r) for r in conn.execute(f"{SELECT} {tail}", params).fetchall()],
+                         missing=[])
+
+
+def _schema_complete(conn: Any) -> bool:
+    """Whether the tables, every column and the indexes exist (a read; DDL only when not)."""
+    from delegation.ledger.postgres_sql import _COLUMNS
+    present = {r[0] for r in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = 'async_delegations'").fetchall()}
+    if any(name not in present for name, _ in _COLUMNS):
+        return False
+    return conn.execute("SELECT to_regclass('async_delegation_owners') IS NOT NULL"
+                        " AND to_regclass('idx_async_delegations_live') IS NOT NULL").fetchone()[0]

@@ -1,0 +1,77 @@
+"""A real PostgreSQL for the tests: the server ``.ci/postgres-up`` starts, one fresh schema per
+use. Without ``OFFLOAD_TEST_POSTGRES_DSN`` a test needing it skips with the command that
+provides it -- except under ``CI=true``, where a missing server is a failure.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from urllib.parse import quote
+
+import pytest
+
+START_COMMAND = 'eval "$(.ci/postgres-up)"'
+
+
+def postgres_dsn() -> str:
+    dsn = os.environ.get("OFFLOAD_TEST_POSTGRES_DSN", "").strip()
+    if dsn:
+        return dsn
+    message = f"needs PostgreSQL: run `{START_COMMAND}` first (sets OFFLOAD_TEST_POSTGRES_DSN)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but OFFLOAD_TEST_POSTGRES_DSN is not set; .ci/run must start it: {message}")
+    pytest.skip(message)
+
+
+class FreshSchema:
+    """A new empty schema on the test server; ``url`` points a ledger at it."""
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.dsn = postgres_dsn()
+        self.name = f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {self.name}")
+        sep = "&" if "?" in self.dsn else "?"
+        self.url = f"{self.dsn}{sep}options={quote(f'-csearch_path={self.name}')}"
+
+    def drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+
+
+_per_home: dict[str, FreshSchema] = {}
+
+
+def ledger_env_for(home) -> dict[str, str]:
+    """In a PostgreSQL run (``OFFLOAD_TEST_LEDGER=postgresql``), a fresh schema per ``home`` --
+    one per simulated process tree, e.g. per kill-fuzz trial -- as ``OFFLOAD_LEDGER_URL``."""
+    if os.environ.get("OFFLOAD_TEST_LEDGER", "") != "postgresql":
+        return {}
+    schema = _per_home.get(str(home))
+    if schema is None:
+        schema = _per_home[str(home)] = FreshSchema()
+    return {"OFFLOAD_LEDGER_URL": schema.url}
+
+
+def drop_per_home_schemas() -> None:
+    while _per_home:
+        _per_home.popitem()[1].drop()
+
+
+def pg_ledger_rows(columns: str) -> list[tuple] | None:
+    """``SELECT columns`` of every ledger row when this run keeps the ledger in PostgreSQL
+    (``OFFLOAD_LEDGER_URL`` set), else None -- for tests that inspect raw rows on both backends."""
+    url = os.environ.get("OFFLOAD_LEDGER_URL", "").strip()
+    if not url:
+        return None
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        try:
+            return conn.execute(f"SELECT {columns} FROM async_delegations").fetchall()
+        except psycopg.errors.UndefinedTable:
+            return []
