@@ -180,6 +180,23 @@ def config_path_cmd() -> None:
 
 
 @app.command()
+def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", min=1,
+                                                    help="units run here at once (default: "
+                                                         "delegation.max_concurrent_children)"),
+           verbose: bool = _VERBOSE) -> None:
+    """Run background units queued in the shared PostgreSQL ledger, until Ctrl-C.
+
+    Parents queue their background work with `delegation.run_on: workers`; start this on any
+    host that points at the same ledger.url. Ctrl-C drains (running units finish), twice exits."""
+    from offload.config import load_config
+    from offload.worker import serve
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="offload: %(levelname)s: %(message)s")
+    raise typer.Exit(serve(load_config(), concurrency, lambda line: print(line, flush=True)))
+
+
+@app.command()
 def demo(keep: bool = typer.Option(False, "--keep", help="keep the demo's temporary data directory")) -> None:
     """Offline demo, no API key: fan-out, live roster, results, crash and recovery.
 

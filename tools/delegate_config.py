@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -40,6 +40,8 @@ class DelegationConfig(BaseModel):
     max_summary_chars: int = Field(24_000, ge=200, description="cap on a subagent's summary")
     fallback_providers: list[Any] = Field(default_factory=list)
     max_async_children: int | None = Field(None, description="deprecated and ignored")
+    run_on: Literal["local", "workers"] = Field("local", description="local: background units run in this process; "
+                                                "workers: queued in the PostgreSQL ledger for `offload worker`")
     # Stall monitor tuning; a frontend applies these to the engine when it starts.
     stall_idle_seconds: float = Field(STALL.stall_idle_s, gt=0, description="no progress this long (not in a tool) = stalled")
     stall_in_tool_seconds: float = Field(STALL.stall_in_tool_s, gt=0,

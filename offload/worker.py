@@ -1,0 +1,134 @@
+"""``offload worker``: run background units queued in the shared PostgreSQL ledger
+(``delegation.run_on: workers``) on this host, until Ctrl-C.
+
+The loop claims queued units while this process has room (``--concurrency``, default
+``delegation.max_concurrent_children``) and the whole fleet is under
+``delegation.max_concurrent_children`` (counted in the database across hosts), runs each through
+the engine (``tools.delegation_workers.start_claimed``), and wakes on a LISTEN/NOTIFY
+notification (a unit queued anywhere) or one of its own units finishing -- with a slow poll as
+the fallback for a missed notification. Every ``RECOVERY_INTERVAL`` it also recovers units of
+owners whose lease expired (a worker that died), so their results are reported even when no
+chat or gateway is running.
+
+Ctrl-C (or SIGTERM) drains: no new claims, the running units finish and are reported, then it
+exits 0. A second Ctrl-C exits at once and gives up its lease, so what was running is recovered
+by the next recovery pass on any host; a worker that is killed instead is recovered once its
+lease (``ledger.lease_seconds``) has expired.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from typing import Any, Callable
+
+from offload.config import OffloadConfig
+from offload.errors import CliError
+
+logger = logging.getLogger(__name__)
+POLL_S = 5.0  # fallback when a notification was missed
+WAKE = {"type": "offload_worker_wake"}
+
+
+class Worker:
+    def __init__(self, cfg: OffloadConfig, concurrency: int | None, say: Callable[[str], None]) -> None:
+        from offload.runtime import apply_engine_tuning, build_agent
+        from tools import async_delegation_delivery as delivery
+        from tools.delegation_workers import needs_shared_ledger
+        from tools.process_registry import process_registry
+
+        self.cfg, self.say = cfg, say
+        self.ledger = delivery.current_ledger()
+        problem = needs_shared_ledger(self.ledger)
+        if problem:
+            raise CliError(problem.replace("delegation.run_on is `workers`, but", "offload worker needs a shared "
+                                           "ledger, but"))
+        apply_engine_tuning(cfg.delegation)
+        self.capacity = concurrency or cfg.delegation.max_concurrent_children
+        self.parent = build_agent(cfg, session_id=f"worker-{self.ledger.host_id}-{os.getpid()}")
+        self.bus = process_registry.completion_queue  # nobody else drains it in a worker
+        self.running: set[str] = set()
+        self.draining = threading.Event()
+        self._next_recovery = 0.0
+
+    def serve(self) -> int:
+        listener = self.ledger.listen(lambda _ids: self.bus.put(WAKE))
+        self.say(f"offload worker on {self.ledger.host_id} (pid {os.getpid()}): up to {self.capacity} unit(s) here, "
+                 f"{self.cfg.delegation.max_concurrent_children} across all workers; Ctrl-C drains and exits")
+        try:
+            while not (self.draining.is_set() and not self.running):
+                if not self.draining.is_set():
+                    self._claim_while_room()
+                self._recover_when_due()
+                self._wait()
+        finally:
+            listener.stop()
+        self.say("offload worker: drained, exiting")
+        return 0
+
+    def _claim_while_room(self) -> None:
+        from tools.async_delegation_ledger import LedgerError
+        from tools.delegation_workers import start_claimed
+
+        while len(self.running) < self.capacity:
+            try:
+                row = self.ledger.claim_queued_unit(time.time(), self.cfg.delegation.max_concurrent_children)
+            except LedgerError as exc:
+                logger.error("offload worker: cannot claim queued units: %s", exc)
+                return
+            if row is None:
+                return
+            handle = start_claimed(row, self.parent, self.cfg.delegation, self.capacity)
+            if handle.get("status") == "dispatched":
+                self.running.add(row.delegation_id)
+                self.say(f"started {row.delegation_id}")
+            else:
+                logger.error("offload worker: could not start %s: %s", row.delegation_id, handle.get("error"))
+
+    def _recover_when_due(self) -> None:
+        from tools import async_delegation_delivery as delivery
+
+        if time.monotonic() < self._next_recovery:
+            return
+        self._next_recovery = time.monotonic() + max(1.0, self.cfg.ledger.lease_seconds / 2)
+        try:
+            delivery.recover_abandoned_delegations()
+        except Exception:
+            logger.debug("recovery pass failed", exc_info=True)
+
+    def _wait(self) -> None:
+        try:
+            evt = self.bus.get(timeout=min(POLL_S, max(0.2, self._next_recovery - time.monotonic())))
+        except queue.Empty:
+            return
+        did = evt.get("delegation_id")
+        if did in self.running:
+            self.running.discard(did)
+            self.say(f"finished {did} {evt.get('status')}")
+
+
+def serve(cfg: OffloadConfig, concurrency: int | None, say: Callable[[str], None]) -> int:
+    """Run a worker until Ctrl-C/SIGTERM drains it; a second one exits at once."""
+    worker = Worker(cfg, concurrency, say)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if worker.draining.is_set():
+            raise KeyboardInterrupt
+        worker.draining.set()
+        worker.bus.put(WAKE)
+        say(f"offload worker: draining {len(worker.running)} running unit(s); Ctrl-C again to exit now")
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return worker.serve()
+    except KeyboardInterrupt:
+        worker.ledger.lease.release()  # fences out our unfinished units: any host recovers them now
+        say(f"offload worker: exited with {len(worker.running)} unit(s) unfinished; the next recovery pass on any "
+            "host reports them (finished subagents keep their results)")
+        return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
