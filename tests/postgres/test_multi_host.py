@@ -52,7 +52,8 @@ def by_index(row) -> dict[int, dict]:
 
 def test_a_killed_owner_on_another_host_is_recovered_after_its_lease_with_real_results(
         hosts, tmp_path, pg_schema, host_b):
-    owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-a", "ok0", "ok1", "hang2", "hang3")
+    owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-a",
+                              "ok task 0", "ok task 1", "hang task 2", "hang task 3")
     owner.wait_for(f"R {did} ")
     owner.wait_for(f"R {did} ")
     owner.signal(signal.SIGKILL)
@@ -68,7 +69,7 @@ def test_a_killed_owner_on_another_host_is_recovered_after_its_lease_with_real_r
     row = host_b.get(did)
     assert (row.state, row.delivery_state) == ("unknown", "pending")
     results = by_index(row)
-    assert [results[i]["summary"] for i in (0, 1)] == ["real:ok0", "real:ok1"]
+    assert [results[i]["summary"] for i in (0, 1)] == ["real:ok task 0", "real:ok task 1"]
     assert [results[i]["status"] for i in (2, 3)] == ["unknown", "unknown"]
     assert recovery_s <= LEASE_S + 2, f"recovery took {recovery_s:.1f}s with a {LEASE_S}s lease"
     assert delivery.recover_abandoned_delegations() == 0  # exactly once
@@ -76,18 +77,18 @@ def test_a_killed_owner_on_another_host_is_recovered_after_its_lease_with_real_r
 
 def test_on_the_owners_own_host_a_dead_pid_is_recovered_without_waiting_for_the_lease(
         hosts, tmp_path, pg_schema, host_b, monkeypatch):
-    owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-b", "ok0", "hang1")
+    owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-b", "ok task 0", "hang task 1")
     owner.wait_for(f"R {did} 0")
     owner.signal(signal.SIGKILL)
     owner.proc.wait()
 
     assert host_b.get(did).extra["lease_live"]
     assert delivery.recover_abandoned_delegations() == 1
-    assert by_index(host_b.get(did))[0]["summary"] == "real:ok0"
+    assert by_index(host_b.get(did))[0]["summary"] == "real:ok task 0"
 
 
 def test_a_paused_owner_whose_lease_expired_cannot_overwrite_the_recovery(hosts, tmp_path, pg_schema, host_b):
-    owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-a", "ok0", "gate1")
+    owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-a", "ok task 0", "gate task 1")
     owner.wait_for(f"R {did} 0")
     owner.signal(signal.SIGSTOP)
     wait_lease_expired(host_b, did)

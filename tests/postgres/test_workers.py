@@ -111,14 +111,14 @@ def test_run_on_workers_queues_without_building_children_and_needs_a_shared_ledg
     monkeypatch.setattr(dt, "_load_config", lambda: {"run_on": "workers"})
     monkeypatch.setattr("tools.session_env.async_delivery_supported", lambda: True)
     parent = FakeParent()
-    refused = json.loads(dt.delegate_task(goal="g", background=True, parent_agent=parent))
+    refused = json.loads(dt.delegate_task(goal="summarize the repository", background=True, parent_agent=parent))
     assert refused["status"] == "error" and "ledger.url" in refused["error"] and "run_on local" in refused["error"]
 
     monkeypatch.setenv("OFFLOAD_LEDGER_URL", pg_schema.url)
-    handle = json.loads(dt.delegate_task(tasks=[{"goal": "a"}, {"goal": "b"}], background=True, parent_agent=parent))
+    handle = json.loads(dt.delegate_task(tasks=[{"goal": "list the modules"}, {"goal": "count the tests"}], background=True, parent_agent=parent))
     assert (handle["status"], handle["run_on"]) == ("dispatched", "workers"), handle
     row = delivery.current_ledger().get(handle["delegation_id"])
-    assert row.state == "queued" and row.task["goals"] == ["a", "b"] and parent.built == []
+    assert row.state == "queued" and row.task["goals"] == ["list the modules", "count the tests"] and parent.built == []
     assert "api_key" not in json.dumps(row.task)
 
 
