@@ -42,9 +42,9 @@ from delegation.ledger.sqlite_rows import _loads, dumps
 logger = logging.getLogger("tools.async_delegation")
 _T = TypeVar("_T")
 _MISSING = object()
-POOL_TIMEOUT_S = 3.0
+POOL_TIMEOUT_S = 10.0  # a checkout waits this long: on a loaded host a SCRAM login alone takes seconds
 POOL_MAX_SIZE = 8
-PROBE_TIMEOUT_S = 3
+PROBE_TIMEOUT_S = 10
 LISTEN_WAIT_S = 2.0
 PROBE_INTERVAL_S = 1.0  # while the server is down, one connection attempt per interval; others fail fast
 
@@ -141,7 +141,7 @@ class PostgresLedger:
     def _why_unreachable(self, exc: PoolTimeout) -> LedgerError:
         """The pool only says it timed out; one direct attempt names the real cause."""
         try:
-            psycopg.connect(self.url, connect_timeout=3).close()
+            psycopg.connect(self.url, connect_timeout=PROBE_TIMEOUT_S).close()
         except psycopg.Error as direct:
             return classify(self.location, direct)
         return classify(self.location, exc)

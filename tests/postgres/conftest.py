@@ -4,9 +4,12 @@ starts (skipped locally without it, naming that command; a failure under ``CI=tr
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -53,15 +56,32 @@ class Host:
         argv = argv or [sys.executable, str(ROOT / "tests" / "postgres" / script), *args]
         with open(self.stderr, "wb") as err:
             self.proc = subprocess.Popen(argv, env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=err, text=True)
+        self._incoming: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name=f"{host_id}-stdout", daemon=True)
+        self._reader.start()
 
-    def wait_for(self, prefix: str) -> str:
-        """Block until the process prints a line starting with ``prefix`` (pytest-timeout bounds it)."""
+    def _read(self) -> None:
         for line in iter(self.proc.stdout.readline, ""):
-            self.lines.append(line.rstrip("\n"))
+            self._incoming.put(line.rstrip("\n"))
+        self._incoming.put(None)  # EOF: the process exited
+
+    def wait_for(self, prefix: str, timeout_s: float = 60.0) -> str:
+        """The first new line starting with ``prefix``; fails naming what the process printed
+        if it exits or ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self._incoming.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line, why = None, f"printed no {prefix!r} line within {timeout_s:g}s"
+            else:
+                why = f"exited ({self.proc.poll()}) before a {prefix!r} line"
+            if line is None:
+                raise AssertionError(f"{self.host_id} {why}; stdout {self.lines[-20:]}; "
+                                     f"stderr {self.stderr.read_text()[-3000:]}")
+            self.lines.append(line)
             if line.startswith(prefix):
-                return line.rstrip("\n")
-        raise AssertionError(f"{self.host_id} exited ({self.proc.wait()}) before {prefix!r}; "
-                             f"stdout {self.lines}; stderr {self.stderr.read_text()[-3000:]}")
+                return line
 
     def finish(self) -> list[str]:
         """Kill the process and return every line it printed."""
@@ -76,9 +96,14 @@ class Host:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
         self.proc.wait()
-        if not self.proc.stdout.closed:
-            self.lines += self.proc.stdout.read().splitlines()
-            self.proc.stdout.close()
+        self._reader.join(timeout=10)
+        while True:
+            try:
+                line = self._incoming.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                self.lines.append(line)
 
 
 @pytest.fixture
