@@ -37,7 +37,7 @@ class Worker:
     def __init__(self, cfg: OffloadConfig, concurrency: int | None, say: Callable[[str], None]) -> None:
         from offload.runtime import apply_engine_tuning, build_agent
         from tools import async_delegation_delivery as delivery
-        from tools.delegation_workers import needs_shared_ledger
+        from tools.delegate_queue import needs_shared_ledger
         from tools.process_registry import process_registry
 
         self.cfg, self.say = cfg, say

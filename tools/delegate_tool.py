@@ -217,8 +217,8 @@ def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConf
     if routing is None:
         return dispatch.run_sync(batch)
     if routing["async_delivery"] and cfg.run_on == "workers":
-        from tools.delegation_workers import queue_background
-        return queue_background(batch, routing)  # an `offload worker` on any host runs it
+        from tools.delegate_queue import queue_units
+        return queue_units(batch, dispatch._units_of(batch), routing)  # an `offload worker` on any host runs it
     if not routing["async_delivery"]:
         return dispatch.run_sync(batch, note="no_async")
     return dispatch.dispatch_background(batch, routing)

@@ -26,7 +26,7 @@ from tests.postgres.conftest import Host
 from tools import async_delegation_delivery as delivery
 from tools.async_delegation_ledger import DispatchRow
 from tools.delegate_config import DelegationConfig
-from tools.delegation_workers import unit_spec
+from tools.delegate_queue import unit_spec
 
 pytestmark = pytest.mark.timeout(180)
 SESSION = "agent:main:cli:dm:parent"
