@@ -135,10 +135,9 @@ def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to b
         raise CliError(f"the dashboard needs its libraries ({exc.name} is missing): "
                        "pip install 'offload[dashboard]'") from None
 
-    server = DashboardServer(host, port, token)
     guard = "; every request must carry the token (open it once with ?token=SECRET)" if token else ""
-    typer.echo(f"offload dashboard on http://{host}:{port}/ (Ctrl-C stops it){guard}", err=True)
-    server.run()
+    DashboardServer(host, port, token).serve_until_stopped(
+        lambda url: typer.echo(f"offload dashboard on {url}/ (Ctrl-C stops it){guard}", err=True))
 
 
 @config_app.command("get")

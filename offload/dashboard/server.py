@@ -1,11 +1,12 @@
-"""Run the dashboard under uvicorn: in the foreground (``offload dashboard``) or on a
-background thread of a process that runs delegations itself (tests, an embedding chat),
-where its interrupt button reaches that process's units.
+"""Run the dashboard under uvicorn on a thread: ``offload dashboard`` serves until Ctrl-C or
+SIGTERM; a process that runs delegations itself (tests, an embedding app) can ``start()`` it
+beside its work, where the interrupt button reaches its units directly.
 
 Invariant: the bind rule of ``security.check_bind`` is applied before anything listens.
 """
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -13,6 +14,7 @@ import uvicorn
 
 from offload.dashboard.app import create_app
 from offload.dashboard.security import check_bind
+from offload.errors import CliError
 
 GRACEFUL_SHUTDOWN_S = 2.0
 
@@ -26,7 +28,7 @@ class DashboardServer:
         self.app = create_app(token=token, refresh_s=refresh_s)
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", lifespan="off",
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-        self.server = _Server(config, self.app.state.dashboard.stopping)
+        self.server = uvicorn.Server(config)
         self.thread: threading.Thread | None = None
 
     @property
@@ -35,37 +37,39 @@ class DashboardServer:
         host, port = sock.getsockname()[:2]
         return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
-    def run(self) -> None:
-        """Serve in the foreground until Ctrl-C or SIGTERM."""
+    def serve_until_stopped(self, on_start=None) -> None:
+        """Serve until Ctrl-C or SIGTERM; ``on_start(url)`` runs once it listens (port 0 resolved)."""
+        previous = signal.signal(signal.SIGTERM, lambda *_: self.stop_soon())
         try:
-            self.server.run()
+            self.start()
+            if on_start is not None:
+                on_start(self.url)
+            while self.thread.is_alive():
+                self.thread.join(0.5)  # short joins: Ctrl-C reaches the main thread between them
+        except KeyboardInterrupt:
+            pass
         finally:
-            self.app.state.dashboard.stopping.set()
+            self.stop()
+            signal.signal(signal.SIGTERM, previous)
+
+    def stop_soon(self) -> None:
+        self.app.state.dashboard.stopping.set()
+        self.server.should_exit = True
 
     def start(self, timeout_s: float = 10.0) -> "DashboardServer":
         self.thread = threading.Thread(target=self.server.run, name="offload-dashboard", daemon=True)
         self.thread.start()
         if not _wait_started(self.server, self.thread, timeout_s):
-            raise RuntimeError(f"the dashboard did not start listening within {timeout_s} s")
+            self.stop()
+            config = self.server.config
+            raise CliError(f"the dashboard could not listen on {config.host}:{config.port} (in use, or not an "
+                           "address of this machine?); pick another with --port or --host")
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self.app.state.dashboard.stopping.set()
-        self.server.should_exit = True
+        self.stop_soon()
         if self.thread is not None:
             self.thread.join(timeout_s)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server that also ends the roster streams at Ctrl-C, instead of waiting them out."""
-
-    def __init__(self, config: uvicorn.Config, stopping: threading.Event) -> None:
-        super().__init__(config)
-        self.stopping = stopping
-
-    def handle_exit(self, sig, frame) -> None:
-        self.stopping.set()
-        super().handle_exit(sig, frame)
 
 
 def _wait_started(server: uvicorn.Server, thread: threading.Thread, timeout_s: float) -> bool:

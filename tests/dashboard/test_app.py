@@ -214,3 +214,37 @@ def test_an_unreadable_ledger_is_a_clear_page_not_a_crash(client, held):
     assert "state.db" in page.text  # the ledger's own message: which file, and what to do
     assert "the ledger cannot be read" in client.get("/roster").text
     assert client.get("/metrics").status_code == 200  # a scrape still answers, the error is counted
+
+
+def _serve(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "offload", "dashboard", *args], stderr=subprocess.PIPE, text=True)
+
+
+def test_cli_serves_says_where_and_that_a_token_is_required_and_stops_on_sigterm():
+    import httpx
+
+    server = _serve("--port", "0", "--token", "tok-cli")
+    try:
+        banner = server.stderr.readline()
+        assert "every request must carry the token" in banner, banner
+        url = banner.split(" on ", 1)[1].split("/ ", 1)[0]
+        assert not url.endswith(":0")
+        assert httpx.get(url + "/metrics").status_code == 401
+        assert httpx.get(url + "/metrics", headers={"Authorization": "Bearer tok-cli"}).status_code == 200
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(15) == 0
+    finally:
+        server.kill()
+
+
+def test_cli_names_a_port_it_cannot_listen_on():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = _serve("--port", str(taken.getsockname()[1]))
+        assert server.wait(30) == 2
+        message = server.stderr.read()
+    assert "could not listen on 127.0.0.1:" in message and "pick another with --port" in message
+    assert "Traceback" not in message
