@@ -12,17 +12,12 @@ import importlib
 import threading
 from typing import Callable, Iterable
 
+from tools.toolset_names import BUILTIN_TOOLSET_MODULES, KNOWN_TOOLSETS  # noqa: F401 - re-exported
 from tools.toolspec import Tool
 
 ToolLoader = Callable[[], list[Tool]]
 
-_BUILTIN_MODULES: dict[str, str] = {
-    "terminal": "tools.terminal_tool",
-    "file": "tools.file_tools",
-    "web": "tools.web_tool",
-    "delegation": "tools.delegate_tool",
-}
-KNOWN_TOOLSETS: tuple[str, ...] = tuple(_BUILTIN_MODULES)
+_BUILTIN_MODULES = BUILTIN_TOOLSET_MODULES
 DELEGATION_TOOLSET = "delegation"
 
 

@@ -15,8 +15,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from tools.delegate_goals import placeholder_goals_error
 from tools.function_schema import function_spec
+from tools.toolset_names import KNOWN_TOOLSETS
 
-KNOWN_TOOLSETS = ("terminal", "file", "web", "delegation")
 
 DESCRIPTION = (
     "Hand work to subagents. In the background (default) you get a handle at once and keep talking "

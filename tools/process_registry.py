@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 Event = dict[str, Any]
 
 
-class ProcessRegistry:
+class CompletionBus:
     _completions_restored = False  # class default: registries built with __new__ still restore
 
     def __init__(self) -> None:
@@ -85,4 +85,6 @@ def _owns(evt: Event, session_key: str, owns_event: Callable[[Event], bool] | No
     return not evt.get("restored")
 
 
-process_registry = ProcessRegistry()
+# The hermes name: it once also tracked background processes; it is the completion bus.
+ProcessRegistry = CompletionBus
+process_registry = CompletionBus()
