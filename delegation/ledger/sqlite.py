@@ -5,7 +5,9 @@ so nothing here ever sets ``journal_mode``. The database and its sidecars are ow
 (0o600) whatever the umask, because they hold conversation content.
 
 Speed: one connection per ledger (per process and file), opened once with the schema checked
-once, reused under a lock; single statements run in autocommit. Every use re-checks the
+once, reused under a lock; a lone write runs in autocommit. Writes from many threads that
+arrive together share one transaction and one sync (``group_commit``: leader/follower, no
+timer), and each caller still returns only once its own write is committed. Every use re-checks the
 file's identity (device, inode) so a ``state.db`` deleted or replaced while units run is
 noticed and reopened instead of silently writing into an unlinked file.
 """
@@ -23,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from delegation.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
 from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
 from delegation.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
     _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
@@ -32,6 +35,9 @@ from delegation.ledger.sqlite_rows import (  # noqa: F401 - dumps and the column
 logger = logging.getLogger("tools.async_delegation")
 
 BUSY_TIMEOUT_S = 10.0
+# A failed write: ValueError/OverflowError are values sqlite3 cannot bind (a lone surrogate in
+# a session key) -- a failed write like any other, never a crash of the caller.
+_DB_ERRORS = (sqlite3.Error, OSError, ValueError, OverflowError)
 _OPEN_RETRY_S = 0.02
 _T = TypeVar("_T")
 
@@ -182,6 +188,7 @@ class SqliteLedger(SingleHostOwners):
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
         self._known: tuple[int, int] | None = None  # the file last opened; survives a dropped connection
+        self._group = GroupCommit(lambda batch: self._commit_batch(batch))  # late-bound: a seam for tests
 
     # -- connection -------------------------------------------------------------------
     def exists(self) -> bool:
@@ -242,9 +249,7 @@ class SqliteLedger(SingleHostOwners):
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
-            except (sqlite3.Error, OSError, ValueError, OverflowError) as exc:
-                # ValueError/OverflowError: a value sqlite3 cannot bind (a lone surrogate in a
-                # session key) -- a failed write like any other, never a crash of the caller.
+            except _DB_ERRORS as exc:
                 self._drop_connection()  # reopen next time: the file may have been repaired
                 raise classify_error(self.path, exc) from exc
 
@@ -252,42 +257,85 @@ class SqliteLedger(SingleHostOwners):
         with self._lock:
             self._drop_connection()
 
+    # -- group commit ---------------------------------------------------------------------
+    def _write(self, fn: Callable[[sqlite3.Connection | None], _T], *, create: bool = False,
+               transaction: bool = False) -> _T:
+        """Run ``fn(conn)`` in the next commit, shared with writes of other threads queued meanwhile."""
+        return self._group.submit(fn, create=create, transaction=transaction)
+
+    def _commit_batch(self, batch: list[Write]) -> None:
+        if len(batch) > 1 and self._commit_together(batch):
+            return
+        for write in batch:  # a lone write, or a batch whose transaction failed as a whole
+            self._run_alone(write)
+
+    def _run_alone(self, write: Write) -> None:
+        try:
+            with self._use(create=write.create, transaction=write.transaction) as conn:
+                result = write.fn(conn)
+        except Exception as exc:  # LedgerError, or a bug: the caller gets it as before
+            write.fail(exc)
+        else:
+            write.succeed(result)
+
+    def _commit_together(self, batch: list[Write]) -> bool:
+        """One transaction for the whole batch; False if nothing of it was committed."""
+        with self._lock:
+            if not all(write.create for write in batch) and not self.path.exists():
+                return False  # writes that must not create the file: each alone answers "no ledger"
+            try:
+                conn = self._connection(create=True)
+            except _DB_ERRORS:
+                self._drop_connection()
+                return False
+            some_failed = run_in_one_transaction(conn, batch, _DB_ERRORS, lambda exc: classify_error(self.path, exc),
+                                                 self._commit_transaction)
+            if some_failed is not False:
+                self._drop_connection()  # reopen next time, as after any failed write
+            return some_failed is not None
+
+    def _commit_transaction(self, conn: sqlite3.Connection, batch: list[Write]) -> None:
+        conn.execute("COMMIT")  # a method, so the kill-fuzz owner can die around a batched commit
+
     # -- writes of the running engine ------------------------------------------------
     def persist_dispatch(self, row: DispatchRow, now: float) -> None:
         values = _row_values(row, "running", None, now, None, None)  # serialized before taking the lock
-        with self._use(create=True) as conn:
-            conn.execute(_INSERT_DISPATCH, values)
+        self._write(lambda conn: conn.execute(_INSERT_DISPATCH, values), create=True)
 
     def forget(self, delegation_id: str) -> None:
-        with self._use() as conn:
-            if conn is not None:
-                conn.execute("DELETE FROM async_delegations WHERE delegation_id=?", (delegation_id,))
+        self._write(lambda conn: conn and conn.execute("DELETE FROM async_delegations WHERE delegation_id=?",
+                                                       (delegation_id,)))
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
-        with self._use(transaction=True) as conn:
-            if conn is None:
-                return False
-            found = conn.execute("SELECT result_json FROM async_delegations WHERE delegation_id=? AND state='running'",
-                                 (delegation_id,)).fetchone()
-            if found is None:
-                return False
-            results = [r for r in ((_loads(found[0]) or {}).get("results") or [])
-                       if r.get("task_index") != entry.get("task_index")]
-            results.append(entry)
-            conn.execute("UPDATE async_delegations SET result_json=?, updated_at=? WHERE delegation_id=?",
-                         (dumps({"results": results, "partial": True}), now, delegation_id))
-            return True
+        return self._write(lambda conn: self._record_child(conn, delegation_id, entry, now), transaction=True)
+
+    @staticmethod
+    def _record_child(conn: sqlite3.Connection | None, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        if conn is None:
+            return False
+        found = conn.execute("SELECT result_json FROM async_delegations WHERE delegation_id=? AND state='running'",
+                             (delegation_id,)).fetchone()
+        if found is None:
+            return False
+        results = [r for r in ((_loads(found[0]) or {}).get("results") or [])
+                   if r.get("task_index") != entry.get("task_index")]
+        results.append(entry)
+        conn.execute("UPDATE async_delegations SET result_json=?, updated_at=? WHERE delegation_id=?",
+                     (dumps({"results": results, "partial": True}), now, delegation_id))
+        return True
 
     def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
         state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
         event_json, result_json = dumps(event), dumps(result)  # serialized before taking the lock
-        with self._use(create=True) as conn:
+
+        def write(conn: sqlite3.Connection) -> None:
             # The dispatch row is normally there: move only the terminal fields. If it vanished
             # (state.db deleted or replaced mid-run), write the whole row again.
             moved = conn.execute(_UPDATE_COMPLETION, (state, completed_at, now, event_json, result_json,
                                                       row.delegation_id)).rowcount
             if not moved:
                 conn.execute(_UPSERT_COMPLETION, _row_values(row, state, completed_at, now, event_json, result_json))
+        self._write(write, create=True)
 
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:
@@ -315,18 +363,21 @@ class SqliteLedger(SingleHostOwners):
 
     # -- delivery claims ------------------------------------------------------------------
     def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
-        with self._use() as conn:
-            if conn is None:
-                return None
-            changed = conn.execute(
-                "UPDATE async_delegations SET delivery_claim=?, delivery_claimed_at=?,"
-                " delivery_attempts=delivery_attempts+1 WHERE delegation_id=? AND delivery_state='pending'"
-                " AND (delivery_claim IS NULL OR delivery_claimed_at < ?)",
-                (claim, now, delegation_id, now - lease_s)).rowcount
-            if changed:
-                return True
-            exists = conn.execute("SELECT 1 FROM async_delegations WHERE delegation_id=?", (delegation_id,)).fetchone()
-            return False if exists else None
+        return self._write(lambda conn: self._claim(conn, delegation_id, claim, now, lease_s))
+
+    @staticmethod
+    def _claim(conn: sqlite3.Connection | None, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        if conn is None:
+            return None
+        changed = conn.execute(
+            "UPDATE async_delegations SET delivery_claim=?, delivery_claimed_at=?,"
+            " delivery_attempts=delivery_attempts+1 WHERE delegation_id=? AND delivery_state='pending'"
+            " AND (delivery_claim IS NULL OR delivery_claimed_at < ?)",
+            (claim, now, delegation_id, now - lease_s)).rowcount
+        if changed:
+            return True
+        exists = conn.execute("SELECT 1 FROM async_delegations WHERE delegation_id=?", (delegation_id,)).fetchone()
+        return False if exists else None
 
     def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
         return self._update("SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"
@@ -379,10 +430,8 @@ class SqliteLedger(SingleHostOwners):
 
     # -- helpers ----------------------------------------------------------------------------
     def _update(self, tail: str, params: tuple[Any, ...]) -> bool:
-        with self._use() as conn:
-            if conn is None:
-                return False
-            return conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0
+        return self._write(lambda conn: conn is not None
+                           and conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0)
 
     def _select(self, tail: str, params: tuple[Any, ...]) -> list[LedgerRow]:
         with self._use() as conn:

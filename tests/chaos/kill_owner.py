@@ -16,6 +16,10 @@ manifest, every line flushed and fsynced before the next step:
 With ``kill_at=N`` the owner also SIGKILLs itself right before (or right after) its N-th
 ledger write, which lands kills on the narrow windows a timer rarely hits: between a dispatch
 row and the handle, between the terminal write and the queue, inside a child record.
+With ``when=batch-before`` / ``batch-after`` it dies instead right before (or right after) the
+COMMIT of its N-th batched commit (one transaction holding two or more threads' writes), after
+logging ``K <writes in the batch>``; every commit is slowed by a few ms there, as on a slow
+disk, so that writes of concurrent children queue up into batches.
 
 A child's goal says what it will do: ``c<call>t<task>:<ok|fail|crash>:<ms>``, so the
 checker can derive every real result from the event alone.
@@ -64,7 +68,9 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
         return ok
 
     ad.record_unit_child = record_unit_child
-    if kill_at:
+    if kill_at and when.startswith("batch-"):
+        _kill_in_batched_commit(kill_at, when.removeprefix("batch-"), log)
+    elif kill_at:
         _kill_at_ledger_write(kill_at, when)
 
     def watch_events() -> None:
@@ -125,6 +131,30 @@ def _kill_at_ledger_write(n: int, when: str) -> None:
 
     for name in ("persist_dispatch", "record_unit_child", "persist_completion"):
         wrap(name)
+
+
+def _kill_in_batched_commit(n: int, when: str, log) -> None:
+    from delegation.ledger.sqlite import SqliteLedger
+
+    real_batch, real_commit = SqliteLedger._commit_batch, SqliteLedger._commit_transaction
+    batched = [0]
+
+    def commit_batch(self, batch):
+        time.sleep(0.02)  # a slow sync: writers arriving meanwhile queue for the next batch
+        real_batch(self, batch)
+
+    def commit_transaction(self, conn, batch):
+        batched[0] += 1  # only batched commits come here; the leader holds the ledger's lock
+        if batched[0] == n and when == "before":
+            log(f"K {len(batch)}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_commit(self, conn, batch)
+        if batched[0] == n:
+            log(f"K {len(batch)}")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    SqliteLedger._commit_batch = commit_batch
+    SqliteLedger._commit_transaction = commit_transaction
 
 
 def parse_goal(goal: str) -> tuple[str, float]:
