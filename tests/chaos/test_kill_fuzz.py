@@ -299,7 +299,7 @@ def test_sigkill_inside_a_batched_commit_loses_nothing_and_duplicates_nothing(tm
         trials.append(Trial(seed=seed0 + i, home=home, delay_s=2 * MAX_KILL_DELAY_S, kill_at=kill_rng.randint(1, 3),
                             when=kill_rng.choice(("batch-before", "batch-after"))))
     totals = _run_trials("kill_fuzz_batched", seed0, trials, monkeypatch)
-    assert totals["killed_in_batch"] >= len(trials) // 3, f"too few owners died inside a batched commit: {totals}"
+    assert totals["killed_in_batch"] >= max(1, len(trials) // 6), f"too few owners died inside a batched commit: {totals}"
 
 
 def _run_trials(name: str, seed0: int, trials: list[Trial], monkeypatch) -> Counter:
