@@ -23,7 +23,7 @@ class Write:
 
     def __init__(self, fn: Callable[[Any], Any], create: bool, transaction: bool) -> None:
         self.fn, self.create, self.transaction = fn, create, transaction
-        self._done = threading.Event()
+        self._done: threading.Event | None = None  # only a follower waits: a lone write makes none
         self._lead = False
         self._finished = False
         self._result: Any = None
@@ -63,7 +63,9 @@ class GroupCommit:
             self._queue.append(write)
             lead = not self._in_flight
             self._in_flight = True
-        if not lead:
+            if not lead:
+                write._done = threading.Event()
+        if write._done is not None:
             write._done.wait()
             lead = write._lead  # woken to lead the next batch rather than with an outcome
         if lead:
@@ -93,7 +95,8 @@ class GroupCommit:
             else:
                 self._in_flight = False
         for write in batch:
-            write._done.set()
+            if write._done is not None:
+                write._done.set()
 
 
 def run_in_one_transaction(conn: Any, batch: list[Write], errors: tuple[type[BaseException], ...],
