@@ -1,0 +1,213 @@
+"""Case 5 — the PostgreSQL ledger: the PostgreSQL column of cases 1 and 3, and units/s
+through N ``offload worker`` processes.
+
+Needs a server: ``OFFLOAD_BENCH_POSTGRES_DSN``, else ``OFFLOAD_TEST_POSTGRES_DSN`` (what
+``eval "$(.ci/postgres-up)"`` exports); without one the case is skipped with that reason.
+Every measurement gets a fresh schema, dropped afterwards.
+
+- per-delegation cost (case 1's offload run): the same N trivial delegations with the ledger
+  in SQLite and in PostgreSQL, in the same round; headline PostgreSQL / SQLite wall time.
+- ledger growth (case 3's dispatch burst): dispatch p50 into a PostgreSQL ledger holding
+  ``rows`` delivered rows (written with COPY) / into an empty one.
+- workers: ``units`` queued units, one subagent each against the loopback model server (its
+  reply takes ``reply_s``), drained by N = 1, 2, 4 workers (``offload worker -c 4``, one
+  process each, as on N hosts); units/s from the first enqueue to the last terminal row, and
+  the scaling ratio N / 1.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import quote
+
+from bench import case_cost, case_growth, harness
+from bench.case_fanout import REPO_ROOT, ServerProcess
+from bench.ledger_fill import _row, dead_pid
+from bench.stats import headline, median, spread, to_us
+from delegation.ledger import sqlite_rows
+
+WORKER_CONCURRENCY = 4
+
+
+def dsn() -> str | None:
+    return (os.environ.get("OFFLOAD_BENCH_POSTGRES_DSN") or os.environ.get("OFFLOAD_TEST_POSTGRES_DSN") or "").strip() or None
+
+
+class Schema:
+    """A fresh schema on the bench server; ``url`` points a ledger at it."""
+
+    def __init__(self, base: str) -> None:
+        import psycopg
+
+        self.base, self.name = base, f"bench_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {self.name}")
+        self.url = f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={self.name}')}"
+
+    def drop(self) -> None:
+        import psycopg
+
+        harness.reset_engine()  # close this process's pools first
+        with psycopg.connect(self.base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+
+
+def _on(url: str | None) -> None:
+    """Point the engine at ``url`` (None: the home's state.db)."""
+    harness.reset_engine()
+    if url is None:
+        os.environ.pop("OFFLOAD_LEDGER_URL", None)
+    else:
+        os.environ["OFFLOAD_LEDGER_URL"] = url
+
+
+def _cost_pair(base: str, n: int, root: Path) -> dict[str, float]:
+    schema = Schema(base)
+    try:
+        _on(None)
+        sqlite = case_cost.run_offload(n, root).figures(n)
+        _on(schema.url)
+        pg = case_cost.run_offload(n, root).figures(n)
+    finally:
+        _on(None)
+        schema.drop()
+    return {"sqlite_wall_per_delegation_us": sqlite["wall_per_delegation_us"],
+            "pg_wall_per_delegation_us": pg["wall_per_delegation_us"],
+            "pg_dispatch_p50_us": pg["dispatch_p50_us"]}
+
+
+def _filled(base: str, rows: int) -> Schema:
+    """A schema whose ledger holds ``rows`` delivered rows (the ledger makes its tables)."""
+    from delegation.ledger import open_ledger
+
+    import psycopg
+
+    schema = Schema(base)
+    ledger = open_ledger(schema.url)
+    try:
+        ledger._run(lambda conn: None, create=True)  # the ledger makes (and owns) its tables
+    finally:
+        ledger.close()
+    if rows:
+        pid, now = dead_pid(), time.time()
+        columns = ", ".join(sqlite_rows._UPSERT_COLUMNS)  # the same row shape as case 3's SQLite fill
+        with psycopg.connect(schema.url, autocommit=True) as conn, conn.cursor() as cur:
+            with cur.copy(f"COPY async_delegations ({columns}) FROM STDIN") as copy:
+                for i in range(rows):
+                    copy.write_row(_row(i, now, "delivered", pid))
+            cur.execute("ANALYZE async_delegations")
+    return schema
+
+
+def _growth_pair(base: str, rows: int, burst: int, root: Path) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for name, count in (("empty", 0), ("full", rows)):
+        schema = _filled(base, count)
+        try:
+            _on(schema.url)
+            home = Path(tempfile.mkdtemp(prefix=f"pg-{name}-", dir=root))
+            latencies = case_growth._dispatch_burst(home, burst)
+            figures[f"pg_dispatch_p50_us_{name}"] = to_us(median(latencies))
+        finally:
+            _on(None)
+            schema.drop()
+    return figures
+
+
+def _workers_run(base: str, n_workers: int, units: int, server_url: str, root: Path) -> float:
+    """Units/s through ``n_workers`` worker processes draining ``units`` queued units."""
+    import psycopg
+
+    from delegation.ledger import DispatchRow, open_ledger
+    from tools import delegate_tool as dt
+    from tools.delegate_config import DelegationConfig
+    from tools.delegate_queue import unit_spec
+
+    schema = Schema(base)
+    procs: list[subprocess.Popen] = []
+    try:
+        for k in range(n_workers):
+            home = Path(tempfile.mkdtemp(prefix=f"worker{k}-", dir=root))
+            (home / "config.yaml").write_text(f"model: bench-model\nbase_url: {server_url}\n"
+                                              "delegation:\n  max_concurrent_children: 256\n")
+            env = {**os.environ, "HERMES_HOME": str(home), "OFFLOAD_LEDGER_URL": schema.url,
+                   "OFFLOAD_HOST_ID": f"bench-worker-{k}", "PYTHONPATH": str(REPO_ROOT)}
+            procs.append(subprocess.Popen([sys.executable, "-m", "offload", "worker", "-c", str(WORKER_CONCURRENCY)],
+                                          env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                          text=True))
+        for proc in procs:
+            proc.stdout.readline()  # "offload worker on ..." once it listens
+        ledger = open_ledger(schema.url, host_id="bench-parent")
+        routing = {"session_key": "bench:session", "parent_session_id": None, "origin": {}}
+        started = time.perf_counter()
+        for i in range(units):
+            unit = dt.Batch(tasks=[dt.TaskArgs(goal=f"bench unit number {i}")], children=[], parent=None,
+                            cfg=DelegationConfig(), creds={"model": "bench-model"}, indexes=[0])
+            ledger.enqueue_unit(DispatchRow(f"deleg_b{i:06d}", "bench:session", time.time(), unit_spec(unit, routing)),
+                                time.time())
+        with psycopg.connect(schema.url, autocommit=True) as conn:
+            while conn.execute("SELECT count(*) FROM async_delegations WHERE state NOT IN ('queued', 'running')"
+                               ).fetchone()[0] < units:
+                if time.perf_counter() - started > 300:
+                    raise RuntimeError(f"{n_workers} workers did not drain {units} units in 300 s")
+                time.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        ledger.close()
+        return units / elapsed
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        schema.drop()
+
+
+def run(n: int, rows: int, burst: int, units: int, reply_s: float, rounds: int, root: Path,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    base = dsn()
+    if base is None:
+        return {"case": 5, "title": "PostgreSQL ledger", "metrics": {}, "headlines": [],
+                "skipped": "no PostgreSQL: set OFFLOAD_BENCH_POSTGRES_DSN or run `eval \"$(.ci/postgres-up)\"`"}
+    server = ServerProcess(2, reply_s / 2, root / "model-server.log")  # 2 chunks, reply_s apart in total
+    per_round: list[dict[str, float]] = []
+    try:
+        for r in range(rounds):
+            figures = {**_cost_pair(base, n, root), **_growth_pair(base, rows, burst, root)}
+            for n_workers in (1, 2, 4):
+                figures[f"units_per_s_{n_workers}"] = _workers_run(base, n_workers, units, server.url, root)
+            per_round.append(figures)
+            log(f"  case 5 round {r + 1}/{rounds}: {figures['pg_wall_per_delegation_us']:.0f} us/deleg on PostgreSQL "
+                f"({figures['sqlite_wall_per_delegation_us']:.0f} on SQLite); workers "
+                + ", ".join(f"{k}: {figures[f'units_per_s_{k}']:.0f}/s" for k in (1, 2, 4)))
+    finally:
+        server.close()
+    return summarize(n, rows, burst, units, reply_s, rounds, per_round)
+
+
+def summarize(n: int, rows: int, burst: int, units: int, reply_s: float, rounds: int,
+              per_round: list[dict[str, float]]) -> dict[str, Any]:
+    s = lambda key: [figures[key] for figures in per_round]  # noqa: E731
+    heads = [
+        headline("1. per-delegation wall: PostgreSQL / SQLite", s("pg_wall_per_delegation_us"),
+                 s("sqlite_wall_per_delegation_us"), target_max=None, target="(info)"),
+        headline(f"3. dispatch p50 on PostgreSQL: {rows:,} rows / empty", s("pg_dispatch_p50_us_full"),
+                 s("pg_dispatch_p50_us_empty"), target_max=1.2, target="<= 1.2"),
+        headline("workers: units/s, 2 workers / 1", s("units_per_s_2"), s("units_per_s_1"), target_max=None,
+                 target="(info; ideal 2)"),
+        headline("workers: units/s, 4 workers / 1", s("units_per_s_4"), s("units_per_s_1"), target_max=None,
+                 target="(info; ideal 4)"),
+    ]
+    return {"case": 5, "title": "PostgreSQL ledger",
+            "params": {"n": n, "rows": rows, "burst": burst, "units": units, "reply_s": reply_s,
+                       "worker_concurrency": WORKER_CONCURRENCY, "rounds": rounds},
+            "metrics": {key: spread(s(key)) for key in per_round[0]}, "headlines": heads, "skipped": None}
