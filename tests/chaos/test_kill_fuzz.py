@@ -288,6 +288,7 @@ def test_sigkilled_owner_loses_nothing_and_duplicates_nothing(tmp_path, monkeypa
     _run_trials("kill_fuzz", seed0, trials, monkeypatch)
 
 
+@pytest.mark.sqlite_only  # the batches are SQLite's group commit; the PostgreSQL ledger commits per write
 def test_sigkill_inside_a_batched_commit_loses_nothing_and_duplicates_nothing(tmp_path, monkeypatch):
     seed0 = base_seed()  # same owner plans as the first test, killed elsewhere: the replay hint holds
     trials = []
