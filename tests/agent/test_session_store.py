@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -140,6 +141,9 @@ def test_opening_the_store_while_the_ledger_writes_in_another_thread():
                 conn.execute("INSERT OR REPLACE INTO async_delegations (delegation_id, state, dispatched_at,"
                              " updated_at) VALUES ('x', 'running', 0, 0)")
                 conn.execute("COMMIT")
+                # A breath between commits, as any real writer has: SQLite's locks are not fair,
+                # and a writer that never lets go starves every other connection by design.
+                time.sleep(0.001)
 
         thread = threading.Thread(target=writer)
         thread.start()
