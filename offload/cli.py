@@ -151,23 +151,41 @@ def config_get(key: str = typer.Argument(..., help="dotted key, e.g. model or de
         typer.echo(f"(overridden now by ${override}={os.environ[override].strip()})", err=True)
 
 
-@config_app.command("set")
+@config_app.command("set", context_settings={"ignore_unknown_options": True})  # `set KEY -1` needs no `--`
 def config_set(key: str = typer.Argument(..., help="dotted key"),
-               value: str = typer.Argument(..., help="YAML value: 10, true, null, \"text\", [a, b]")) -> None:
-    """Validate and write KEY = VALUE to config.yaml; on any error the file is left unchanged."""
+               value: str = typer.Argument(..., help="YAML value: 10, -1, true, null, \"text\", [a, b]")) -> None:
+    """Validate and write KEY = VALUE to config.yaml (comments and order kept); on any error the
+    file is left unchanged. Problems in other keys do not block this one; they are listed."""
     from offload import config as config_mod
     from tools.hermes_home import config_path
 
-    parsed = config_mod.set_value(key, value)
+    parsed, others = config_mod.set_value(key, value)
     typer.echo(f"{key} = {config_mod.format_value(parsed)}  ({config_path()})")
+    for problem in others:
+        typer.echo(f"offload: config.yaml still has a problem: {problem}", err=True)
+
+
+@config_app.command("unset")
+def config_unset(key: str = typer.Argument(..., help="dotted key, known or not (e.g. a misspelt one)")) -> None:
+    """Remove KEY from config.yaml, so its default applies; repairs unknown and deprecated keys."""
+    from offload import config as config_mod
+    from tools.hermes_home import config_path
+
+    if not config_mod.unset_value(key):
+        raise CliError(f"{key} is not set in {config_path()}; `offload config show` prints the effective values")
+    typer.echo(f"removed {key} from {config_path()}")
 
 
 @config_app.command("show")
-def config_show() -> None:
-    """Print the whole effective config (the file over the defaults) as YAML."""
+def config_show(as_json: bool = typer.Option(False, "--json", help="print JSON (every key, effective values)")) -> None:
+    """Print the whole effective config (the file over the defaults) as YAML, or JSON."""
     from offload import config as config_mod
 
-    typer.echo(config_mod.format_value(config_mod.load_file_config().model_dump()))
+    values = config_mod.load_file_config().model_dump()
+    if as_json:
+        cli_ledger.emit_json(values)
+        return
+    typer.echo(config_mod.format_value(values))
 
 
 @config_app.command("path")

@@ -24,7 +24,7 @@ _JSON = typer.Option(False, "--json", help="print JSON with stable keys (see the
 SETTLED_SHOWN = 10
 
 
-def _emit_json(data: Any) -> None:
+def emit_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
@@ -46,7 +46,7 @@ def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
     ui = Ui()
     view = LedgerView(on_read_only=ui.warn)
     if as_json:
-        _emit_json({"running": [ledger_rows.record(r) for r in view.running()],
+        emit_json({"running": [ledger_rows.record(r) for r in view.running()],
                     "pending": [ledger_rows.record(r) for r in view.pending()],
                     "recent": [ledger_rows.record(r) for r in view.settled(SETTLED_SHOWN)]})
         return
@@ -94,7 +94,7 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
         data = {"pending": [ledger_rows.record(r) for r in pending]}
         if all_rows:
             data["settled"] = [ledger_rows.record(r) for r in view.settled(50)]
-        _emit_json(data)
+        emit_json(data)
         return
     ui.show(ledger_finished(pending, "pending results"))
     if pending:
@@ -185,7 +185,7 @@ def sessions(limit: int = typer.Option(20, "--limit", "-n", min=1, help="how man
         session = row.parent_session_id or row.origin_session
         pending[session] = pending.get(session, 0) + 1
     if as_json:
-        _emit_json([{"id": s.session_id, "created_at": s.created_at, "updated_at": s.updated_at, "model": s.model,
+        emit_json([{"id": s.session_id, "created_at": s.created_at, "updated_at": s.updated_at, "model": s.model,
                      "title": s.title, "messages": s.message_count, "pending_results": pending.get(s.session_id, 0)}
                     for s in listed])
         return

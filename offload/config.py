@@ -1,20 +1,21 @@
-"""The whole ``$HERMES_HOME/config.yaml``, validated; ``offload config get/set``; the API key.
+"""The whole ``$HERMES_HOME/config.yaml``, validated; ``offload config get/set/unset``; the API key.
 
 Owns ``OffloadConfig`` (top-level keys, with the ``delegation:`` section validated by the
-engine's own ``DelegationConfig``), the ``OFFLOAD_*`` environment overrides, and dotted-key
-reads and writes.
+engine's own ``DelegationConfig``), the ``OFFLOAD_*`` and ``DELEGATION_MAX_CONCURRENT_CHILDREN``
+environment overrides, and dotted-key reads and writes.
 
-Invariants: a value is validated together with the whole file BEFORE anything is written, so
-a bad ``set`` (unknown key, wrong type, out of range) is a ``ConfigError`` that names the key
-and the fix and leaves the file byte-for-byte unchanged; the file is replaced atomically
-(temp file in the same directory, fsync, rename, mode 0o600), so a crash never leaves half a
-config. Errors never fall back to defaults silently.
+Invariants: every problem is found when the config is loaded or set, not at run time (an
+unknown or deprecated key, a wrong type, a workspace that does not exist, a bad environment
+variable), and is reported as one line per file naming each key, what is wrong and the command
+that fixes it. ``set`` validates the new value with the whole file BEFORE writing: a bad value
+leaves the file byte-for-byte unchanged, while problems in OTHER keys do not block repairing
+this one (they are reported). The file keeps its comments and key order (``config_file``).
+Errors never fall back to defaults silently.
 """
 from __future__ import annotations
 
-import copy
 import os
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlparse
@@ -23,15 +24,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
+from offload import config_file
 from tools.delegate_config import ConfigError, DelegationConfig, read_config_file
 from tools.hermes_home import config_path
 from tools.ledger_config import LedgerConfig
 
-__all__ = ["ConfigError", "OffloadConfig", "get_value", "load_config", "resolve_api_key", "set_value"]
+__all__ = ["ConfigError", "OffloadConfig", "get_value", "load_config", "resolve_api_key", "set_value", "unset_value"]
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 ENV_OVERRIDES = {"model": "OFFLOAD_MODEL", "base_url": "OFFLOAD_BASE_URL"}
+CHILDREN_ENV = "DELEGATION_MAX_CONCURRENT_CHILDREN"
+DEPRECATED = {"delegation.max_async_children": "deprecated and ignored (delegation.max_concurrent_children caps "
+                                               "background units too)"}
 API_KEY_OVERRIDE_ENV = "OFFLOAD_API_KEY"
 # Hosted endpoints that always need a key: fail before the first request, with the fix.
 _HOSTS_NEEDING_A_KEY = ("api.openai.com", "openrouter.ai", "api.groq.com", "api.together.xyz", "api.mistral.ai",
@@ -66,53 +71,103 @@ class OffloadConfig(BaseModel):
     def _known_toolsets(cls, value: list[str]) -> list[str]:
         return validate_toolsets(value)
 
+    @field_validator("workspace")
+    @classmethod
+    def _existing_directory(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).expanduser().is_dir():
+            raise ValueError("is not an existing directory; create it, or use null for the current directory")
+        return value
+
 
 # -- reading ---------------------------------------------------------------------------------
-def _describe(exc: ValidationError, where: str) -> str:
-    problems = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            problems.append(f"{key}: unknown key; remove it (known keys: {', '.join(_known_keys(key))})")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{key}: {msg} (got {err.get('input')!r})")
-    return f"{where}: " + "; ".join(problems)
+@dataclass(frozen=True)
+class Problem:
+    """One bad key: what is wrong, and the command that repairs it."""
+
+    key: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message} (fix: {self.fix})"
 
 
-def _known_keys(key: str) -> list[str]:
-    for section, model in (("delegation", DelegationConfig), ("ledger", LedgerConfig)):
-        if key.startswith(f"{section}."):
-            return [f"{section}.{name}" for name in model.model_fields]
-    return list(OffloadConfig.model_fields)
-
-
-_FILE_FIX = "Fix the file or run `offload config set KEY VALUE`."
-
-
-def validate_config(data: Mapping[str, Any], where: str, fix: str = _FILE_FIX) -> OffloadConfig:
+def _default_text(key: str) -> str:
     try:
-        return OffloadConfig.model_validate(data)
+        default = _field_of(key).get_default(call_default_factory=True)
+    except ConfigError:
+        return "null"
+    return _yaml_scalar(default)
+
+
+def problems(data: Mapping[str, Any]) -> list[Problem]:
+    """Every problem of the settings ``data``, each with its repairing command."""
+    found = []
+    section = data.get("delegation")
+    for key, why in DEPRECATED.items():
+        if isinstance(section, dict) and section.get(key.split(".")[1]) is not None:
+            found.append(Problem(key, why, f"offload config unset {key}"))
+    try:
+        OffloadConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{_describe(exc, where)}. {fix}") from exc
+        found += [_problem(err) for err in exc.errors()]
+    return found
+
+
+def _problem(err: Any) -> Problem:
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return Problem(key, "unknown key", f"offload config unset {key}")
+    message = f"{err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})"
+    return Problem(key, message, f"offload config set {key} {_default_text(key)}")
+
+
+def validate_config(data: Mapping[str, Any], where: str, fix: str = "") -> OffloadConfig:
+    found = problems(data)
+    if found:
+        raise ConfigError(f"{where}: " + "; ".join(map(str, found)) + (f". {fix}" if fix else ""))
+    return OffloadConfig.model_validate(data)
+
+
+def read_settings(path: Path) -> dict[str, Any]:
+    """The file's settings as plain data; a YAML syntax error is one line."""
+    try:
+        return read_config_file(path)
+    except ConfigError as exc:
+        if isinstance(exc.__cause__, yaml.YAMLError):
+            raise config_file.syntax_error(path, exc.__cause__) from exc.__cause__
+        raise
 
 
 def load_file_config(path: Path | None = None) -> OffloadConfig:
     """The file's settings over the defaults; no environment overrides."""
     path = path or config_path()
-    return validate_config(read_config_file(path), str(path))
+    return validate_config(read_settings(path), str(path))
 
 
 def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> OffloadConfig:
     """The effective config: the file, then ``OFFLOAD_MODEL`` / ``OFFLOAD_BASE_URL``."""
     env = os.environ if env is None else env
     cfg = load_file_config(path)
+    _check_children_env(cfg, env)
     overrides = {key: env[name].strip() for key, name in ENV_OVERRIDES.items() if env.get(name, "").strip()}
     if not overrides:
         return cfg
     names = ", ".join(f"${ENV_OVERRIDES[k]}" for k in overrides)
     return validate_config({**cfg.model_dump(), **overrides}, f"environment variable {names}",
                            fix=f"Fix or unset {names} (config.yaml itself is valid).")
+
+
+def _check_children_env(cfg: OffloadConfig, env: Mapping[str, str]) -> None:
+    """The engine reads this variable when a call dispatches; a bad one must fail now, not then."""
+    raw = env.get(CHILDREN_ENV, "").strip()
+    if not raw or "max_concurrent_children" in cfg.delegation.model_fields_set:
+        return
+    field = DelegationConfig.model_fields["max_concurrent_children"]
+    low, high = (getattr(m, name) for m in field.metadata for name in ("ge", "le") if hasattr(m, name))
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ConfigError(f"environment variable ${CHILDREN_ENV} must be a whole number from {low} to {high}, "
+                          f"got {raw!r}; fix or unset it")
 
 
 def resolve_api_key(cfg: OffloadConfig, env: Mapping[str, str] | None = None) -> str | None:
@@ -160,39 +215,56 @@ def get_value(key: str, path: Path | None = None) -> Any:
     return value
 
 
-def parse_value(raw: str, field: Any) -> Any:
-    """A command-line value as YAML (``10``, ``true``, ``null``, ``[a, b]``); text fields keep
-    the text as typed, so a model named ``1234`` or ``yes`` stays a string."""
+def parse_value(raw: str, field: Any, key: str = "") -> Any:
+    """A command-line value as YAML (``10``, ``-3``, ``true``, ``null``, ``[a, b]``). Text fields
+    keep a scalar as typed (a model named ``1234`` or ``yes`` stays text); a value that looks
+    like a list or mapping must parse as one, and cannot go into a text field."""
+    looks_structured = raw.lstrip()[:1] in ("[", "{")
     try:
         value = yaml.safe_load(raw)
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        if looks_structured:
+            problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+            raise ConfigError(f"{key}: {raw!r} is not a valid YAML/JSON value ({problem}); close the brackets, or "
+                              f"quote it to store the text: offload config set {key} '\"{raw}\"'") from exc
         return raw
-    if field.annotation in (str, str | None) and value is not None and not isinstance(value, str):
-        return raw
+    if field.annotation in (str, str | None):
+        if isinstance(value, (list, dict)):
+            raise ConfigError(f"{key} is text, but {raw!r} is a {type(value).__name__}; quote it to store the text: "
+                              f"offload config set {key} '\"{raw}\"'")
+        if value is not None and not isinstance(value, str):
+            return raw
     return value
 
 
-def set_value(key: str, raw: str, path: Path | None = None) -> Any:
-    """Validate ``key = raw`` with the whole file, then write it atomically. Returns the value."""
+def set_value(key: str, raw: str, path: Path | None = None) -> tuple[Any, list[Problem]]:
+    """Validate ``key = raw`` with the whole file, then write it (comments and order kept).
+
+    Returns the value and the problems left in OTHER keys (they do not block this repair)."""
     path = path or config_path()
-    field = _field_of(key)
-    value = parse_value(raw, field)
-    data = copy.deepcopy(read_config_file(path))
-    node = data
-    parts = key.split(".")
-    for part in parts[:-1]:
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            raise ConfigError(f"{path}: {part} must be a mapping of keys to set {key}; fix the file first")
-        node = child
-    node[parts[-1]] = value
-    default = _yaml_scalar(field.get_default(call_default_factory=True))
-    validate_config(data, "invalid value", fix=f"{path} was not changed; the default is "
-                    f"`offload config set {key} {default}`.")
-    write_config_file(path, data)
-    return value
+    if key in DEPRECATED:
+        raise ConfigError(f"{key} is {DEPRECATED[key]}; {path} was not changed")
+    value = parse_value(raw, _field_of(key), key)
+    doc = config_file.load_document(path)
+    config_file.set_key(doc, key, value)
+    text = config_file.dump(doc)
+    found = problems(yaml.safe_load(text) or {})
+    mine = [p for p in found if p.key == key or key.startswith(p.key + ".")]
+    if mine:
+        raise ConfigError(f"invalid value: {'; '.join(p.key + ': ' + p.message for p in mine)}. {path} was not "
+                          f"changed; the default is `offload config set {key} {_default_text(key)}`")
+    config_file.write_text(path, text)
+    return value, [p for p in found if p not in mine]
+
+
+def unset_value(key: str, path: Path | None = None) -> bool:
+    """Remove ``key`` from the file (known or not: this is how an unknown key is repaired)."""
+    path = path or config_path()
+    doc = config_file.load_document(path)
+    if not config_file.unset_key(doc, key):
+        return False
+    config_file.write_text(path, config_file.dump(doc))
+    return True
 
 
 def _yaml_scalar(value: Any) -> str:
@@ -210,25 +282,4 @@ def format_value(value: Any) -> str:
 
 def write_config_file(path: Path, data: Mapping[str, Any]) -> None:
     """Replace ``path`` atomically with ``data`` as YAML, owner-only; ConfigError if it cannot."""
-    try:
-        _replace_file(path, data)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {path} ({exc.strerror or exc}); make {path.parent} writable by this user, "
-                          "or point HERMES_HOME at a writable directory; the file was not changed") from exc
-
-
-def _replace_file(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".yaml.tmp", dir=path.parent)  # created 0o600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yaml.safe_dump(dict(data), f, sort_keys=False, allow_unicode=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    config_file.write_text(path, yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True))

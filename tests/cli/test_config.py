@@ -33,7 +33,7 @@ def test_defaults_without_a_file():
     ("toolsets", "[terminal, file]", ["terminal", "file"]),
 ])
 def test_set_then_get(key, raw, expected):
-    assert cfg_mod.set_value(key, raw) == expected
+    assert cfg_mod.set_value(key, raw) == (expected, [])
     assert cfg_mod.get_value(key) == expected
     assert os.stat(config_path()).st_mode & 0o777 == 0o600
 
