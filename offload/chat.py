@@ -1,6 +1,7 @@
 """``offload chat``: the REPL.
 
-ONE loop owns the agent. A reader thread turns stdin into lines on a queue; the loop takes a
+ONE loop owns the agent. A reader thread turns stdin into lines on a queue (on a terminal
+through a line editor with history, up/down and Ctrl-R search; see ``chat_input``); the loop takes a
 line, or — when none arrives within ``POLL_S`` and no turn is running — polls the session's
 inbox and injects each landed background result as a new turn. So a result is never spliced
 into a running turn, and results appear while the user is idle.
@@ -14,32 +15,38 @@ interrupts a running turn; at the prompt it leaves like ``/quit``.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import sys
 import threading
-from typing import IO
+from typing import IO, Iterator
 
+from offload.chat_input import CTRL_C, line_source
 from offload.driver import POLL_S, SessionDriver
+from tools.hermes_home import get_hermes_home
 from offload.views import live_roster
 
 HELP = ("commands: /agents (live roster of background subagents), /stop (interrupt them), "
         "/show ID (a result in full, as the agent read it), /new (start a new session), "
         "/quit (wait for their results, then leave), /help")
 _EOF = None
+HISTORY_FILE = "chat_history"
 
 
 class ChatLoop:
     def __init__(self, driver: SessionDriver, stdin: IO[str] | None = None) -> None:
         self.driver = driver
         self.ui = driver.ui
-        self.stdin = stdin if stdin is not None else sys.stdin
+        self.source = line_source(stdin if stdin is not None else sys.stdin, get_hermes_home() / HISTORY_FILE)
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self._in_turn = threading.Event()
 
     def run(self) -> int:
         self._banner()
         threading.Thread(target=self._read_input, name="offload-stdin", daemon=True).start()
         try:
-            self._loop()
+            with self.source.output():
+                self._loop()
         except KeyboardInterrupt:
             self.ui.say("(leaving)", style="yellow")
         live = self.driver.live_count()
@@ -62,23 +69,36 @@ class ChatLoop:
             try:
                 line = self._lines.get(timeout=POLL_S)
             except queue.Empty:
-                self.driver.deliver_ready()  # idle: only now may a result become a turn
+                with self._turn():
+                    self.driver.deliver_ready()  # idle: only now may a result become a turn
                 continue
             if line is _EOF or line == "/quit":
                 return
             if line == "/new":  # here, between turns and deliveries: never inside either
                 self.driver.new_session()
                 continue
-            self.driver.user_turn(line)
+            with self._turn():
+                self.driver.user_turn(line)
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """Marks the time a turn may run: Ctrl-C at the prompt then interrupts it."""
+        self._in_turn.set()
+        try:
+            yield
+        finally:
+            self._in_turn.clear()
 
     def _read_input(self) -> None:
-        try:
-            for raw in iter(self.stdin.readline, ""):
-                line = raw.strip()
-                if line and not self._command(line):
-                    self._lines.put(line)
-        except (OSError, ValueError):
-            pass  # stdin closed under us: same as end of input
+        for raw in self.source.lines():
+            if raw == CTRL_C:
+                if not self._in_turn.is_set():
+                    break  # Ctrl-C at an idle prompt leaves, like /quit
+                self.driver.conversation.agent.interrupt("stopped by the user (Ctrl-C)")
+                continue
+            line = raw.strip()
+            if line and not self._command(line):
+                self._lines.put(line)
         self._lines.put(_EOF)
 
     def _command(self, line: str) -> bool:

@@ -108,7 +108,10 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
     expected = max(expected, driver.live_count())
     if expected:
         ui.say(f"waiting for {expected} background result(s)… (Ctrl-C stops them)", style="yellow")
-    driver.wait_for_background()
+    from offload.progress import RosterView
+
+    with RosterView(driver, transient=True) as view:  # live on a terminal; nothing extra on a pipe
+        driver.wait_for_background(on_wait=view.refresh)
     usage = driver.usage_line()
     if usage:
         ui.say(usage, style="dim")
@@ -119,6 +122,7 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
 app.command()(cli_ledger.agents)
 app.command()(cli_ledger.inbox)
 app.command()(cli_ledger.sessions)
+app.command()(cli_ledger.stop)
 
 
 @app.command()

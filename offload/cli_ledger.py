@@ -190,3 +190,50 @@ def sessions(limit: int = typer.Option(20, "--limit", "-n", min=1, help="how man
                     for s in listed])
         return
     ui.show(sessions_table(listed, pending))
+
+
+STOP_WAIT_S = 15.0
+_POLL_S = 0.1
+
+
+def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegation (a unique prefix is enough)"),
+         wait_s: float = typer.Option(STOP_WAIT_S, "--wait", min=0, help="seconds to wait for it to stop")) -> None:
+    """Stop one running background delegation, in whichever `offload chat` or `run` owns it.
+
+    Its partial result is still delivered to its session, as with /stop in the chat."""
+    from offload import ledger_rows, stop_requests
+    from offload.exit_codes import ExitCode
+    from offload.ledger_view import LedgerView
+    from offload.views import Ui
+
+    ui, view = Ui(), LedgerView()
+    row = _running_row(view, wanted)
+    if ledger_rows.owner_state(row) != "running":
+        raise CliError(f"{row.delegation_id} is not running any more: its owner (pid {row.owner_pid}) exited; "
+                       "`offload inbox` recovers it")
+    request = stop_requests.request(row.delegation_id)
+    try:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            now = view.get(row.delegation_id)
+            if now is None or now.state != "running":
+                ui.say(f"stopped {row.delegation_id}; its partial result goes to session "
+                       f"{row.parent_session_id or row.origin_session}")
+                return
+            time.sleep(_POLL_S)
+    finally:
+        stop_requests.withdraw(request)
+    ui.error(f"{row.delegation_id} did not stop within {wait_s:g} s: its owner (pid {row.owner_pid}) did not act "
+             "on the request — only `offload chat` and `offload run` watch for it")
+    raise typer.Exit(ExitCode.ERROR)
+
+
+def _running_row(view: LedgerView, wanted: str) -> Any:
+    running = view.running()
+    try:
+        full_id = delegation_id(view, wanted, running)
+    except CliError:
+        finished = view.get(delegation_id(view, wanted))  # unknown everywhere: that error is the one to show
+        raise CliError(f"{finished.delegation_id if finished else wanted} is not running "
+                       f"(it is {finished.state if finished else 'unknown'}); nothing to stop") from None
+    return next(r for r in running if r.delegation_id == full_id)

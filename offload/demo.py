@@ -28,14 +28,13 @@ import time
 from pathlib import Path
 from typing import IO, Iterator
 
-from rich.live import Live
-
 import offload
 from offload.config import write_config_file
 from offload.demo_script import CRASH_PROMPT, DEMO_MODEL, DEMO_MODEL_LABEL, DEMO_PROMPT, demo_script
-from offload.driver import SessionDriver, start_session
+from offload.driver import start_session
 from offload.model_server import ScriptedModelServer
-from offload.views import Ui, live_roster
+from offload.progress import RosterView
+from offload.views import Ui
 from tools.async_delegation import get_durable_delegation
 from tools.ledger_queries import running_rows
 
@@ -95,46 +94,9 @@ def _fan_out(ui: Ui) -> None:
     driver = start_session(ui=ui)
     ui.answer(DEMO_PROMPT, label="you")
     driver.user_turn(DEMO_PROMPT)
-    with _RosterView(driver) as view:
+    with RosterView(driver, snapshots=True) as view:
         driver.wait_for_background(on_wait=view.refresh)
     driver.conversation.store.close()
-
-
-class _RosterView:
-    """The live roster: redrawn in place on a terminal; on a pipe, a snapshot at most every 1 s
-    while something runs."""
-
-    SNAPSHOT_EVERY_S = 1.0
-
-    def __init__(self, driver: SessionDriver) -> None:
-        self.driver, self.ui = driver, driver.ui
-        self._live: Live | None = None
-        self._last_snapshot = 0.0
-
-    def _table(self):
-        return live_roster(self.driver.units())
-
-    def __enter__(self) -> _RosterView:
-        if self.ui.console.is_terminal:
-            self._live = Live(self._table(), console=self.ui.console, refresh_per_second=8)
-            self._live.__enter__()
-        else:
-            self.refresh()
-        return self
-
-    def refresh(self) -> None:
-        if self._live is not None:
-            self._live.update(self._table())
-            return
-        running = any(unit.get("status") == "running" for unit in self.driver.units())
-        if running and time.monotonic() - self._last_snapshot >= self.SNAPSHOT_EVERY_S:
-            self._last_snapshot = time.monotonic()
-            self.ui.show(self._table())
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._live is not None:
-            self._live.update(self._table())
-            self._live.__exit__(*exc_info)
 
 
 # -- 2. crash mid-fan-out, then restart ----------------------------------------------------------

@@ -131,11 +131,15 @@ class Conversation:
             context = contextvars.copy_context()
             worker = threading.Thread(target=context.run, args=(self._turn, text, list(injected_ids), box, done),
                                       name="offload-turn", daemon=True)
-            worker.start()
             # Wait on an Event, not Thread.join: a join interrupted by Ctrl-C marks a running
-            # thread as finished on Python 3.11 (it releases the thread's state lock).
+            # thread as finished on Python 3.11 (it releases the thread's state lock). The start
+            # is inside the guarded loop too: Thread.start itself waits, and Ctrl-C may land there.
+            started = False
             while not done.is_set():
                 try:
+                    if not started:
+                        started = True
+                        worker.start()
                     done.wait(0.1)
                     if on_wait is not None:
                         on_wait()

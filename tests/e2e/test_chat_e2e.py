@@ -108,3 +108,34 @@ def test_slash_stop_interrupts_a_slow_child_and_the_result_is_reported(cli, mode
     chat.wait_for(r"status=interrupted", start=mark)
     chat.send("/quit")
     assert chat.finish() == 0
+
+
+def test_offload_stop_from_another_terminal_stops_one_unit_of_a_chat(cli, model_server, write_config):
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import cli_env
+
+    server = model_server(scripted_parent(child=lambda r: hang_reply("working…"), delegate={"goal": "endless"},
+                                          on_result=text_reply("It was stopped.")))
+    write_config(server)
+    chat = cli("chat")
+    chat.send("go")
+    did = chat.wait_for(HANDLE_RE).group(1)
+    assert server.wait_for_requests(3, timeout_s=30)  # the child is hanging mid-stream
+
+    def offload(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,
+                              env=cli_env(), timeout=60, stdin=subprocess.DEVNULL)
+
+    stopped = offload("stop", did[len("deleg_"):][:8])  # a unique prefix, from another process
+    assert stopped.returncode == 0, stopped
+    assert f"stopped {did}; its partial result goes to session" in stopped.stdout
+    chat.wait_for(r"■ endless \(interrupted")
+    chat.wait_for(r"agent> It was stopped\.")
+    again = offload("stop", did)
+    assert again.returncode == 2 and f"{did} is not running (it is " in again.stderr, again
+    unknown = offload("stop", "deleg_nope")
+    assert unknown.returncode == 2 and "no delegation 'deleg_nope'" in unknown.stderr, unknown
+    chat.send("/quit")
+    assert chat.finish() == 0

@@ -62,7 +62,7 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("args", [("agents",), ("inbox",), ("sessions",), ("run", "hello")])
+@pytest.mark.parametrize("args", [("agents",), ("inbox",), ("sessions",), ("run", "hello"), ("stop", "deleg_x")])
 def test_a_damaged_state_db_is_one_line_with_the_same_fix_everywhere(args):
     state_db_path().write_bytes(b"this is not a database" * 100)
     done = offload(*args)
