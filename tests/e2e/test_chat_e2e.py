@@ -139,3 +139,43 @@ def test_offload_stop_from_another_terminal_stops_one_unit_of_a_chat(cli, model_
     assert unknown.returncode == 2 and "no delegation 'deleg_nope'" in unknown.stderr, unknown
     chat.send("/quit")
     assert chat.finish() == 0
+
+
+def test_agents_shows_a_finished_child_as_done_not_idle(cli, model_server, write_config):
+    from offload.demo_script import subagent_goal
+
+    def child(request):
+        if subagent_goal(request) == "quick":
+            return text_reply("quick done")
+        return hang_reply("slow…")
+
+    server = model_server(scripted_parent(child=child, delegate={"tasks": [{"goal": "quick"}, {"goal": "slow"}]},
+                                          on_result=text_reply("Noted.")))
+    write_config(server)
+    chat = cli("chat")
+    chat.send("go")
+    did = chat.wait_for(HANDLE_RE).group(1)
+    chat.wait_for(r"agent> Started it")
+    wait_for_recorded_child(did)
+    mark = chat.mark()
+    chat.send("/agents")
+    chat.wait_for(rf"{did}\s+running\s+children done 1/2", start=mark)
+    line = chat.wait_for(r"#1  (.*)quick", start=mark).group(1)
+    assert line.startswith("✓ completed") and "idle" not in line  # no idle clock for a finished child
+    chat.wait_for(r"#2  … running   api calls .* idle .* slow", start=mark)
+    chat.send("/stop")
+    chat.wait_for(r"agent> Noted\.")
+    chat.send("/quit")
+    assert chat.finish() == 0
+
+
+def wait_for_recorded_child(delegation_id: str, timeout_s: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        row = get_durable_delegation(delegation_id) or {}
+        if (row.get("result") or {}).get("results"):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"{delegation_id} recorded no finished child within {timeout_s} s")

@@ -24,7 +24,7 @@ def test_demo_runs_offline_and_tells_the_whole_story(tmp_path, _isolated_hermes_
     assert "Traceback" not in out + done.stderr
     fan_out = [  # part 1; the two units may land in either order
         "demo-model (scripted, offline",                      # the model is labelled as a demo
-        "delegated 3 task(s) in the background",              # one call: a group plus an ungrouped task
+        "delegated 3 task(s) in the background, reporting in 2 parts: ",  # a group plus an ungrouped task
         "background delegations",                             # the live roster while they run
         "landed: Subagent Task Completed: Run `python3 --version",
         "Ran `python3 --version && ls` for real",             # the terminal toolset really ran
@@ -47,3 +47,4 @@ def test_demo_runs_offline_and_tells_the_whole_story(tmp_path, _isolated_hermes_
     positions = [out.index(n) for n in crash_in_order]
     assert positions == sorted(positions), out
     assert not list(_isolated_hermes_home.iterdir()), "the demo must not touch the user's HERMES_HOME"
+    assert "continue with: offload chat --resume" not in out  # its sessions lived in a temporary home, now gone
