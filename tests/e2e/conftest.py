@@ -32,6 +32,19 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def offload(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m offload ARGS`` to the end, stdout and stderr apart; ``env`` adds variables."""
+    return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,
+                          env=cli_env(**env), timeout=DEADLINE_S * 2, stdin=subprocess.DEVNULL)
+
+
+def one_line(stderr: str) -> str:
+    """The single line a user-fixable error prints (and never a traceback or a bug report)."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr and "please report" not in stderr, stderr
+    return lines[0]
+
+
 class Cli:
     def __init__(self, args: tuple[str, ...], home: Path, cwd: Path) -> None:
         env = cli_env(HERMES_HOME=str(home))

@@ -111,10 +111,7 @@ def test_slash_stop_interrupts_a_slow_child_and_the_result_is_reported(cli, mode
 
 
 def test_offload_stop_from_another_terminal_stops_one_unit_of_a_chat(cli, model_server, write_config):
-    import subprocess
-    import sys
-
-    from tests.e2e.conftest import cli_env
+    from tests.e2e.conftest import offload
 
     server = model_server(scripted_parent(child=lambda r: hang_reply("working…"), delegate={"goal": "endless"},
                                           on_result=text_reply("It was stopped.")))
@@ -123,10 +120,6 @@ def test_offload_stop_from_another_terminal_stops_one_unit_of_a_chat(cli, model_
     chat.send("go")
     did = chat.wait_for(HANDLE_RE).group(1)
     assert server.wait_for_requests(3, timeout_s=30)  # the child is hanging mid-stream
-
-    def offload(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,
-                              env=cli_env(), timeout=60, stdin=subprocess.DEVNULL)
 
     stopped = offload("stop", did[len("deleg_"):][:8])  # a unique prefix, from another process
     assert stopped.returncode == 0, stopped

@@ -3,26 +3,15 @@ setting is refused when set or loaded — one line on stderr naming the key and 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.e2e.conftest import cli_env
+from tests.e2e.conftest import offload, one_line
 from tools.hermes_home import config_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
-def offload(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,
-                          env=cli_env(**env), timeout=80, stdin=subprocess.DEVNULL)
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
 
 
 BROKEN = """\

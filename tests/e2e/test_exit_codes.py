@@ -13,14 +13,10 @@ import sys
 import pytest
 
 from offload.model_server import hang_reply, text_reply
-from tests.e2e.conftest import cli_env, scripted_parent
+from tests.e2e.conftest import cli_env, offload, scripted_parent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
-
-def offload(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,
-                          env=cli_env(**env), timeout=80, stdin=subprocess.DEVNULL)
 
 
 def closed_port_url() -> str:

@@ -4,23 +4,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
 from delegation.ledger import DispatchRow
 from offload.model_server import text_reply
-from tests.e2e.conftest import cli_env
+from tests.e2e.conftest import offload
 from tools.async_delegation_delivery import current_ledger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
-
-def offload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,
-                          env=cli_env(), timeout=80, stdin=subprocess.DEVNULL)
 
 
 def test_sessions_are_listed_and_resumed_by_a_unique_prefix(model_server, write_config):

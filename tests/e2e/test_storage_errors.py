@@ -19,7 +19,8 @@ import pytest
 
 from agent.session_store import SessionStore
 from delegation.ledger import DispatchRow
-from tests.e2e.conftest import cli_env
+from tests.e2e.conftest import cli_env, one_line
+from tests.e2e.conftest import offload as run_offload
 from tools.async_delegation_delivery import current_ledger
 from tools.hermes_home import config_path, get_hermes_home, state_db_path
 
@@ -27,11 +28,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
 def offload(*args: str, read_only: bool = False) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "offload", *args]
-    if read_only:
-        command = _read_only(command)
-    return subprocess.run(command, capture_output=True, text=True, env=cli_env(), timeout=80,
-                          stdin=subprocess.DEVNULL)
+    if not read_only:
+        return run_offload(*args)
+    return subprocess.run(_read_only([sys.executable, "-m", "offload", *args]), capture_output=True, text=True,
+                          env=cli_env(), timeout=80, stdin=subprocess.DEVNULL)
 
 
 def _read_only(command: list[str]) -> list[str]:
@@ -54,12 +54,6 @@ def _writable_again():
     if home.exists() and os.geteuid() != 0:
         home.chmod(0o700)
 
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr and "please report" not in stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("args", [("agents",), ("inbox",), ("sessions",), ("run", "hello"), ("stop", "deleg_x")])
