@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from typing import TYPE_CHECKING, Optional
 
 import typer
