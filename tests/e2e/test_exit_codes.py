@@ -46,8 +46,10 @@ def test_a_model_the_endpoint_does_not_know_exits_4(model_server):
 def test_ctrl_c_during_the_turn_exits_130(model_server, write_config):
     server = model_server(hang_reply("thinking…"))
     write_config(server)
+    # SIGINT back to its default: a test run started in the background (`cmd &`) inherits it ignored.
     proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "hello"], env=cli_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert server.wait_for_requests(1, timeout_s=60), "the turn never reached the model"
         proc.send_signal(signal.SIGINT)
