@@ -67,12 +67,13 @@ def test_a_damaged_state_db_is_one_line_with_the_same_fix_everywhere(args):
     assert state_db_path().read_bytes() == b"this is not a database" * 100  # never deleted for the user
 
 
-def test_a_locked_state_db_is_not_called_damage():
-    current_ledger().running_rows()  # create the file
+@pytest.mark.parametrize("args", [("agents",), ("sessions",)])  # the ledger, then the session store, meets it
+def test_a_locked_state_db_is_not_called_damage(args):
+    SessionStore().close()  # create the file, in WAL mode as in real use
     holder = sqlite3.connect(state_db_path(), isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # e.g. an sqlite3 shell left in a transaction
     try:
-        done = offload("agents")
+        done = offload(*args)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
