@@ -87,15 +87,21 @@ def test_a_rejected_subagent_model_is_reported_once(cli, model_server, write_con
     assert text.index("SUBAGENT MODEL REJECTED") < text.index("TASK 1/2")
 
 
-def test_slash_stop_interrupts_a_slow_child_and_the_result_is_reported(cli, model_server, write_config):
+def chat_with_an_endless_child(cli, model_server, write_config, on_result: str):
+    """A chat whose one background child hangs mid-stream; returns the chat and the unit's id."""
     server = model_server(scripted_parent(child=lambda r: hang_reply("working…"), delegate={"goal": "endless"},
-                                          on_result=text_reply("Stopped as you asked.")))
+                                          on_result=text_reply(on_result)))
     write_config(server)
     chat = cli("chat")
     chat.send("go")
     did = chat.wait_for(HANDLE_RE).group(1)
     chat.wait_for(r"agent> Started it")
     assert server.wait_for_requests(3, timeout_s=30)  # parent ×2 and the child, now hanging mid-stream
+    return chat, did
+
+
+def test_slash_stop_interrupts_a_slow_child_and_the_result_is_reported(cli, model_server, write_config):
+    chat, did = chat_with_an_endless_child(cli, model_server, write_config, "Stopped as you asked.")
     mark = chat.mark()
     chat.send("/stop")
     chat.wait_for(r"stopped 1 background delegation", start=mark)
@@ -113,13 +119,7 @@ def test_slash_stop_interrupts_a_slow_child_and_the_result_is_reported(cli, mode
 def test_offload_stop_from_another_terminal_stops_one_unit_of_a_chat(cli, model_server, write_config):
     from tests.e2e.conftest import offload
 
-    server = model_server(scripted_parent(child=lambda r: hang_reply("working…"), delegate={"goal": "endless"},
-                                          on_result=text_reply("It was stopped.")))
-    write_config(server)
-    chat = cli("chat")
-    chat.send("go")
-    did = chat.wait_for(HANDLE_RE).group(1)
-    assert server.wait_for_requests(3, timeout_s=30)  # the child is hanging mid-stream
+    chat, did = chat_with_an_endless_child(cli, model_server, write_config, "It was stopped.")
 
     stopped = offload("stop", did[len("deleg_"):][:8])  # a unique prefix, from another process
     assert stopped.returncode == 0, stopped
