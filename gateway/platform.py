@@ -1,0 +1,66 @@
+"""The seam between the gateway and one chat platform (Telegram now; Slack or Discord later).
+
+A platform turns its wire protocol into ``Incoming`` messages and sends plain text back; the
+gateway never sees HTTP. Invariant: a ``send``/``edit`` either returns normally (the platform
+accepted every part), raises ``ChatGone`` (the chat can never receive it: blocked, deleted,
+kicked — drop the result with the reason) or raises ``SendFailed`` (transient: keep the result
+pending and retry later). Escaping is the platform's job: ``header`` is ours and rendered as a
+header, ``body`` is untrusted text (child output) and must never render as formatting.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+
+class ChatGone(Exception):
+    """The platform says this chat will never accept a message from us (403, chat not found)."""
+
+
+class SendFailed(Exception):
+    """A transient failure (rate limit, 5xx, network) that outlasted the client's retries."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a reply goes: the chat, and the thread inside it when there is one."""
+
+    chat_id: str
+    thread_id: str = ""
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One user message, already stripped of platform detail."""
+
+    route: Route
+    chat_type: str  # "dm", "thread" or "group": the session-key chat type
+    text: str
+    user_id: str = ""
+    user_name: str = ""
+
+
+class Platform(Protocol):
+    name: str
+    # False for a channel that cannot receive a message later (a stateless webhook): the
+    # gateway then makes delegate_task run inline, with a note saying why.
+    delivers_later: bool
+
+    def poll(self, timeout_s: float, handle: Callable[[Incoming], None]) -> int:
+        """Block up to ``timeout_s`` for new messages and pass each to ``handle``; a message is
+        confirmed to the platform only after ``handle`` returned. Returns how many updates came."""
+        ...
+
+    def send(self, route: Route, body: str, header: str = "") -> list[str]:
+        """Send ``header`` + ``body`` (split as needed); returns the platform's message ids."""
+        ...
+
+    def edit(self, route: Route, message_id: str, body: str, header: str = "") -> None:
+        """Replace the text of a message we sent (used by the live /agents roster)."""
+        ...
+
+
+def session_key(platform: str, message: Incoming) -> str:
+    """The agent session key of a chat/thread: ``agent:main:<platform>:<type>:<chat>[:<thread>]``."""
+    key = f"agent:main:{platform}:{message.chat_type}:{message.route.chat_id}"
+    return f"{key}:{message.route.thread_id}" if message.route.thread_id else key

@@ -1,0 +1,1 @@
+"""Telegram Bot API platform: HTTP client, text escaping/splitting, adapter, loopback fake."""
