@@ -217,6 +217,17 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
 
 
 @app.command()
+def gateway(verbose: bool = _VERBOSE) -> None:
+    """Serve Telegram chats: one agent session per chat/thread, background results delivered back.
+
+    Needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
+    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN). See README "Chat gateway"."""
+    from offload.gateway_cmd import run_gateway
+
+    raise typer.Exit(run_gateway(verbose))
+
+
+@app.command()
 def demo(keep: bool = typer.Option(False, "--keep", help="keep the demo's temporary data directory")) -> None:
     """Offline demo, no API key: fan-out, live roster, results, crash and recovery.
 

@@ -102,6 +102,9 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
                "`offload inbox --ack ID` drops one without delivering it", style="dim")
     if all_rows:
         ui.show(ledger_finished(view.settled(50), "delivered or dropped"))
+        from gateway.state import drop_reasons
+        for delegation_id, reason in drop_reasons().items():
+            ui.say(f"dropped by the gateway: {delegation_id}: {reason}", style="yellow")
 
 
 def _recover(ui: Ui, view: LedgerView, quiet: bool) -> None:

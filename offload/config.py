@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
+from gateway.config import GatewayConfig
 from offload import config_file
 from tools.delegate_config import ConfigError, DelegationConfig, read_config_file
 from tools.hermes_home import config_path
@@ -57,6 +58,7 @@ class OffloadConfig(BaseModel):
     compress_at_ratio: float = Field(0.8, gt=0, le=1, description="compress when a request would pass this share")
     delegation: DelegationConfig = Field(default_factory=DelegationConfig)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
 
     @field_validator("base_url")
     @classmethod

@@ -104,8 +104,9 @@ class Conversation:
 
     def __init__(self, agent: AIAgent, store: SessionStore, *, sync_delegation: bool = False,
                  wakeable: bool = False, context_window_tokens: int | None = None,
-                 compress_at_ratio: float = 0.8) -> None:
+                 compress_at_ratio: float = 0.8, session_key: str = "") -> None:
         self.agent = agent
+        self.session_key = session_key  # a chat gateway routes results by its chat key; "" = by session id
         self.store = store
         self.session_id = agent.session_id
         self.sync_delegation = sync_delegation
@@ -153,7 +154,7 @@ class Conversation:
 
     def _turn(self, text: str, injected_ids: list[str], box: dict[str, Any], done: threading.Event) -> None:
         compressed_from = self._compress_if_needed(text)  # first: the turn runs in the live session
-        token = set_current_session_key(self.session_id)
+        token = set_current_session_key(self.session_key or self.session_id)
         if self.sync_delegation:
             set_async_delivery(False)  # delegate_task then runs its children in this turn
         elif self.wakeable:

@@ -3,6 +3,7 @@
 It serves ``getUpdates`` (long polling on a condition, honouring ``offset``), ``sendMessage``
 and ``editMessageText`` at ``/bot<token>/<method>`` like api.telegram.org, and keeps what the
 bot sent. Faults are scripted per method: ``fail(method, status, times, retry_after=...)``,
+``hold(method)`` / ``release(method)`` (requests wait in between),
 ``block(chat_id)`` (403 "bot was blocked by the user"), ``delete_chat(chat_id)`` (400 "chat
 not found"). It enforces what Telegram enforces and our adapter must respect: the token, the
 4,096-character limit (of the visible text, in UTF-16 units), and well-formed HTML with only
@@ -33,6 +34,13 @@ class Sent:
     text: str
     message_id: int
     edits: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Fault:
+    status: int
+    retry_after: float | None
+    when: Callable[[dict[str, Any]], bool] | None
 
 
 class _StrictHtml(HTMLParser):
@@ -78,10 +86,11 @@ class FakeBotApi:
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1000)
-        self._faults: dict[str, list[tuple[int, float | None]]] = {}
+        self._faults: dict[str, list[_Fault]] = {}
         self.gone: dict[str, tuple[int, str]] = {}  # chat id -> the error every send to it gets
         self.sent: list[Sent] = []
         self.calls: list[str] = []  # method names in arrival order, faults included
+        self._held: set[str] = set()
         self._stopping = False
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -114,9 +123,21 @@ class FakeBotApi:
             self._updates.append({"update_id": next(self._update_ids), "message": message})
             self._cond.notify_all()
 
-    def fail(self, method: str, status: int, times: int = 1, retry_after: float | None = None) -> None:
+    def fail(self, method: str, status: int, times: int = 1, retry_after: float | None = None,
+             when: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """The next ``times`` requests to ``method`` (whose body ``when`` accepts) get ``status``."""
         with self._cond:
-            self._faults.setdefault(method, []).extend([(status, retry_after)] * times)
+            self._faults.setdefault(method, []).extend([_Fault(status, retry_after, when)] * times)
+
+    def hold(self, method: str) -> None:
+        """Requests to ``method`` wait (counted in ``calls``) until ``release(method)``."""
+        with self._cond:
+            self._held.add(method)
+
+    def release(self, method: str) -> None:
+        with self._cond:
+            self._held.discard(method)
+            self._cond.notify_all()
 
     def block(self, chat_id: int | str) -> None:
         """The user blocked the bot: every send to the chat is a 403."""
@@ -151,10 +172,12 @@ class FakeBotApi:
             self._cond.notify_all()
             if token != self.token:
                 return 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
-            faults = self._faults.get(method)
-            if faults:
-                status, retry_after = faults.pop(0)
-                return status, _error(status, retry_after)
+            while method in self._held and not self._stopping:
+                self._cond.wait()
+            fault = next((f for f in self._faults.get(method, []) if f.when is None or f.when(body)), None)
+            if fault is not None:
+                self._faults[method].remove(fault)
+                return fault.status, _error(fault.status, fault.retry_after)
         if method == "getUpdates":
             return 200, {"ok": True, "result": self._get_updates(body)}
         if method in ("sendMessage", "editMessageText"):

@@ -1,0 +1,245 @@
+"""``offload gateway`` end to end: a subprocess against the loopback fake Bot API and the
+scripted model server. Every wait is on an observable event (a message the fake received, a
+ledger row), never a fixed sleep."""
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from gateway.telegram.fake_api import FakeBotApi
+from offload.demo_script import subagent_goal
+from offload.model_server import hang_reply, text_reply
+from tests.e2e.gateway_harness import (DM, GROUP, TOKEN, TOPIC, chat_parent, echo_goal,
+                                       result_headers, shown, write_gateway_config)
+from tools.async_delegation import get_durable_delegation
+from tools.ledger_queries import pending_rows, running_rows
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def api():
+    fake = FakeBotApi(TOKEN).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def start_gateway(cli, monkeypatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+
+    def start():
+        proc = cli("gateway", "-v")
+        proc.wait_for(r"offload gateway: serving 2 allowed Telegram chat")
+        return proc
+    return start
+
+
+@pytest.fixture
+def configure(_isolated_hermes_home, workspace, model_server, api):
+    def write(script, gateway=None, **delegation):
+        server = model_server(script)
+        write_gateway_config(_isolated_hermes_home, workspace, server, api, gateway, **delegation)
+        return server
+    return write
+
+
+def say_in_both_chats(api: FakeBotApi) -> None:
+    api.user_says(DM, "alpha")
+    api.user_says(GROUP, "beta", chat_type="supergroup", thread_id=TOPIC)
+
+
+def wait_shown(api: FakeBotApi, chat_id: int, needle: str, thread_id: int | None = None, timeout_s: float = 60):
+    assert api.wait_until(lambda: needle in shown(api, chat_id, thread_id), timeout_s), \
+        f"{needle!r} never reached chat {chat_id}; it shows:\n{shown(api, chat_id, thread_id)}"
+
+
+def stop(proc) -> None:
+    proc.proc.send_signal(signal.SIGTERM)
+    assert proc.proc.wait(timeout=30) == 0, proc.output
+
+
+def test_a_dm_and_a_group_topic_each_get_only_their_own_results(api, configure, start_gateway):
+    configure(chat_parent(lambda text: {"goal": f"{text}-job"}, echo_goal))
+    gateway = start_gateway()
+    say_in_both_chats(api)
+    wait_shown(api, DM, "result of alpha-job")
+    wait_shown(api, GROUP, "result of beta-job", TOPIC)
+    wait_shown(api, DM, "Result noted.")
+    wait_shown(api, GROUP, "Result noted.", TOPIC)
+    assert "beta" not in shown(api, DM)
+    assert "alpha" not in shown(api, GROUP)
+    assert all(m.thread_id == str(TOPIC) for m in api.messages(GROUP))  # never the group's main thread
+    assert len(result_headers(api, DM)) == len(result_headers(api, GROUP)) == 1
+    stop(gateway)
+
+
+def test_unknown_chats_get_one_refusal_and_nothing_runs(api, configure, start_gateway):
+    server = configure(chat_parent(lambda text: {"goal": text}, echo_goal))
+    gateway = start_gateway()
+    api.user_says(999, "let me in")
+    api.user_says(999, "please")
+    api.user_says(DM, "alpha")
+    wait_shown(api, DM, "result of alpha")
+    assert [m.text for m in api.messages(999)] == [
+        "This bot only serves allowed chats; ask its owner to add chat id 999 to gateway.telegram.allowed_chat_ids."]
+    assert not any("let me in" in str(r["messages"]) for r in server.requests)
+    stop(gateway)
+
+
+def fan_out(text: str) -> dict:
+    return {"tasks": [{"goal": f"{text}-fast"}, {"goal": f"{text}-slow"}]}
+
+
+def fast_or_hang(request):
+    goal = subagent_goal(request)
+    return hang_reply("working…") if goal.endswith("-slow") else text_reply(f"result of {goal}")
+
+
+def rows_with_a_finished_child() -> list:
+    return [r for r in running_rows() if len((r.result or {}).get("results") or []) >= 1]
+
+
+def test_sigkill_mid_fan_out_then_restart_delivers_recovered_results_to_the_right_chats_once(
+        api, configure, start_gateway):
+    configure(chat_parent(fan_out, fast_or_hang))
+    first = start_gateway()
+    say_in_both_chats(api)
+    assert api.wait_until(lambda: len(rows_with_a_finished_child()) == 2, 60), first.output
+    first.kill()  # SIGKILL: each fan-out has one child recorded, one still running
+    assert result_headers(api) == []
+
+    second = start_gateway()
+    wait_shown(api, DM, "result of alpha-fast")
+    wait_shown(api, GROUP, "result of beta-fast", TOPIC)
+    wait_shown(api, DM, "Result noted.")
+    wait_shown(api, GROUP, "Result noted.", TOPIC)
+    stop(second)
+    assert "beta" not in shown(api, DM) and "alpha" not in shown(api, GROUP)
+    assert len(result_headers(api, DM)) == len(result_headers(api, GROUP)) == 1
+    assert "(unknown)" in result_headers(api, DM)[0]  # recovered: the slow child's fate is unknown
+    assert pending_rows() == []
+
+
+def test_a_ten_thousand_character_result_arrives_whole_in_several_messages(api, configure, start_gateway):
+    lines = [f"line {n:03d} <b>&amp;</b> " + "x" * 80 for n in range(105)]  # ~10,500 characters
+    configure(chat_parent(lambda text: {"goal": "long report"}, lambda r: text_reply("\n".join(lines))))
+    gateway = start_gateway()
+    api.user_says(DM, "report")
+    wait_shown(api, DM, "Result noted.")
+    text = shown(api, DM)
+    assert all(line in text for line in lines)  # every line whole, hostile markup shown literally
+    assert len(result_headers(api, DM)) == 1 and len(api.messages(DM)) >= 4  # notice, 3+ parts, answer
+    stop(gateway)
+
+
+def test_slash_stop_in_one_chat_leaves_the_other_chat_running(api, configure, start_gateway):
+    server = configure(chat_parent(lambda text: {"goal": f"{text}-endless"}, lambda r: hang_reply("working…")))
+    gateway = start_gateway()
+    say_in_both_chats(api)
+    assert api.wait_until(lambda: len(running_rows()) == 2, 60)
+    assert server.wait_for_requests(6, timeout_s=60)  # per chat: parent x2 and the child, now hanging
+    api.user_says(DM, "/stop")
+    wait_shown(api, DM, "stopping 1 background delegation")
+    wait_shown(api, DM, "status=interrupted")
+    [still] = running_rows()
+    assert "beta-endless" in str(still.task)
+    assert result_headers(api, GROUP) == []
+    stop(gateway)
+
+
+def test_two_gateways_on_one_ledger_never_send_one_result_twice(api, configure, start_gateway):
+    # The first gateway's user turns never end, so its results stay pending in the ledger.
+    configure(chat_parent(fan_out, echo_goal, after_tool=hang_reply("Started; ")),
+              independent_completions=True)
+    first = start_gateway()
+    say_in_both_chats(api)
+    assert api.wait_until(lambda: len(pending_rows()) == 4, 60), first.output
+    first.kill()
+    ids = {r.delegation_id for r in pending_rows()}
+
+    api.hold("sendMessage")  # whoever claims a result is stuck showing it while the other restores
+    second, third = start_gateway(), start_gateway()
+    for gateway in (second, third):
+        gateway.wait_for(r"restored \d+ undelivered result")
+    assert api.wait_until(lambda: api.calls.count("sendMessage") >= 1, 30)
+    claims_refused = lambda: sum(g.output.count("is being delivered by another consumer") for g in (second, third))
+    assert api.wait_until(lambda: claims_refused() == len(ids), 30), second.output + third.output
+    api.release("sendMessage")
+    assert api.wait_until(lambda: all(get_durable_delegation(i)["delivery_state"] == "delivered" for i in ids), 60)
+    stop(second)
+    stop(third)
+    headers = result_headers(api)
+    assert sorted(h.split()[2] for h in headers) == sorted(ids)  # each result exactly once, across both
+    assert "beta" not in shown(api, DM) and "alpha" not in shown(api, GROUP)
+
+
+def test_a_blocked_bot_drops_the_result_with_a_reason_inbox_shows(api, configure, start_gateway, cli):
+    configure(chat_parent(lambda text: {"goal": "for nobody"}, echo_goal))
+    gateway = start_gateway()
+    api.block(DM)  # the user blocked the bot right after writing
+    api.user_says(DM, "alpha")
+    assert api.wait_until(lambda: [r for r in settled() if r.delivery_state == "dropped"], 60), gateway.output
+    [row] = settled()
+    inbox = cli("inbox", "--all")
+    assert inbox.finish() == 0
+    inbox.wait_for(rf"dropped by the gateway: {row.delegation_id}: chat {DM} cannot be reached: "
+                   "403 Forbidden: bot was blocked by the user")
+    assert api.messages(DM) == []
+    stop(gateway)
+
+
+def settled():
+    from tools.ledger_queries import settled_rows
+    return settled_rows(10)
+
+
+def test_a_429_storm_and_5xx_delay_a_result_but_deliver_it_once(api, configure, start_gateway):
+    configure(chat_parent(lambda text: {"goal": "busy api"}, echo_goal))
+    is_result = lambda body: str(body.get("text", "")).startswith("<b>Background result")
+    api.fail("sendMessage", 502, times=2, when=is_result)
+    api.fail("sendMessage", 429, times=5, retry_after=1, when=is_result)  # outlasts one call's 4 attempts
+    gateway = start_gateway()
+    api.user_says(DM, "alpha")
+    wait_shown(api, DM, "Result noted.")
+    [header] = result_headers(api, DM)
+    delegation_id = header.split()[2]
+    assert api.calls.count("sendMessage") >= 8  # the failed attempts really happened
+    row = get_durable_delegation(delegation_id)
+    assert row["delivery_state"] == "delivered" and row["delivery_attempts"] == 2  # claimed, given back, claimed
+    stop(gateway)
+
+
+@pytest.mark.parametrize("policy", ["deliver", "drop"])
+def test_slash_new_then_the_old_sessions_result_is_labelled_or_dropped(api, configure, start_gateway, policy):
+    configure(chat_parent(lambda text: {"goal": "long job"}, lambda r: hang_reply("working…")),
+              gateway={"on_new_session": policy})
+    gateway = start_gateway()
+    api.user_says(DM, "alpha")
+    wait_shown(api, DM, "Started it in the background.")
+    api.user_says(DM, "/new")
+    wait_shown(api, DM, "New session")
+    api.user_says(DM, "/stop")  # ends the old session's work: its partial result comes back now
+    if policy == "deliver":
+        wait_shown(api, DM, "from previous session sess_")
+        wait_shown(api, DM, "Result noted.")
+    else:
+        assert api.wait_until(lambda: [r for r in settled() if r.delivery_state == "dropped"], 60)
+        assert result_headers(api, DM) == []
+    stop(gateway)
+
+
+def test_slash_agents_shows_a_live_roster_edited_in_place_then_collapsed(api, configure, start_gateway):
+    configure(chat_parent(lambda text: {"goal": "watch me"}, lambda r: hang_reply("working…")))
+    gateway = start_gateway()
+    api.user_says(DM, "alpha")
+    assert api.wait_until(lambda: running_rows(), 60)
+    api.user_says(DM, "/agents")
+    wait_shown(api, DM, "watch me")
+    [bubble] = [m for m in api.messages(DM) if m.text.startswith("<b>Background agents")]
+    assert "running" in bubble.text
+    api.user_says(DM, "/stop")
+    assert api.wait_until(lambda: any("finished" in e for e in bubble.edits), 60), bubble.edits
+    assert len([m for m in api.messages(DM) if m.text.startswith("<b>Background agents")]) == 1  # one bubble
+    stop(gateway)
