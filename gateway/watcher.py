@@ -86,8 +86,9 @@ class DeliveryWatcher:
             chat.submit_results(batch)
         return len(batch)
 
-    def batch_done(self, key: str, batch: list[Claimed], outcome: str) -> None:
+    def batch_done(self, key: str, batch: list[Claimed], outcome: str, now: float | None = None) -> None:
         """Called by a chat worker: ``done`` settles the chat's backoff, ``retry`` schedules one."""
+        now = time.monotonic() if now is None else now
         with self._lock:
             pending = self._pending.setdefault(key, _Pending())
             if outcome == "done":
@@ -95,7 +96,7 @@ class DeliveryWatcher:
                 return
             pending.failures += 1
             delay_s = min(self.max_backoff_s, self.backoff_s * 2 ** (pending.failures - 1))
-            pending.not_before = time.monotonic() + delay_s
+            pending.not_before = now + delay_s
         for item in batch:
             if engine.release_event_delivery(item.event, item.claim) != "dropped":
                 with self._lock:

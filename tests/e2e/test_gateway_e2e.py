@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 import pytest
+import yaml
 
 from gateway.telegram.fake_api import FakeBotApi
 from offload.demo_script import subagent_goal
@@ -13,6 +14,7 @@ from offload.model_server import hang_reply, text_reply
 from tests.e2e.gateway_harness import (DM, GROUP, TOKEN, TOPIC, chat_parent, echo_goal,
                                        result_headers, shown, write_gateway_config)
 from tools.async_delegation import get_durable_delegation
+from tools.hermes_home import config_path
 from tools.ledger_queries import pending_rows, running_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -243,3 +245,30 @@ def test_slash_agents_shows_a_live_roster_edited_in_place_then_collapsed(api, co
     assert api.wait_until(lambda: any("finished" in e for e in bubble.edits), 60), bubble.edits
     assert len([m for m in api.messages(DM) if m.text.startswith("<b>Background agents")]) == 1  # one bubble
     stop(gateway)
+
+
+@pytest.mark.parametrize("gateway_cfg, token, expected", [
+    ({}, "", r"no Telegram bot token: export TELEGRAM_BOT_TOKEN="),
+    ({"telegram": {"allowed_chat_ids": []}}, TOKEN, r"allowed_chat_ids is empty.*offload config set"),
+    ({"telegram": {"base_url": "api.telegram.org"}}, TOKEN, r"gateway.telegram.base_url.*http"),
+])
+def test_a_gateway_that_cannot_serve_says_which_key_to_fix(
+        api, configure, cli, monkeypatch, gateway_cfg, token, expected):
+    configure(chat_parent(lambda text: {"goal": text}, echo_goal))
+    data = yaml.safe_load(config_path().read_text())
+    data["gateway"]["telegram"].update(gateway_cfg.get("telegram", {}))
+    config_path().write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", token)
+    proc = cli("gateway")
+    assert proc.finish() == 2
+    proc.wait_for(expected)
+    assert "Traceback" not in proc.output and (not token or token not in proc.output)
+
+
+def test_a_revoked_token_stops_the_gateway_with_the_fix(api, configure, cli, monkeypatch):
+    configure(chat_parent(lambda text: {"goal": text}, echo_goal))
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "999:revoked")
+    proc = cli("gateway")
+    assert proc.finish() == 2
+    proc.wait_for(r"Telegram rejected the bot token \(401\).*@BotFather")
+    assert "999:revoked" not in proc.output

@@ -1,0 +1,107 @@
+"""``ChatSession`` in process, with a recording platform and the scripted model server: inline
+fallback on a channel that cannot deliver later, exactly-once after a crash, and drops."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import yaml
+
+from agent.session_store import SessionStore, new_session_id
+from gateway.chat_session import ChatSession, Claimed
+from gateway.platform import ChatGone, Incoming, Route
+from gateway.state import drop_reasons
+from offload.config import load_config
+from offload.model_server import text_reply
+from offload.runtime import Conversation, build_agent
+from tests.e2e.gateway_harness import chat_parent, echo_goal
+from tools import async_delegation as engine
+
+pytestmark = pytest.mark.timeout(60)
+KEY = "agent:main:webhook:dm:1"
+
+
+class RecordingPlatform:
+    name = "webhook"
+
+    def __init__(self, delivers_later: bool = True, gone: bool = False) -> None:
+        self.delivers_later, self.gone = delivers_later, gone
+        self.sent: list[tuple[str, str]] = []  # (header, body)
+        self.changed = threading.Condition()
+
+    def send(self, route: Route, body: str, header: str = "") -> list[str]:
+        if self.gone:
+            raise ChatGone("403 Forbidden: bot was blocked by the user")
+        with self.changed:
+            self.sent.append((header, body))
+            self.changed.notify_all()
+        return [str(len(self.sent))]
+
+    def wait_for(self, needle: str, timeout_s: float = 30) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: any(needle in h or needle in b for h, b in self.sent), timeout_s), \
+                self.sent
+
+
+@pytest.fixture
+def chat_factory(_isolated_hermes_home, model_server):
+    server = model_server(chat_parent(lambda text: {"goal": "inline job"}, echo_goal,
+                                      after_tool=text_reply("Here is what the subagent found.")))
+    config = {"model": "demo-model", "base_url": server.url, "toolsets": ["delegation"]}
+    (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    cfg, store = load_config(), SessionStore()
+    done: list[tuple[list, str]] = []
+    settled = threading.Event()
+
+    def on_batch_done(batch: list, outcome: str) -> None:
+        done.append((batch, outcome))
+        settled.set()
+
+    def open_conversation(key: str, fresh: bool) -> Conversation:
+        session_id = store.create_session(new_session_id())
+        return Conversation(build_agent(cfg, session_id), store, session_key=key)
+
+    def make(platform: RecordingPlatform) -> ChatSession:
+        return ChatSession(KEY, Route("1"), "dm", platform, open_conversation,
+                           on_batch_done)
+    make.server, make.done, make.settled = server, done, settled
+    return make
+
+
+def test_a_channel_that_cannot_deliver_later_runs_delegate_task_inline_and_says_why(chat_factory):
+    platform = RecordingPlatform(delivers_later=False)
+    chat = chat_factory(platform)
+    chat.submit_user(Incoming(Route("1"), "dm", "do it"))
+    platform.wait_for("Here is what the subagent found.")
+    [(header, note)] = [(h, b) for h, b in platform.sent if h == "Subagents ran inline"]
+    assert "Background delivery is not available" in note
+    assert engine.list_async_delegations() == []  # nothing was dispatched to the background
+    tool_results = [m["content"] for r in chat_factory.server.requests for m in r["messages"] if m["role"] == "tool"]
+    assert any('"mode": "sync"' in t and "result of inline job" in t for t in tool_results)
+
+
+def test_a_result_a_stored_turn_already_carries_is_only_acknowledged(chat_factory, monkeypatch):
+    acknowledged: list[str] = []
+    monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: acknowledged.append(claim) or True)
+    platform = RecordingPlatform()
+    chat = chat_factory(platform)
+    session_id = chat.conversation.session_id
+    chat.conversation.store.append_turn(session_id, [{"role": "user", "content": "[ASYNC DELEGATION…"}], ["deleg_1"])
+    evt = {"type": "async_delegation", "delegation_id": "deleg_1", "parent_session_id": session_id}
+    chat.submit_results([Claimed(evt, "the result", "claim-1")])
+    assert chat_factory.settled.wait(30)
+    assert acknowledged == ["claim-1"] and platform.sent == []  # not shown, not injected again
+    assert chat_factory.done[0][1] == "done"
+
+
+def test_a_chat_that_is_gone_drops_the_batch_with_the_reason(chat_factory, monkeypatch):
+    dropped: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None: dropped.append((did, claim)) or True)
+    chat = chat_factory(RecordingPlatform(gone=True))
+    evt = {"type": "async_delegation", "delegation_id": "deleg_2", "parent_session_id": chat.conversation.session_id}
+    chat.submit_results([Claimed(evt, "the result", "claim-2")])
+    assert chat_factory.settled.wait(30)
+    assert dropped == [("deleg_2", "claim-2")]
+    assert drop_reasons()["deleg_2"] == "chat 1 cannot be reached: 403 Forbidden: bot was blocked by the user"
+    assert chat_factory.server.requests == []  # no turn ran for it
+
