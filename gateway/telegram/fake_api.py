@@ -104,6 +104,12 @@ class FakeBotApi:
         self._thread.start()
         return self
 
+    def __enter__(self) -> FakeBotApi:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         with self._cond:
             self._stopping = True

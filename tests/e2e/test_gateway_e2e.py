@@ -22,9 +22,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def api():
-    fake = FakeBotApi(TOKEN).start()
-    yield fake
-    fake.stop()
+    with FakeBotApi(TOKEN) as fake:
+        yield fake
 
 
 @pytest.fixture

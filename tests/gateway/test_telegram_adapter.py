@@ -20,9 +20,8 @@ TOKEN = "123:fake-token"
 
 @pytest.fixture
 def api():
-    fake = FakeBotApi(TOKEN).start()
-    yield fake
-    fake.stop()
+    with FakeBotApi(TOKEN) as fake:
+        yield fake
 
 
 def platform_for(api: FakeBotApi, tmp_path) -> TelegramPlatform:

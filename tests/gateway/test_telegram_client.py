@@ -34,9 +34,8 @@ class RecordedWaits(threading.Event):
 
 @pytest.fixture
 def api():
-    fake = FakeBotApi(TOKEN).start()
-    yield fake
-    fake.stop()
+    with FakeBotApi(TOKEN) as fake:
+        yield fake
 
 
 @pytest.fixture
