@@ -77,7 +77,10 @@ class GatewayApp:
         poller = threading.Thread(target=self._poll_loop, args=(failure,), name="gateway-poll", daemon=True)
         watcher.start()
         poller.start()
-        self.stop.wait()
+        # A timed wait, not stop.wait(): a signal delivered to another thread does not interrupt
+        # the main thread's untimed lock wait, so the SIGTERM handler would never get to run.
+        while not self.stop.wait(0.5):
+            pass
         watcher.join(timeout=5)
         if failure:
             raise failure[0]

@@ -4,6 +4,7 @@ ledger row), never a fixed sleep."""
 from __future__ import annotations
 
 import signal
+import subprocess
 
 import pytest
 import yaml
@@ -57,8 +58,13 @@ def wait_shown(api: FakeBotApi, chat_id: int, needle: str, thread_id: int | None
 
 
 def stop(proc) -> None:
+    """SIGTERM: the gateway must stop promptly and cleanly even with subagents still running."""
     proc.proc.send_signal(signal.SIGTERM)
-    assert proc.proc.wait(timeout=30) == 0, proc.output
+    try:
+        code = proc.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the gateway ignored SIGTERM for 30 s; output:\n{proc.output}")
+    assert code == 0, proc.output
 
 
 def test_a_dm_and_a_group_topic_each_get_only_their_own_results(api, configure, start_gateway):
