@@ -45,7 +45,8 @@ class GatewayApp:
         self.chats: dict[str, ChatSession] = {}
         self._chats_lock = threading.Lock()
         self.watcher = DeliveryWatcher(platform.name, process_registry, self.chat_for,
-                                       consumer=f"gateway-{platform.name}", backoff_s=cfg.retry_backoff_s)
+                                       consumer=f"gateway-{platform.name}", backoff_s=cfg.retry_backoff_s,
+                                       allowed=lambda chat_id: chat_id in self.allowed)
 
     def chat_for(self, key: str, route: Route, chat_type: str) -> ChatSession:
         with self._chats_lock:

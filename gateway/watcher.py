@@ -6,7 +6,9 @@ every chat whose agent is idle and whose backoff has passed, claim the buffered 
 ledger and hand them over as ONE batch (coalescing). An event another consumer holds is
 forgotten here (that consumer delivers it; if it dies, the lease expires and the orphan sweep
 offers it again). A batch given back for a retry is released (one attempt spent; the ledger
-drops it after the attempt budget) and rebuffered with exponential backoff for that chat.
+drops it after the attempt budget) and rebuffered with exponential backoff for that chat. A
+result for a chat no longer on the allow-list (replayed after a config change) is dropped
+with that reason, never shown.
 
 Invariant: between a claim and its settlement exactly one chat worker owns the result, so two
 watchers (two gateway processes on one ledger) never show one result twice.
@@ -40,8 +42,9 @@ class _Pending:
 class DeliveryWatcher:
     def __init__(self, platform_name: str, registry: ProcessRegistry,
                  chat_for: Callable[[str, Route, str], ChatSession], consumer: str = "gateway",
-                 backoff_s: float = 2.0, max_backoff_s: float = 300.0) -> None:
-        self.platform_name, self.registry, self.chat_for = platform_name, registry, chat_for
+                 backoff_s: float = 2.0, max_backoff_s: float = 300.0,
+                 allowed: Callable[[str], bool] = lambda chat_id: True) -> None:
+        self.platform_name, self.registry, self.chat_for, self.allowed = platform_name, registry, chat_for, allowed
         self.consumer, self.backoff_s, self.max_backoff_s = consumer, backoff_s, max_backoff_s
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
@@ -54,13 +57,25 @@ class DeliveryWatcher:
         """Hand over what is ready; returns how many results went to chat workers."""
         now = time.monotonic() if now is None else now
         for evt, text in self.registry.drain_notifications(owns_event=self.owns):
-            if text:
+            if not self.allowed(parse_session_key(evt["session_key"])["chat_id"]):
+                self._drop_unserved(evt)
+            elif text:
                 with self._lock:
                     self._pending.setdefault(str(evt["session_key"]), _Pending()).events.append((evt, text))
         handed = 0
         for key in self._ready_keys(now):
             handed += self._hand_over(key)
         return handed
+
+    def _drop_unserved(self, evt: Event) -> None:
+        """A result (replayed from before a config change) for a chat no longer served."""
+        claim = engine.claim_event_delivery(evt, self.consumer)
+        if claim is None:
+            return  # another gateway, perhaps still serving that chat, holds it
+        did = str(evt.get("delegation_id") or "")
+        engine.drop_completion_delivery(did, claim or None)
+        record_drop(did, f"chat {parse_session_key(evt['session_key'])['chat_id']} is not in "
+                         f"gateway.{self.platform_name}.allowed_chat_ids")
 
     def _ready_keys(self, now: float) -> list[str]:
         with self._lock:

@@ -80,6 +80,7 @@ def test_a_dm_and_a_group_topic_each_get_only_their_own_results(api, configure, 
     assert all(m.thread_id == str(TOPIC) for m in api.messages(GROUP))  # never the group's main thread
     assert len(result_headers(api, DM)) == len(result_headers(api, GROUP)) == 1
     stop(gateway)
+    assert TOKEN not in gateway.output  # -v logs every delivery, never the token
 
 
 def test_unknown_chats_get_one_refusal_and_nothing_runs(api, configure, start_gateway):

@@ -153,3 +153,14 @@ def test_a_result_out_of_attempts_is_dropped_with_a_reason_not_rebuffered(bus, w
     watcher.batch_done(DM_KEY, chats[DM_KEY].batches[0], "retry")
     assert watcher.pending_count() == 0
     assert claims.drops == [("d1", "the chat could not be reached within the delivery attempt budget")]
+
+
+def test_a_result_for_a_chat_no_longer_allowed_is_dropped_with_the_reason(bus, chats, claims, monkeypatch):
+    dropped: list[tuple[str, str]] = []
+    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None: dropped.append((did, claim)))
+    watcher = DeliveryWatcher("telegram", bus, lambda *a: pytest.fail("no chat may be opened"), consumer="gw",
+                              allowed=lambda chat_id: chat_id == "-100")
+    bus.completion_queue.put(result("d1"))
+    assert watcher.tick(now=0) == 0
+    assert dropped == [("d1", "gw:d1")] and chats == {}
+    assert claims.drops == [("d1", "chat 7 is not in gateway.telegram.allowed_chat_ids")]
