@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from agent.session_store import SessionStore, new_session_id
 from gateway.chat_session import ChatSession
@@ -22,9 +22,11 @@ from gateway.platform import Incoming, Platform, Route, SendFailed, session_key
 from gateway.roster import RosterBubble, roster_text
 from gateway.state import GatewayState
 from gateway.watcher import DeliveryWatcher
-from offload.runtime import Conversation
 from tools.async_delegation import interrupt_for_session, list_async_delegations
 from tools.process_registry import process_registry
+
+if TYPE_CHECKING:  # the app builds conversations through ``build``; it never imports the CLI layer
+    from offload.runtime import Conversation
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ HELP = ("I run an agent for this chat. Ask anything; background work reports bac
         "/new start a new session\n/help this text")
 REFUSAL = "This bot only serves allowed chats; ask its owner to add chat id {chat} to gateway.telegram.allowed_chat_ids."
 
-BuildConversation = Callable[[str, str], Conversation]  # (session id, session key) -> Conversation
+BuildConversation = Callable[[str, str], "Conversation"]  # (session id, session key) -> Conversation
 
 
 class GatewayApp:

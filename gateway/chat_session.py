@@ -18,14 +18,16 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gateway.platform import ChatGone, Incoming, Platform, Route
 from gateway.run import BATCH_PREFIX
 from gateway.session_context import clear_session_vars, set_session_vars
 from gateway.state import record_drop
-from offload.runtime import Conversation, TurnResult
 from tools import async_delegation as engine
+
+if TYPE_CHECKING:  # conversations are built by the caller; the gateway never imports the CLI layer
+    from offload.runtime import Conversation, TurnResult
 
 logger = logging.getLogger(__name__)
 Event = dict[str, Any]
