@@ -65,6 +65,8 @@ class GatewayApp:
             sessions = data.setdefault("sessions", {})
             if fresh or not sessions.get(key):
                 sessions[key] = new_session_id()
+            else:  # context compression continues a session under a new id: follow it
+                sessions[key] = self.store.live_tip(sessions[key]) or sessions[key]
             return sessions[key]
         session_id = self.state.update(pick)
         if not self.store.session_exists(session_id):

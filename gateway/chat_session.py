@@ -162,7 +162,7 @@ class ChatSession:
             return
         try:
             for item in fresh:
-                self.platform.send(self.route, item.text, header=_header(item, session_id))
+                self.platform.send(self.route, item.text, header=_header(item, self._from_previous_session(item)))
         except ChatGone as exc:
             for item in fresh:
                 item.drop(f"chat {self.route.chat_id} cannot be reached: {exc}")
@@ -188,9 +188,14 @@ class ChatSession:
         self._on_batch_done(batch, "done")
         self._answer(result)
 
-    def _apply_new_session_policy(self, batch: list[Claimed]) -> list[Claimed]:
+    def _from_previous_session(self, item: Claimed) -> bool:
+        """Dispatched by a session this chat left with /new (not one it compressed into this)."""
+        parent = item.event.get("parent_session_id")
         current = self.conversation.session_id
-        stale = [c for c in batch if c.event.get("parent_session_id") not in (None, "", current)]
+        return bool(parent) and parent != current and self.conversation.store.live_tip(parent) != current
+
+    def _apply_new_session_policy(self, batch: list[Claimed]) -> list[Claimed]:
+        stale = [c for c in batch if self._from_previous_session(c)]
         if self._on_new_session == "deliver" or not stale:
             return batch
         for item in stale:
@@ -198,10 +203,6 @@ class ChatSession:
         return [c for c in batch if c not in stale]
 
 
-def _header(item: Claimed, session_id: str) -> str:
-    status = item.event.get("status") or "finished"
-    label = f"Background result {item.delegation_id} ({status})"
-    previous = item.event.get("parent_session_id")
-    if previous and previous != session_id:
-        label += f" from previous session {previous}"
-    return label
+def _header(item: Claimed, from_previous_session: bool) -> str:
+    label = f"Background result {item.delegation_id} ({item.event.get('status') or 'finished'})"
+    return label + f" from previous session {item.event.get('parent_session_id')}" if from_previous_session else label

@@ -57,14 +57,14 @@ def chat_factory(_isolated_hermes_home, model_server):
         done.append((batch, outcome))
         settled.set()
 
-    def open_conversation(key: str, fresh: bool) -> Conversation:
-        session_id = store.create_session(new_session_id())
-        return Conversation(build_agent(cfg, session_id), store, session_key=key)
+    def conversation_for(session_id: str) -> Conversation:
+        return Conversation(build_agent(cfg, session_id), store, session_key=KEY)
 
-    def make(platform: RecordingPlatform) -> ChatSession:
-        return ChatSession(KEY, Route("1"), "dm", platform, open_conversation,
-                           on_batch_done)
-    make.server, make.done, make.settled = server, done, settled
+    def make(platform: RecordingPlatform, on_new_session: str = "deliver") -> ChatSession:
+        return ChatSession(KEY, Route("1"), "dm", platform,
+                           lambda key, fresh: conversation_for(store.create_session(new_session_id())),
+                           on_batch_done, on_new_session)
+    make.server, make.done, make.settled, make.conversation_for = server, done, settled, conversation_for
     return make
 
 
@@ -105,3 +105,19 @@ def test_a_chat_that_is_gone_drops_the_batch_with_the_reason(chat_factory, monke
     assert drop_reasons()["deleg_2"] == "chat 1 cannot be reached: 403 Forbidden: bot was blocked by the user"
     assert chat_factory.server.requests == []  # no turn ran for it
 
+
+
+def test_after_compression_a_result_of_the_earlier_id_is_this_sessions_own(chat_factory, monkeypatch):
+    monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: True)
+    dropped: list[str] = []
+    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None: dropped.append(did) or True)
+    platform = RecordingPlatform()
+    chat = chat_factory(platform, on_new_session="drop")
+    before = chat.conversation.session_id
+    chat.conversation = chat_factory.conversation_for(chat.conversation.store.continue_session(before, []))
+    own = {"type": "async_delegation", "delegation_id": "deleg_own", "parent_session_id": before}
+    other = {"type": "async_delegation", "delegation_id": "deleg_old", "parent_session_id": "sess_left_with_new"}
+    chat.submit_results([Claimed(own, "[ASYNC DELEGATION own result", "c1"), Claimed(other, "[ASYNC DELEGATION old", "c2")])
+    platform.wait_for("Result noted.")
+    assert dropped == ["deleg_old"]  # /new's drop policy applies to the session it left, not to compression
+    assert ("Background result deleg_own (finished)", "[ASYNC DELEGATION own result") in platform.sent
