@@ -7,6 +7,8 @@ carries out through the same engine call.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from delegation.liveness import owner_alive
 from offload import interrupt_requests
 from tools import async_delegation as engine
@@ -31,21 +33,23 @@ def interrupt(delegation_id: str) -> tuple[bool, str]:
 
 def ack(delegation_id: str) -> tuple[bool, str]:
     """Acknowledge a pending result without delivering it, as `offload inbox --ack` does."""
-    problem = _not_pending(delegation_id)
-    if problem:
-        return False, problem
-    if engine.mark_completion_delivered(delegation_id):
-        return True, f"acknowledged {delegation_id}; it will not be delivered"
-    return False, f"{delegation_id} changed meanwhile; reload to see its state"
+    return _settle(delegation_id, engine.mark_completion_delivered,
+                   f"acknowledged {delegation_id}; it will not be delivered")
 
 
 def drop(delegation_id: str) -> tuple[bool, str]:
     """Give up delivering a pending result; it stays visible in the history as dropped."""
+    return _settle(delegation_id, engine.drop_completion_delivery,
+                   f"dropped {delegation_id}; it stays in the history")
+
+
+def _settle(delegation_id: str, settle: Callable[[str], bool], done: str) -> tuple[bool, str]:
+    """Ack and drop differ only in the engine call that ends the row's delivery."""
     problem = _not_pending(delegation_id)
     if problem:
         return False, problem
-    if engine.drop_completion_delivery(delegation_id):
-        return True, f"dropped {delegation_id}; it stays in the history"
+    if settle(delegation_id):
+        return True, done
     return False, f"{delegation_id} changed meanwhile; reload to see its state"
 
 

@@ -11,20 +11,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.engine.conftest import drain_queue, wait_event
+from tests.engine.conftest import clean_engine, drain_queue, wait_event  # noqa: F401 (clean_engine: autouse here too)
 from tools import async_delegation as ad
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 INSTALL_HINT = "apt-get install chromium chromium-driver (what .ci/services.d/30-chromium.sh does)"
-
-
-@pytest.fixture(autouse=True)
-def clean_engine():
-    ad._reset_for_tests()
-    drain_queue()
-    yield
-    ad._reset_for_tests()
-    drain_queue()
 
 
 @dataclass
