@@ -45,7 +45,9 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print offload's version and exit.")) -> None:
-    pass  # the app's help text is Typer(help=...) above
+    from offload import owner_loop
+
+    owner_loop.install()  # every command that runs units honours `offload stop` and the dashboard's interrupt
 
 _VERBOSE = typer.Option(False, "--verbose", "-v", help="log engine activity to stderr")
 _RESUME = typer.Option(None, "--resume", "-r", metavar="SESSION", help="continue a stored session (id or 'last')")
@@ -55,11 +57,8 @@ _DEMO_MODEL = typer.Option(False, "--demo-model", help="no API key: talk to the 
 
 def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False,
             wakeable: bool = False) -> SessionDriver:
-    from offload import interrupt_requests
     from offload.driver import start_session
     from offload.views import Ui
-
-    interrupt_requests.install()  # the dashboard's interrupt button reaches this process's units
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="offload: %(levelname)s: %(message)s")

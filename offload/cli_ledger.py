@@ -201,20 +201,26 @@ _POLL_S = 0.1
 
 def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegation (a unique prefix is enough)"),
          wait_s: float = typer.Option(STOP_WAIT_S, "--wait", min=0, help="seconds to wait for it to stop")) -> None:
-    """Stop one running background delegation, in whichever `offload chat` or `run` owns it.
+    """Stop one running background delegation, in whichever process runs it (chat, run, gateway
+    or worker; on a shared PostgreSQL ledger, on any host).
 
     Its partial result is still delivered to its session, as with /stop in the chat."""
-    from offload import ledger_rows, stop_requests
+    from delegation.ledger import LedgerError
+    from offload import control_requests
     from offload.exit_codes import ExitCode
     from offload.ledger_view import LedgerView
     from offload.views import Ui
 
     ui, view = Ui(), LedgerView()
     row = _running_row(view, wanted)
-    if ledger_rows.owner_state(row) != "running":
-        raise CliError(f"{row.delegation_id} is not running any more: its owner (pid {row.owner_pid}) exited; "
+    owner = control_requests.owner_label(row)
+    if control_requests.owner_gone(row):
+        raise CliError(f"{row.delegation_id} is not running any more: its owner ({owner}) exited; "
                        "`offload inbox` recovers it")
-    request = stop_requests.request(row.delegation_id)
+    try:
+        control_requests.request(row.delegation_id, ttl_s=wait_s + 1.0)
+    except LedgerError as exc:
+        raise CliError(f"{exc}; stop it in the process that runs it ({owner}) instead") from exc
     try:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
@@ -225,9 +231,9 @@ def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegat
                 return
             time.sleep(_POLL_S)
     finally:
-        stop_requests.withdraw(request)
-    ui.error(f"{row.delegation_id} did not stop within {wait_s:g} s: its owner (pid {row.owner_pid}) did not act "
-             "on the request — only `offload chat` and `offload run` watch for it")
+        control_requests.withdraw(row.delegation_id)
+    ui.error(f"{row.delegation_id} did not stop within {wait_s:g} s: its owner ({owner}) did not act on the "
+             "request; is it an offload older than this one? Stop it there.")
     raise typer.Exit(ExitCode.ERROR)
 
 

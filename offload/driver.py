@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from agent.session_store import SessionStore
 from delegation.states import LIVE_STATES
-from offload import exit_codes, stop_requests
+from offload import exit_codes
 from offload.config import load_config
 from offload.exit_codes import ExitCode
 from offload.inbox import Delivery, SessionInbox
@@ -43,7 +43,6 @@ def start_session(resume: str | None = None, *, sync_delegation: bool = False, u
     apply_engine_tuning(cfg.delegation)
     store = SessionStore()
     conversation = open_conversation(cfg, store, resume, sync_delegation=sync_delegation, wakeable=wakeable)
-    stop_requests.start_watcher()  # `offload stop ID` from another terminal reaches our units
     return SessionDriver(conversation, SessionInbox(conversation.session_id, store), ui or Ui(),
                          lambda: open_conversation(cfg, store, sync_delegation=sync_delegation, wakeable=wakeable))
 

@@ -16,6 +16,7 @@ import weakref
 from typing import Any, Callable
 
 from delegation.ledger.codec import decode_row, dumps, loads
+from delegation.ledger.memory_side import MemorySideTables
 from delegation.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners
 
 Row = dict[str, Any]  # column name -> stored value, as in the SQLite table
@@ -30,6 +31,8 @@ class MemoryStore:
         self.lock = threading.Lock()
         self.rows: dict[str, Row] = {}
         self.created = False
+        self.controls: dict[str, tuple[str, float]] = {}  # id -> (action, expires_at); see memory_side
+        self.activity: dict[str, tuple[float, dict[str, Any]]] = {}  # id -> (written_at, snapshot)
 
 
 _named: weakref.WeakValueDictionary[str, MemoryStore] = weakref.WeakValueDictionary()
@@ -58,7 +61,7 @@ def _new_row(row: DispatchRow, state: str, completed_at: float | None, now: floa
             "owner_pid": row.owner_pid, "owner_started_at": row.owner_started_at}
 
 
-class MemoryLedger(SingleHostOwners):
+class MemoryLedger(MemorySideTables, SingleHostOwners):
     """The ledger in a ``MemoryStore``. Thread-safe."""
 
     def __init__(self, store: MemoryStore | None = None) -> None:

@@ -32,6 +32,7 @@ from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, Owne
 from delegation.ledger.postgres_errors import classify, error_kind, redact
 from delegation.ledger.postgres_lease import OwnerLease
 from delegation.ledger.postgres_listen import CompletionListener
+from delegation.ledger.postgres_side import PostgresSideTables
 from delegation.ledger import postgres_queue as work_queue
 from delegation.ledger.postgres_sql import (
     DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, SCHEMA, SCHEMA_LOCK_KEY, SELECT, TABLE_EXISTS,
@@ -53,7 +54,7 @@ def default_host_id() -> str:
     return socket.gethostname() or "localhost"
 
 
-class PostgresLedger:
+class PostgresLedger(PostgresSideTables):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 
     def __init__(self, url: str, *, host_id: str | None = None, lease_s: float = 60.0, heartbeat_s: float = 10.0,

@@ -32,8 +32,9 @@ OnIds = Callable[[list[str] | None], None]
 class CompletionListener:
     """LISTEN on one ledger's channel until ``stop()``; calls ``on_ids`` from its own thread."""
 
-    def __init__(self, url: str, label: str, on_ids: OnIds) -> None:
-        self.url, self.label, self.on_ids = url, label, on_ids
+    def __init__(self, url: str, label: str, on_ids: OnIds, channel: Callable[[str], str] = notify_channel) -> None:
+        """``channel(schema)``: which channel to LISTEN on (default: the completion channel)."""
+        self.url, self.label, self.on_ids, self.channel = url, label, on_ids, channel
         self.listening = threading.Event()  # set while a LISTEN is in place (tests wait on it)
         self._stop = threading.Event()
         self._conn: Any = None
@@ -78,7 +79,7 @@ class CompletionListener:
         with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
             self._conn = conn
             schema = conn.execute("SELECT current_schema()").fetchone()[0]
-            conn.execute(f'LISTEN "{notify_channel(schema)}"')
+            conn.execute(f'LISTEN "{self.channel(schema)}"')
             self.listening.set()
             if missed_some:  # the first LISTEN precedes the caller's own scan; a reconnect does not
                 self._deliver(None)

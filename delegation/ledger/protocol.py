@@ -132,6 +132,23 @@ class DelegationLedger(Protocol):
 
     def get(self, delegation_id: str) -> LedgerRow | None: ...
 
+    # -- control requests and live activity, across processes and hosts (``*_side.py``) --------
+    def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:
+        """Ask whichever process owns ``delegation_id`` to act (``"interrupt"``) before ``expires_at``;
+        a repeated request replaces the previous one."""
+
+    def withdraw_control(self, delegation_id: str) -> None: ...
+
+    def take_control(self, delegation_ids: list[str], now: float) -> list[tuple[str, str]]:
+        """Remove and return ``(id, action)`` of unexpired requests for these (owned) units; drop
+        expired requests. Of two racing takers only one gets a request. Nothing requested: no write."""
+
+    def write_activity(self, snapshots: dict[str, dict[str, Any]], gone: list[str], now: float) -> None:
+        """Store each unit's activity snapshot as written at ``now``; remove those of ``gone`` units."""
+
+    def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
+        """``id -> (written_at, snapshot)`` for the units that have one."""
+
     def close(self) -> None: ...
 
 

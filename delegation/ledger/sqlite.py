@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from delegation.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
 from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
+from delegation.ledger.sqlite_side import SqliteSideTables
 from delegation.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
     _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
     _loads, _row_values, dumps,
@@ -178,7 +179,7 @@ def classify_error(path: Path, exc: BaseException) -> LedgerError:
     return LedgerError(f"ledger operation on {path} failed: {type(exc).__name__}: {exc}")
 
 
-class SqliteLedger(SingleHostOwners):
+class SqliteLedger(SqliteSideTables, SingleHostOwners):
     """The ledger in one ``state.db``. Thread-safe; one instance per process and file."""
 
     def __init__(self, path: Path) -> None:

@@ -1,16 +1,16 @@
 """The dashboard's buttons: interrupt, ack, drop — the engine and ledger calls the CLI makes.
 
 Each returns ``(ok, message)``; the message says what happened or what the user must do.
-A unit this process runs is interrupted at once; a unit of another live offload process on
-this machine gets an interrupt request (``offload.interrupt_requests``), which that process
-carries out through the same engine call.
+A unit this process runs is interrupted at once; a unit of another live offload process (on
+this host, or on any host sharing a PostgreSQL ledger) gets a control request in the ledger
+(``offload.control_requests``), which that process carries out through the same engine call.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from delegation.liveness import owner_alive
-from offload import interrupt_requests
+from delegation.ledger import LedgerError
+from offload import control_requests
 from tools import async_delegation as engine
 from tools.async_delegation_delivery import current_ledger
 
@@ -23,12 +23,16 @@ def interrupt(delegation_id: str) -> tuple[bool, str]:
         return False, f"no delegation {delegation_id!r}: it is not running here and not in the ledger"
     if row.state != "running":
         return False, f"{delegation_id} is not running (it is {row.state})"
-    if not owner_alive(row.owner_pid, row.owner_started_at):
-        return False, (f"the process that ran {delegation_id} ({row.owner_pid}) has exited; the next offload "
+    owner = control_requests.owner_label(row)
+    if control_requests.owner_gone(row):
+        return False, (f"the process that ran {delegation_id} ({owner}) has exited; the next offload "
                        "command that reads the ledger (e.g. `offload inbox`) reports it as unknown")
-    interrupt_requests.request(delegation_id)
-    return True, (f"interrupt requested from process {row.owner_pid}, which runs {delegation_id}; it stops within "
-                  f"a second if that is `offload chat` or `offload run` (else stop it there)")
+    try:
+        control_requests.request(delegation_id)
+    except LedgerError as exc:
+        return False, f"{exc}; stop it in the process that runs it ({owner})"
+    return True, (f"interrupt requested from {owner}, which runs {delegation_id}; it stops within a second "
+                  "or two and reports what it has")
 
 
 def ack(delegation_id: str) -> tuple[bool, str]:

@@ -1,5 +1,5 @@
-"""Another offload process for the dashboard's interrupt test: honours interrupt requests
-(as `offload chat` does), runs one unit until interrupted, prints READY <id>, and exits 0
+"""Another offload process for the dashboard's interrupt test: honours control requests in
+the ledger (as every offload command does), runs one unit until interrupted, prints READY <id>, and exits 0
 once the unit's result is recorded.
 
 Usage: python interruptible_owner.py   (HERMES_HOME from the environment)
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import threading
 
-from offload import interrupt_requests
+from offload import owner_loop
 from tools import async_delegation as ad
 from tools.process_registry import process_registry
 
 
 def main() -> None:
-    interrupt_requests.install()
+    owner_loop.install()
     stop = threading.Event()
 
     def runner() -> dict:

@@ -157,6 +157,22 @@ def test_slash_stop_in_one_chat_leaves_the_other_chat_running(api, configure, st
     stop(gateway)
 
 
+def test_offload_stop_from_another_process_reaches_a_unit_the_gateway_runs(api, configure, start_gateway):
+    from tests.e2e.conftest import offload
+
+    configure(chat_parent(lambda text: {"goal": f"{text}-endless"}, lambda r: hang_reply("working…")))
+    gateway = start_gateway()
+    api.user_says(DM, "alpha")
+    assert api.wait_until(lambda: len(running_rows()) == 1, 60), gateway.output
+    [row] = running_rows()
+    stopped = offload("stop", row.delegation_id)  # another process: only the ledger connects them
+    assert stopped.returncode == 0, stopped
+    assert f"stopped {row.delegation_id}" in stopped.stdout
+    wait_shown(api, DM, "status=interrupted")
+    assert get_durable_delegation(row.delegation_id)["state"] != "running"
+    stop(gateway)
+
+
 def test_two_gateways_on_one_ledger_never_send_one_result_twice(api, configure, start_gateway):
     # The first gateway's user turns never end, so its results stay pending in the ledger.
     configure(chat_parent(fan_out, echo_goal, after_tool=hang_reply("Started; ")),

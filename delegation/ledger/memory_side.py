@@ -1,0 +1,39 @@
+"""The in-memory ledger's side tables: control requests and activity snapshots, with the
+same contract as ``sqlite_side`` (kept on the ``MemoryStore`` under its lock)."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+class MemorySideTables:
+    """Mixed into ``MemoryLedger``: ``self.store`` holds ``controls`` and ``activity``."""
+
+    def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:
+        with self.store.lock:
+            self.store.controls[delegation_id] = (action, expires_at)
+            self.store.created = True
+
+    def withdraw_control(self, delegation_id: str) -> None:
+        with self.store.lock:
+            self.store.controls.pop(delegation_id, None)
+
+    def take_control(self, delegation_ids: list[str], now: float) -> list[tuple[str, str]]:
+        with self.store.lock:
+            controls = self.store.controls
+            for did in [d for d, (_a, expires_at) in controls.items() if expires_at <= now]:
+                del controls[did]
+            return [(did, controls.pop(did)[0]) for did in delegation_ids if did in controls]
+
+    def write_activity(self, snapshots: dict[str, dict[str, Any]], gone: list[str], now: float) -> None:
+        with self.store.lock:
+            if not self.store.created:
+                return
+            self.store.activity.update({did: (now, copy.deepcopy(s)) for did, s in snapshots.items()})
+            for did in gone:
+                self.store.activity.pop(did, None)
+
+    def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
+        with self.store.lock:
+            return {did: copy.deepcopy(self.store.activity[did]) for did in delegation_ids
+                    if did in self.store.activity}

@@ -1,0 +1,76 @@
+"""Stopping a unit that another process -- on this host or any host sharing the ledger -- runs.
+
+A unit can be interrupted only by the engine of the process that runs it. So ``offload stop``
+and the dashboard leave a control request in the ledger, keyed by delegation id, with an
+expiry (``request``); every owner (chat, run, gateway, worker) takes the requests for the
+units it runs (``act_on_requests``, from ``offload.owner_loop``) and interrupts them through
+the same engine call as a local ``/stop``. The requester sees the result as the ledger row
+leaving ``running``.
+
+Invariants: a request is taken by at most one process (the ledger's take is atomic) and only
+by the one that runs the unit; a request nobody takes is removed once expired, so a unit
+dispatched later under the same id is never stopped by a stale request.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from delegation.ledger import DelegationLedger, LedgerError, LedgerRow
+from delegation.liveness import owner_alive
+from delegation.states import ACTIVE_STATES
+from tools import async_delegation as engine
+from tools.async_delegation_delivery import current_ledger
+
+logger = logging.getLogger(__name__)
+
+INTERRUPT = "interrupt"
+REQUEST_TTL_S = 60.0  # an owner acts within a second (a few on a missed notification); this is slack
+
+
+def request(delegation_id: str, ttl_s: float = REQUEST_TTL_S, ledger: DelegationLedger | None = None) -> None:
+    """Ask whichever process runs ``delegation_id`` to interrupt it, within ``ttl_s``.
+
+    Raises ``LedgerError`` when the request cannot be written (e.g. a read-only home), naming
+    the ledger and what to do."""
+    ledger = ledger or current_ledger()
+    now = time.time()
+    try:
+        ledger.request_control(delegation_id, INTERRUPT, now, now + ttl_s)
+    except LedgerError as exc:
+        raise LedgerError(f"cannot ask the owner of {delegation_id} to stop: {exc}", kind=exc.kind) from exc
+
+
+def withdraw(delegation_id: str, ledger: DelegationLedger | None = None) -> None:
+    """Remove a request nobody took (the requester gave up waiting)."""
+    try:
+        (ledger or current_ledger()).withdraw_control(delegation_id)
+    except LedgerError:
+        logger.debug("withdrawing the stop request of %s failed; it expires by itself", delegation_id, exc_info=True)
+
+
+def owner_gone(row: LedgerRow, ledger: DelegationLedger | None = None) -> bool:
+    """Whether the process that ran ``row`` is gone (pid check on this host, lease elsewhere)."""
+    return (ledger or current_ledger()).is_abandoned(row, owner_alive)
+
+
+def owner_label(row: LedgerRow) -> str:
+    host = (row.extra or {}).get("owner_host")
+    return f"process {row.owner_pid}" + (f" on {host}" if host else "")
+
+
+def owned_live_ids() -> list[str]:
+    return [i["delegation_id"] for i in engine.list_async_delegations() if i.get("status") in ACTIVE_STATES]
+
+
+def act_on_requests(ledger: DelegationLedger, now: float, owned: list[str] | None = None) -> list[str]:
+    """Take the requests for units this process runs and interrupt them; the ids signalled."""
+    owned = owned_live_ids() if owned is None else owned
+    if not owned:
+        return []
+    stopped = []
+    for delegation_id, action in ledger.take_control(owned, now):
+        if action == INTERRUPT and engine.interrupt_delegation(delegation_id, reason="stop request"):
+            logger.info("stopped %s on request", delegation_id)
+            stopped.append(delegation_id)
+    return stopped
