@@ -21,6 +21,7 @@ import time
 import uuid
 from typing import Any, Callable
 
+from delegation.events import is_interim
 from delegation.health import LedgerHealth
 from delegation.ledger import DelegationLedger, LedgerError, LedgerRow
 from delegation.log import logger
@@ -261,5 +262,4 @@ def _told(delegation_id: str, outcome: str, changed: Any) -> Any:
 
 
 def _claimable(evt: dict[str, Any]) -> bool:
-    return (evt.get("type") == "async_delegation" and bool(evt.get("delegation_id"))
-            and not evt.get("task_failure_notice"))
+    return evt.get("type") == "async_delegation" and bool(evt.get("delegation_id")) and not is_interim(evt)

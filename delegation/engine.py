@@ -13,6 +13,8 @@ Invariants:
   guarded by the record status, so a late runner return after a forced stall is ignored;
 - the event is persisted, then published, then the record turns terminal; a failing durable
   write is logged and never blocks delivery or the slot;
+- a batch unit publishes at most one interim failure notice (its first failed child while
+  siblings still run); it is never persisted and the unit's final event still follows;
 - no lock is held across I/O or a callback: collect under the lock, act outside it.
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from delegation import roster
-from delegation.events import ROUTING_KEYS, batch_status, build_event, crash_result
+from delegation.events import ROUTING_KEYS, batch_status, build_event, crash_result, failure_notice, unit_task_indexes
 from delegation.health import LedgerHealth
 from delegation.ledger import DelegationLedger, DispatchRow
 from delegation.liveness import current_owner
@@ -35,7 +37,7 @@ from delegation.observers import notify
 from delegation.policy import DEFAULTS, Policy
 from delegation.pool import DaemonThreadPool
 from delegation.stall import StallLoop
-from delegation.states import ACTIVE_STATES, LIVE_STATES
+from delegation.states import ACTIVE_STATES, FAILED_STATES, LIVE_STATES
 from delegation.units import UnitSpec, capacity_error, invalid_dispatch, new_record
 
 Record = dict[str, Any]
@@ -240,6 +242,9 @@ class Delegations:
             partial = [e for e in record.get("_partial_results", []) if e.get("task_index") != entry.get("task_index")]
             record["_partial_results"] = [*partial, entry]
             ledger = record.get("_ledger")
+            notice = self._failure_notice_locked(record, entry)
+        if notice is not None:
+            self._publish_notice(notice)
         if ledger is None:
             return False
         notify("child_recorded", delegation_id, entry=entry)
@@ -249,6 +254,26 @@ class Delegations:
             self.health.report(ledger, "recording a finished child", exc,
                                "A crash before the unit ends would report this child as unknown.")
             return False
+
+    def _failure_notice_locked(self, record: Record, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """The unit's interim notice if ``entry`` is its first failed child and siblings still run.
+
+        Once per unit: a rejected model fails every child at once, and one warning says it all."""
+        if (not record.get("is_batch") or record.get("_failure_noticed")
+                or entry.get("status") not in FAILED_STATES
+                or len(record["_partial_results"]) >= len(unit_task_indexes(record))):
+            return None
+        record["_failure_noticed"] = True
+        return failure_notice(dict(record), entry)
+
+    def _publish_notice(self, notice: dict[str, Any]) -> None:
+        try:
+            self.publish(notice)  # in memory only: the final event is what the ledger keeps
+        except Exception:
+            logger.exception("Async delegation %s: could not queue the interim failure notice",
+                             notice.get("delegation_id"))
+            return
+        notify("failure_notice", notice["delegation_id"], event=notice)
 
     def prune_completed_locked(self) -> None:
         """Drop the oldest terminal records beyond the retention count; never a live one."""

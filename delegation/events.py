@@ -3,6 +3,11 @@
 An event is the one thing that leaves the engine: it goes on ``completion_queue`` and into
 the ledger's ``event_json``, and a renderer turns it into the parent's next turn. So it must
 be self-contained (the task source travels with the result) and JSON-serializable.
+
+An interim event (``task_failure_notice``: one child of a still-running unit failed) is an
+early warning, not the result: it is never persisted, claimed, acknowledged or deduplicated
+against the unit's row, and the unit's final event still follows. ``is_interim`` is the one
+test every consumer uses to tell the two apart.
 """
 from __future__ import annotations
 
@@ -15,6 +20,21 @@ ROUTING_KEYS = ("scope_id", "user_id", "user_name")
 STALL_META_KEYS = ("stalled_after_quiet_seconds", "stall_threshold_seconds", "stall_phase", "stall_grace_seconds")
 _COMMON = ("delegation_id", "session_key", "origin_ui_session_id", "origin_session_id", "parent_session_id",
            "goal", "context", "toolsets", "role", "dispatched_at", "completed_at")
+
+
+def is_interim(evt: dict[str, Any]) -> bool:
+    """True for an early-warning event that is not the unit's result (see the module docstring)."""
+    return bool(evt.get("task_failure_notice"))
+
+
+def failure_notice(snapshot: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The interim event for one failed child of the running batch unit ``snapshot``."""
+    evt = build_event(snapshot, {"results": [entry]}, "running")
+    evt.update(task_failure_notice=True, is_batch=True, n_tasks=len(evt.get("goals") or []) or 1,
+               completed_at=None)
+    if entry.get("live_transcript"):
+        evt["live_transcript"] = entry["live_transcript"]
+    return evt
 
 
 def batch_status(result: dict[str, Any]) -> str:

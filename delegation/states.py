@@ -9,3 +9,4 @@ from __future__ import annotations
 ACTIVE_STATES = ("running", "stalling")  # holds a slot; can be interrupted or stall
 LIVE_STATES = frozenset({*ACTIVE_STATES, "finalizing"})  # not yet reported
 DONE_STATES = frozenset({"completed", "success"})  # a child or unit that succeeded
+FAILED_STATES = frozenset({"failed", "error", "rejected", "timeout"})  # a child that failed (not one stopped)

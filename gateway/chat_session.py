@@ -45,12 +45,20 @@ class Claimed:
     def delegation_id(self) -> str:
         return str(self.event.get("delegation_id") or "")
 
+    @property
+    def dedupe_id(self) -> str:
+        """The id a stored turn records; "" for an interim notice, which is not the result: the
+        unit's final event must never be deduplicated, acknowledged or dropped because of it."""
+        return "" if engine.is_interim_delegation_event(self.event) else self.delegation_id
+
     def acknowledge(self) -> None:
         """The turn carrying this result is stored (or it was before a crash): settle the claim."""
         if self.claim and not engine.complete_event_delivery(self.event, self.claim):
             engine.mark_completion_delivered(self.delegation_id)  # the lease ran out; the stored turn counts
 
     def drop(self, reason: str) -> None:
+        if not self.dedupe_id:
+            return  # an interim notice has no row of its own; the unit's result is still to come
         engine.drop_completion_delivery(self.delegation_id, self.claim or None)
         record_drop(self.delegation_id, reason)
         logger.warning("dropped delegation %s: %s", self.delegation_id, reason)
@@ -152,7 +160,7 @@ class ChatSession:
         session_id = self.conversation.session_id
         fresh = []
         for item in batch:
-            if item.delegation_id and self.conversation.store.was_injected(session_id, item.delegation_id):
+            if item.dedupe_id and self.conversation.store.was_injected(session_id, item.dedupe_id):
                 item.acknowledge()  # the turn was stored before a crash; only the acknowledgement was lost
             else:
                 fresh.append(item)
@@ -176,7 +184,7 @@ class ChatSession:
         texts = [item.text for item in fresh]
         turn_text = texts[0] if len(texts) == 1 else BATCH_PREFIX.format(n=len(texts)) + "\n\n" + "\n\n".join(texts)
         try:
-            result = self._run_turn(turn_text, [c.delegation_id for c in fresh if c.delegation_id])
+            result = self._run_turn(turn_text, [c.dedupe_id for c in fresh if c.dedupe_id])
         except Exception:
             logger.exception("chat %s: the turn carrying %d result(s) failed; retrying later",
                              self.route.chat_id, len(fresh))

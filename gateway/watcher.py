@@ -69,6 +69,8 @@ class DeliveryWatcher:
 
     def _drop_unserved(self, evt: Event) -> None:
         """A result (replayed from before a config change) for a chat no longer served."""
+        if engine.is_interim_delegation_event(evt):
+            return  # an early warning: dropping it must not drop the unit's result row
         claim = engine.claim_event_delivery(evt, self.consumer)
         if claim is None:
             return  # another gateway, perhaps still serving that chat, holds it

@@ -122,7 +122,8 @@ class SessionDriver:
             self.ui.error(f"could not inject result {item.delegation_id} ({exc}); it stays queued and is retried")
             return
         self.inbox.acknowledge(item)
-        roll_up_event(self.conversation.agent, item.event)  # background subagents count once delivered
+        if item.dedupe_id:  # the result itself, not an interim notice: its children count once, now
+            roll_up_event(self.conversation.agent, item.event)
         self.show_turn(result)
 
     def usage_line(self) -> str | None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from agent.session_store import SessionStore
 from tools import async_delegation_delivery as delivery
+from tools.async_delegation import is_interim_delegation_event
 from tools.process_registry import ProcessRegistry, process_registry
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class Delivery:
     @property
     def dedupe_id(self) -> str | None:
         """The id a stored turn records; interim notices are not the result, so they have none."""
-        if self.event.get("task_failure_notice") or self.event.get("type") != "async_delegation":
+        if is_interim_delegation_event(self.event) or self.event.get("type") != "async_delegation":
             return None
         return self.delegation_id or None
 

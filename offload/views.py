@@ -18,6 +18,7 @@ from delegation.ledger import LedgerRow
 from offload import ledger_rows
 from render.text import format_age
 from offload.result_summary import task_lines
+from tools.async_delegation import is_interim_delegation_event
 from tools.process_registry_notifications import async_delegation_display_text
 
 _GOAL_CHARS = 48
@@ -182,6 +183,9 @@ class Ui:
             self.say(f"⇠ background {event.get('type')} landed{origin}", style="bold green")
             self.console.print(Text(text, style="dim"), soft_wrap=True)
             return
+        if is_interim_delegation_event(event):
+            self._failure_notice(event)
+            return
         title = async_delegation_display_text(event)
         self.say(f"⇠ background result {delegation_id} landed{origin}: {title}", style="bold green")
         if full:
@@ -192,6 +196,13 @@ class Ui:
             self.console.print(Text("  " + line), soft_wrap=True)
         self.say(f"  (the agent reads the full result; see it with /show {delegation_id} in the chat or "
                  f"`offload inbox --show {delegation_id}`)", style="dim")
+
+    def _failure_notice(self, event: dict[str, Any]) -> None:
+        """An early warning (once per unit): one task failed while its siblings still run."""
+        self.say(f"⚠ background {event.get('delegation_id')}: a task failed while the others still run; "
+                 "the full result follows when all are done", style="bold yellow")
+        for line in task_lines(event):
+            self.console.print(Text("  " + line), soft_wrap=True)
 
     def error(self, text: str) -> None:
         """A failure: on stderr, so scripts reading stdout get only answers and results."""

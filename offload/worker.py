@@ -104,8 +104,10 @@ class Worker:
             evt = self.bus.get(timeout=min(POLL_S, max(0.2, self._next_recovery - time.monotonic())))
         except queue.Empty:
             return
+        from tools.async_delegation import is_interim_delegation_event
+
         did = evt.get("delegation_id")
-        if did in self.running:
+        if did in self.running and not is_interim_delegation_event(evt):  # after a notice the unit still runs
             self.running.discard(did)
             self.say(f"finished {did} {evt.get('status')}")
 

@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any
 
 from delegation.engine import Delegations, new_delegation_id
+from delegation.events import is_interim as is_interim_delegation_event  # noqa: F401 - re-exported
 from delegation.ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
 from delegation.ledger.sqlite import initialize_schema as _initialize_schema  # noqa: F401 - re-exported
 from delegation.ledger.sqlite import open_connection

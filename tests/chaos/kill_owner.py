@@ -51,6 +51,7 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
     from tests.delegate.fakes import FakeParent
     from tools import async_delegation as ad
     from tools.process_registry import process_registry
+    from delegation.events import is_interim
 
     issued = [0]
 
@@ -76,7 +77,8 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
     def watch_events() -> None:
         while True:
             evt = process_registry.completion_queue.get()
-            log(f"E {evt.get('delegation_id')} {evt.get('status')}")
+            # N: an interim failure notice (the unit still runs); E: the unit's final event.
+            log(f"{'N' if is_interim(evt) else 'E'} {evt.get('delegation_id')} {evt.get('status')}")
 
     threading.Thread(target=watch_events, daemon=True).start()
     log("READY")

@@ -59,6 +59,7 @@ class Manifest:
     certain: set[str] = field(default_factory=set)
     recorded: dict[str, set[int]] = field(default_factory=dict)
     finished: dict[str, str] = field(default_factory=dict)
+    noticed: Counter = field(default_factory=Counter)  # interim failure notices queued, per unit
     calls_begun: set[str] = field(default_factory=set)
     calls_returned: set[str] = field(default_factory=set)
     killed_in_batch: int = 0  # writes in the batched commit the owner died in (0: not killed there)
@@ -89,6 +90,8 @@ class Manifest:
             elif tag == "E":
                 unit, status = rest.split()
                 m.finished[unit] = status
+            elif tag == "N":  # an interim notice is not the unit's result: the unit still runs
+                m.noticed[rest.split()[0]] += 1
         return m
 
 
@@ -233,6 +236,10 @@ def _check(trial: Trial) -> None:
     for did, n in Counter(ids).items():
         if n > 1:
             trial.problems.append(f"{did} was reported {n} times")
+    trial.counts["failure_notices"] += sum(m.noticed.values())
+    for did, n in m.noticed.items():
+        if n > 1:
+            trial.problems.append(f"{did} queued {n} interim failure notices (at most one per unit)")
     for did in sorted(m.certain - set(ids)):
         trial.problems.append(f"{did} was dispatched but not reported by the restore")
     for did in sorted(set(ids) - m.maybe):
@@ -245,6 +252,8 @@ def _check(trial: Trial) -> None:
         did = evt.get("delegation_id")
         if not evt.get("restored"):
             trial.problems.append(f"{did}: a replayed event is not stamped restored")
+        if evt.get("task_failure_notice"):
+            trial.problems.append(f"{did}: an interim failure notice was stored and replayed as the result")
         finished = m.finished.get(did)
         if finished is not None and evt.get("status") != finished:
             trial.problems.append(f"{did}: its completion was queued as {finished!r} before the kill, "
@@ -315,7 +324,7 @@ def _run_trials(name: str, seed0: int, trials: list[Trial], monkeypatch) -> Coun
            **{k: totals[k] for k in ("trials", "units_dispatched", "units_reported", "real_finished", "unknown",
                                      "partial_units", "children_recorded", "recorded_kept", "children_unknown",
                                      "killed_mid_dispatch", "killed_at_write", "killed_in_batch",
-                                     "batch_writes_at_kill", "owner_done")})
+                                     "batch_writes_at_kill", "owner_done", "failure_notices")})
     failures = [t for t in done if t.problems]
     assert not failures, "\n\n".join(
         f"trial seed {t.seed} (kill after {t.delay_s:.3f}s or at ledger write {t.kill_at} {t.when}; replay: OFFLOAD_CHAOS_SEED={t.seed} "

@@ -168,10 +168,15 @@ def scripted_parent(*, child: Callable[[dict[str, Any]], Reply], delegate: dict[
     return script
 
 
-def parent_requests_with_results(server: ScriptedModelServer) -> list[dict[str, Any]]:
-    """The parent's requests whose last message is an injected result."""
+INTERIM_HEADER = "[ASYNC DELEGATION TASK FAILED"
+
+
+def parent_requests_with_results(server: ScriptedModelServer, interim: bool = False) -> list[dict[str, Any]]:
+    """The parent's requests whose last message is an injected final result (``interim``: an
+    injected interim failure notice instead, which is an early warning and not the result)."""
     from offload.demo_script import request_role
     from offload.model_server import last_message_text
 
     return [r for r in server.requests if request_role(r) == "parent"
-            and r["messages"][-1]["role"] == "user" and last_message_text(r).startswith("[ASYNC DELEGATION")]
+            and r["messages"][-1]["role"] == "user" and last_message_text(r).startswith("[ASYNC DELEGATION")
+            and last_message_text(r).startswith(INTERIM_HEADER) == interim]

@@ -76,15 +76,19 @@ def test_a_rejected_subagent_model_is_reported_once(cli, model_server, write_con
     chat = cli("chat")
     chat.send("go")
     did = chat.wait_for(HANDLE_RE).group(1)
-    chat.wait_for(rf"background result {did} landed")
-    chat.wait_for(r"agent> The subagent model is misconfigured\.")
+    landed = chat.wait_for(rf"background result {did} landed")
+    chat.wait_for(r"agent> The subagent model is misconfigured\.", start=chat.lines.index(landed.string))
     chat.send("/quit")
     assert chat.finish() == 0
     assert chat.output.count("SUBAGENT MODEL REJECTED") == 1
-    [injected] = parent_requests_with_results(server)
+    [injected] = parent_requests_with_results(server)  # the notice, if any, is not counted as the result
     text = injected["messages"][-1]["content"]
     assert text.count("SUBAGENT MODEL REJECTED") == 1
     assert text.index("SUBAGENT MODEL REJECTED") < text.index("TASK 1/2")
+    # Both children fail at once: at most one early warning for the unit, shown before the result.
+    notices = parent_requests_with_results(server, interim=True)
+    assert len(notices) <= 1 and chat.output.count("a task failed while the others still run") == len(notices)
+    assert get_durable_delegation(did)["delivery_state"] == "delivered"
 
 
 def chat_with_an_endless_child(cli, model_server, write_config, on_result: str):

@@ -5,6 +5,7 @@ import queue
 
 import pytest
 
+from delegation.events import is_interim
 from tools import async_delegation as ad
 from tools.process_registry import process_registry
 
@@ -18,13 +19,14 @@ def drain_queue() -> list[dict]:
             return events
 
 
-def wait_event(delegation_id: str, timeout_s: float = 10.0) -> dict:
-    """The completion event of ``delegation_id`` (others are put back)."""
+def wait_event(delegation_id: str, timeout_s: float = 10.0, interim: bool = False) -> dict:
+    """The final completion event of ``delegation_id`` (``interim``: its interim failure notice
+    instead); every other event is put back."""
     skipped = []
     try:
         while True:
             evt = process_registry.completion_queue.get(timeout=timeout_s)
-            if evt.get("delegation_id") == delegation_id:
+            if evt.get("delegation_id") == delegation_id and is_interim(evt) == interim:
                 return evt
             skipped.append(evt)
     finally:

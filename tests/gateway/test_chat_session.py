@@ -107,6 +107,29 @@ def test_a_chat_that_is_gone_drops_the_batch_with_the_reason(chat_factory, monke
 
 
 
+def test_an_interim_notice_is_shown_but_never_stands_in_for_the_units_result(chat_factory, monkeypatch):
+    settled: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: settled.append(("done", claim)) or True)
+    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None: settled.append(("drop", claim)))
+    platform = RecordingPlatform()
+    chat = chat_factory(platform)
+    sid = chat.conversation.session_id
+    notice = {"type": "async_delegation", "task_failure_notice": True, "delegation_id": "deleg_4",
+              "parent_session_id": sid, "status": "running"}
+    chat.submit_results([Claimed(notice, "[ASYNC DELEGATION TASK FAILED — deleg_4, task 1/2]", "")])
+    assert chat_factory.settled.wait(30)
+    platform.wait_for("TASK FAILED")
+    assert not chat.conversation.store.was_injected(sid, "deleg_4")  # the result is still to come
+    Claimed(notice, "", "").drop("the chat is gone")
+    assert settled == []  # a notice has no row of its own: nothing settled, nothing dropped
+    chat_factory.settled.clear()
+    final = {"type": "async_delegation", "delegation_id": "deleg_4", "parent_session_id": sid, "status": "completed"}
+    chat.submit_results([Claimed(final, "[ASYNC DELEGATION BATCH COMPLETE — deleg_4]", "claim-4")])
+    assert chat_factory.settled.wait(30)
+    platform.wait_for("BATCH COMPLETE")
+    assert settled == [("done", "claim-4")] and chat.conversation.store.was_injected(sid, "deleg_4")
+
+
 def test_after_compression_a_result_of_the_earlier_id_is_this_sessions_own(chat_factory, monkeypatch):
     monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: True)
     dropped: list[str] = []

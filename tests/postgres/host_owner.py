@@ -45,6 +45,7 @@ def main(goals: list[str]) -> None:
     from tests.delegate.fakes import FakeParent
     from tools import async_delegation as ad
     from tools.process_registry import process_registry
+    from delegation.events import is_interim
 
     real_record = ad.record_unit_child
 
@@ -59,6 +60,8 @@ def main(goals: list[str]) -> None:
                                       parent_agent=FakeParent(child_behaviour)))
     say(f"D {out['delegation_id']}")
     evt = process_registry.completion_queue.get()
+    while is_interim(evt):  # an early warning; the unit's final event follows
+        evt = process_registry.completion_queue.get()
     say(f"E {evt['delegation_id']} {evt['status']}")
     threading.Event().wait()  # stay alive (holding the lease) until the test ends us
 
