@@ -5,7 +5,11 @@ Ownership rules (``drain_notifications``): a consumer takes only the events it o
 ``owns_event`` predicate, only what it accepts (a raising predicate means "not mine"); with
 a ``session_key``, only events of that session; with no filter, everything except events
 restored from a previous process — those wait for a consumer that can prove ownership, or a
-new session would adopt a dead session's results. Unowned events go back on the queue.
+new session would adopt a dead session's results. Unowned events stay where they are: the
+queue is an ``IndexedQueue`` (a ``queue.Queue`` indexed by session key), so a session
+consumer takes its own events by key without touching the others', and N consumers cost
+O(events), not O(N x events). A plain ``queue.Queue`` patched in still works (take all, put
+back what is not ours).
 Restore runs once per process, on the first consumer, never at import; after that each drain
 may run a rate-limited orphan sweep, so a result whose owner or claiming consumer died while
 we run is offered again once its claim lease has expired.
@@ -18,6 +22,7 @@ import threading
 from typing import Any, Callable
 
 from tools import async_delegation_delivery as _delivery
+from tools.process_registry_queue import PUBLIC, IndexedQueue, needs_proof, session_key_of
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +33,7 @@ class CompletionBus:
     _completions_restored = False  # class default: registries built with __new__ still restore
 
     def __init__(self) -> None:
-        self.completion_queue: queue.Queue[Event] = queue.Queue()
+        self.completion_queue: queue.Queue[Event] = IndexedQueue()
         self._restore_lock = threading.Lock()
 
     def restore_completions(self) -> int:
@@ -53,27 +58,36 @@ class CompletionBus:
 
     def drain_notifications(self, session_key: str = "",
                             owns_event: Callable[[Event], bool] | None = None) -> list[tuple[Event, str | None]]:
-        """Take every event this consumer owns, rendered; put the rest back."""
+        """Take every event this consumer owns, rendered; leave the rest queued."""
         from tools.process_registry_notifications import format_process_notification
 
         self.restore_completions()
         self._sweep_orphans()
-        taken: list[Event] = []
-        others: list[Event] = []
-        while True:
-            try:
-                evt = self.completion_queue.get_nowait()
-            except queue.Empty:
-                break
-            (taken if _owns(evt, session_key, owns_event) else others).append(evt)
-        for evt in others:
-            self.completion_queue.put(evt)
+        taken = _take_owned(self.completion_queue, lambda evt: _owns(evt, session_key, owns_event),
+                            session_key if owns_event is None else "")
         return [(evt, format_process_notification(evt)) for evt in taken]
 
 
+def _take_owned(bus: queue.Queue, accept: Callable[[Event], bool], session_key: str) -> list[Event]:
+    """The events ``accept`` takes, in queue order. With only a ``session_key`` to go by, just
+    that key's events (and public ones) are looked at."""
+    if isinstance(bus, IndexedQueue):
+        return bus.take((PUBLIC, session_key_of(session_key)), accept) if session_key else bus.take_all(accept)
+    taken: list[Event] = []
+    others: list[Event] = []
+    while True:
+        try:
+            evt = bus.get_nowait()
+        except queue.Empty:
+            break
+        (taken if accept(evt) else others).append(evt)
+    for evt in others:
+        bus.put(evt)
+    return taken
+
+
 def _owns(evt: Event, session_key: str, owns_event: Callable[[Event], bool] | None) -> bool:
-    needs_proof = evt.get("type") == "async_delegation" or bool(evt.get("session_key") or evt.get("origin_ui_session_id"))
-    if not needs_proof:
+    if not needs_proof(evt):
         return True
     if owns_event is not None:
         try:
