@@ -23,7 +23,6 @@ import contextvars
 import os
 import threading
 import time
-import uuid
 from collections import Counter
 from typing import Any, Callable
 
@@ -45,8 +44,9 @@ Record = dict[str, Any]
 
 def new_delegation_id() -> str:
     # 48 random bits: with 32 (the reference's 8 hex digits) two of 10,000 delegations share an
-    # id about once in a hundred runs, and the ledger row of the older one is replaced.
-    return "deleg_" + uuid.uuid4().hex[:12]
+    # id about once in a hundred runs, and the ledger row of the older one is replaced. Read
+    # straight from os.urandom: a uuid4 object per dispatch is 5x the cost for the same bits.
+    return "deleg_" + os.urandom(6).hex()
 
 
 class Delegations:
@@ -103,7 +103,10 @@ class Delegations:
                 return {"status": "rejected", "error": capacity_error(record["is_batch"], cap)}
             self.records[did] = record
             self.slots[slot] += holds
-            live_units = sum(1 for r in self.records.values() if r["status"] in LIVE_STATES)
+            # The pool is sized by live units only when they may outnumber the cap; counting
+            # them is a scan of every record, so skip it when the records alone cannot.
+            live_units = (0 if len(self.records) <= cap
+                          else sum(1 for r in self.records.values() if r["status"] in LIVE_STATES))
         notify("dispatching", did, record=record)
         warning = self._persist_dispatch(record)
         # The worker runs in the dispatcher's context (session variables, profile). A Context can
@@ -276,14 +279,21 @@ class Delegations:
         notify("failure_notice", notice["delegation_id"], event=notice)
 
     def prune_completed_locked(self) -> None:
-        """Drop the oldest terminal records beyond the retention count; never a live one."""
-        done = [r for r in self.records.values() if r.get("status") not in LIVE_STATES]
-        excess = len(done) - self.policy().max_retained_completed
+        """Drop the oldest terminal records beyond the retention count; never a live one.
+
+        Runs on every finalize: one pass that builds (age, position, id) tuples inline, and a
+        C-level ``min`` for the usual single excess record, not a sort with a Python key."""
+        retained = self.policy().max_retained_completed
+        if len(self.records) <= retained:
+            return
+        done = [(r.get("completed_at") or r.get("dispatched_at") or 0.0, i, did)
+                for i, (did, r) in enumerate(self.records.items()) if r.get("status") not in LIVE_STATES]
+        excess = len(done) - retained
         if excess <= 0:
             return
-        done.sort(key=lambda r: r.get("completed_at") or r.get("dispatched_at") or 0.0)
-        for record in done[:excess]:
-            self.records.pop(record["delegation_id"], None)
+        oldest = [min(done)] if excess == 1 else sorted(done)[:excess]
+        for _, _, did in oldest:
+            self.records.pop(did, None)
 
     # -- roster and interrupts ------------------------------------------------------------------------
     def active_count(self) -> int:
