@@ -57,15 +57,26 @@ _records_lock = threading.Lock()
 _active_slots: Counter[str] = Counter()  # slot_key -> number of running/stalling units
 
 
+_POLICY_FIELDS = ("max_retained_completed", "stall_check_interval_s", "stall_idle_s", "stall_in_tool_s",
+                  "stall_grace_s", "max_delivery_attempts", "max_replay_age_s", "claim_lease_s",
+                  "settled_retention_s", "max_retained_settled", "prune_interval_s", "orphan_sweep_interval_s")
+_policy_cache: tuple[tuple[Any, ...], Policy] | None = None
+
+
 def _policy() -> Policy:
-    """The policy from this module's constants, as they are now (tests and the app set them)."""
-    return Policy(
-        max_retained_completed=_MAX_RETAINED_COMPLETED, stall_check_interval_s=_STALE_CHECK_INTERVAL,
-        stall_idle_s=_STALE_IDLE_SECONDS, stall_in_tool_s=_STALE_IN_TOOL_SECONDS, stall_grace_s=_STALL_GRACE_SECONDS,
-        max_delivery_attempts=_MAX_DELIVERY_ATTEMPTS, max_replay_age_s=_MAX_COMPLETION_REPLAY_AGE_S,
-        claim_lease_s=_CLAIM_LEASE_S, settled_retention_s=_DURABLE_RETENTION_SECONDS,
-        max_retained_settled=_MAX_RETAINED_SETTLED, prune_interval_s=_DURABLE_PRUNE_INTERVAL_S,
-        orphan_sweep_interval_s=_ORPHAN_SWEEP_INTERVAL_S)
+    """The policy from this module's constants, as they are now (tests and the app set them).
+
+    Called several times per delegation: the ``Policy`` is rebuilt only when a constant changed."""
+    global _policy_cache
+    values = (_MAX_RETAINED_COMPLETED, _STALE_CHECK_INTERVAL, _STALE_IDLE_SECONDS, _STALE_IN_TOOL_SECONDS,
+              _STALL_GRACE_SECONDS, _MAX_DELIVERY_ATTEMPTS, _MAX_COMPLETION_REPLAY_AGE_S, _CLAIM_LEASE_S,
+              _DURABLE_RETENTION_SECONDS, _MAX_RETAINED_SETTLED, _DURABLE_PRUNE_INTERVAL_S, _ORPHAN_SWEEP_INTERVAL_S)
+    cached = _policy_cache
+    if cached is not None and cached[0] == values:
+        return cached[1]
+    policy = Policy(**dict(zip(_POLICY_FIELDS, values)))
+    _policy_cache = (values, policy)
+    return policy
 
 
 class _Engine(Delegations):
