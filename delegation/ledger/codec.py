@@ -13,15 +13,22 @@ from typing import Any, Mapping
 from delegation.ledger.protocol import LedgerRow
 
 
+# Built once: ``json.dumps`` with any option builds a new encoder per call.
+_ENCODE = json.JSONEncoder(default=str, ensure_ascii=False, separators=(",", ":")).encode
+_ENCODE_ASCII = json.JSONEncoder(default=str, ensure_ascii=True, separators=(",", ":")).encode
+
+
 def dumps(obj: Any) -> str:
     # default=str: a foreign object in a runner's result must not cost the whole record.
-    text = json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))
+    text = _ENCODE(obj)
+    if text.isascii():  # the usual case, and a flag check: nothing to re-encode
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate ("\ud800" is valid JSON, and model output carries it) cannot be
         # stored as UTF-8 text; escaped JSON stores it and reads back the identical string.
-        text = json.dumps(obj, default=str, ensure_ascii=True, separators=(",", ":"))
+        text = _ENCODE_ASCII(obj)
     return text
 
 
