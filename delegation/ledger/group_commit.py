@@ -9,21 +9,27 @@ once (it never waits for company), and a busy one pays one sync for many writes.
 A caller returns only after the commit that holds its write (or with its own error): the
 durability of every write is unchanged. The committer (``commit_batch``) decides how a batch
 is written; it must give every write an outcome (``Write.succeed`` / ``Write.fail``).
+A write's ``fn`` may run more than once inside rolled-back transactions before the one that
+commits, so it must only touch the connection.
 """
 from __future__ import annotations
 
 import threading
+from _thread import allocate_lock
 from typing import Any, Callable
 
 
 class Write:
     """One queued write: the work to run on the connection, and its outcome once committed."""
 
-    __slots__ = ("fn", "create", "transaction", "_done", "_lead", "_finished", "_result", "_error")
+    __slots__ = ("fn", "create", "transaction", "_wake", "_lead", "_finished", "_result", "_error")
 
     def __init__(self, fn: Callable[[Any], Any], create: bool, transaction: bool) -> None:
         self.fn, self.create, self.transaction = fn, create, transaction
-        self._done: threading.Event | None = None  # only a follower waits: a lone write makes none
+        # A follower parks on its own held lock until a leader releases it: one C call each
+        # way, where an Event costs a Condition, a waiter lock and a notify per wake-up.
+        # A lone write makes none.
+        self._wake: Any = None
         self._lead = False
         self._finished = False
         self._result: Any = None
@@ -61,15 +67,18 @@ class GroupCommit:
         write = Write(fn, create, transaction)
         with self._lock:
             self._queue.append(write)
-            lead = not self._in_flight
-            self._in_flight = True
-            if not lead:
-                write._done = threading.Event()
-        if write._done is not None:
-            write._done.wait()
-            lead = write._lead  # woken to lead the next batch rather than with an outcome
-        if lead:
-            self._lead_one_batch()
+            if self._in_flight:
+                wake = write._wake = allocate_lock()
+                wake.acquire()
+            else:
+                self._in_flight = True
+                wake = None
+        if wake is not None:
+            wake.acquire()  # released once: with an outcome, or to lead the next batch
+            if not write._lead:
+                return write.outcome()
+            write._wake = None  # already released: the hand-off of our own batch must skip it
+        self._lead_one_batch()
         return write.outcome()
 
     def _lead_one_batch(self) -> None:
@@ -91,42 +100,40 @@ class GroupCommit:
         with self._lock:
             if self._queue:
                 self._queue[0]._lead = True
-                self._queue[0]._done.set()
+                self._queue[0]._wake.release()
             else:
                 self._in_flight = False
         for write in batch:
-            if write._done is not None:
-                write._done.set()
+            if write._wake is not None:
+                write._wake.release()
 
 
 def run_in_one_transaction(conn: Any, batch: list[Write], errors: tuple[type[BaseException], ...],
                            classify: Callable[[BaseException], BaseException],
                            commit: Callable[[Any, list[Write]], None]) -> bool | None:
-    """Run a batch of writes in one SQLite transaction, each write inside its own savepoint.
+    """Run a batch of writes in one SQLite transaction; a failing write fails alone.
 
-    A write whose statement fails is rolled back alone and gets its own (classified) error;
-    its batch-mates are committed. Returns None if the transaction as a whole failed (BEGIN or
-    COMMIT failed, or SQLite rolled everything back after an I/O or disk-full error): then
-    nothing of the batch is kept and no write has an outcome, so the caller reruns each
-    write alone. Otherwise returns whether some write failed (the caller drops the
-    connection then, as after any failed write). ``commit`` runs the COMMIT (a seam for tests).
+    The writes run back to back; only if one of them fails is the transaction rolled back and
+    rerun with each write inside its own savepoint (a savepoint per write costs two more
+    statements per write, for a failure that is rare). Then the failing write is rolled back
+    alone and gets its own (classified) error; its batch-mates are committed. Returns None if
+    the transaction as a whole failed (BEGIN or COMMIT failed, or SQLite rolled everything
+    back after an I/O or disk-full error): then nothing of the batch is kept and no write has
+    an outcome, so the caller reruns each write alone. Otherwise returns whether some write
+    failed (the caller drops the connection then, as after any failed write). ``commit`` runs
+    the COMMIT (a seam for tests).
     """
-    outcomes: list[tuple[Write, Any, BaseException | None]] = []
     try:
         conn.execute("BEGIN IMMEDIATE")
-        for write in batch:
-            conn.execute("SAVEPOINT w")
-            try:
-                value = write.fn(conn)
-            except errors as exc:
-                if not conn.in_transaction:
-                    return None
-                conn.execute("ROLLBACK TO w")
-                conn.execute("RELEASE w")
-                outcomes.append((write, None, classify(exc)))
-                continue
-            conn.execute("RELEASE w")
-            outcomes.append((write, value, None))
+        outcomes = _run_back_to_back(conn, batch, errors)
+        if outcomes is None:
+            if not conn.in_transaction:
+                return None
+            conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            outcomes = _run_in_savepoints(conn, batch, errors, classify)
+            if outcomes is None:
+                return None
         commit(conn, batch)
     except errors:
         _roll_back(conn, errors)
@@ -137,6 +144,41 @@ def run_in_one_transaction(conn: Any, batch: list[Write], errors: tuple[type[Bas
     for write, value, error in outcomes:
         write.fail(error) if error is not None else write.succeed(value)
     return any(error is not None for _, _, error in outcomes)
+
+
+Outcomes = list[tuple[Write, Any, "BaseException | None"]]
+
+
+def _run_back_to_back(conn: Any, batch: list[Write], errors: tuple[type[BaseException], ...]) -> Outcomes | None:
+    """Every write's value, or None as soon as one write fails (the transaction is then spoilt)."""
+    outcomes: Outcomes = []
+    for write in batch:
+        try:
+            outcomes.append((write, write.fn(conn), None))
+        except errors:
+            return None
+    return outcomes
+
+
+def _run_in_savepoints(conn: Any, batch: list[Write], errors: tuple[type[BaseException], ...],
+                       classify: Callable[[BaseException], BaseException]) -> Outcomes | None:
+    """Each write in its own savepoint: a failing one is undone alone. None if SQLite rolled
+    back the whole transaction."""
+    outcomes: Outcomes = []
+    for write in batch:
+        conn.execute("SAVEPOINT w")
+        try:
+            value = write.fn(conn)
+        except errors as exc:
+            if not conn.in_transaction:
+                return None
+            conn.execute("ROLLBACK TO w")
+            conn.execute("RELEASE w")
+            outcomes.append((write, None, classify(exc)))
+            continue
+        conn.execute("RELEASE w")
+        outcomes.append((write, value, None))
+    return outcomes
 
 
 def _roll_back(conn: Any, errors: tuple[type[BaseException], ...]) -> None:
