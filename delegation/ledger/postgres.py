@@ -13,7 +13,10 @@ Invariants beyond the ledger contract:
   to have expired on the database clock;
 - the store is never created by a read: reads of a database without the table return nothing;
 - a failure is a ``LedgerError`` with one kind per cause (see ``_errors``); an operation that
-  lost its connection mid-flight is retried once on a fresh one.
+  lost its connection mid-flight is retried once on a fresh one;
+- a durable write that fails because the server is unreachable is kept in order in memory and
+  replayed, idempotent and fenced, once it is back (``postgres_outbox``); reads first write
+  what waits.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ from delegation.ledger.postgres_errors import classify, error_kind, redact
 from delegation.ledger.postgres_lease import OwnerLease
 from delegation.ledger.postgres_listen import CompletionListener
 from delegation.ledger.postgres_side import PostgresSideTables
+from delegation.ledger.postgres_outbox import WriteOutbox
+from delegation.ledger import postgres_replay as replays
 from delegation.ledger import postgres_queue as work_queue
 from delegation.ledger.postgres_sql import (
     DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, SCHEMA, SCHEMA_LOCK_KEY, SELECT, TABLE_EXISTS,
@@ -73,6 +78,7 @@ class PostgresLedger(PostgresSideTables):
         self._down: LedgerError | None = None  # why the server was unusable at the last attempt
         self._down_at = 0.0
         self._listener: CompletionListener | None = None
+        self.outbox = WriteOutbox(self.location)
         try:
             conninfo_to_dict(url)
             self._bad_url: LedgerError | None = None
@@ -186,6 +192,7 @@ class PostgresLedger(PostgresSideTables):
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
+        self.outbox.close()
         self.lease.release()
         with self._pool_lock:
             pool, self._pool = self._pool, None
@@ -198,17 +205,25 @@ class PostgresLedger(PostgresSideTables):
             token = self.lease.token(conn, verify=True)  # never stamp a row with a revoked lease
             conn.execute(INSERT_DISPATCH, dispatch_values(row, now, self.host_id, token))
             self._tokens[row.delegation_id] = token
-        self._run(write, create=True)
+
+        def replay(conn: Any) -> None:
+            # Never replaces a row: one that exists was written by this very dispatch before its
+            # acknowledgement was lost, and may since have been recovered under a revoked lease.
+            token = self.lease.token(conn, verify=True)
+            self._tokens[row.delegation_id] = replays.dispatch_once(
+                conn, dispatch_values(row, now, self.host_id, token), row.delegation_id)
+        self._write("recording a dispatch", row.delegation_id, write, replay, len(dumps(row.task)), create=True)
 
     def forget(self, delegation_id: str) -> None:
         self._tokens.pop(delegation_id, None)
-        self._run(lambda conn: conn.execute("DELETE FROM async_delegations WHERE delegation_id=%s",
-                                            (delegation_id,)), missing=None)
+
+        def delete(conn: Any) -> None:
+            conn.execute("DELETE FROM async_delegations WHERE delegation_id=%s", (delegation_id,))
+        self._write("forgetting an unscheduled unit", delegation_id, delete, delete, 0, missing=None)
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
-        token = self._tokens.get(delegation_id)
-
         def write(conn: Any) -> bool:
+            token = self._tokens.get(delegation_id)  # read when written: a replayed dispatch sets it
             with conn.transaction():
                 if not self._lease_held(conn, token):
                     return False
@@ -222,7 +237,8 @@ class PostgresLedger(PostgresSideTables):
                 conn.execute("UPDATE async_delegations SET result_json=%s, updated_at=%s WHERE delegation_id=%s",
                              (dumps({"results": [*results, entry], "partial": True}), now, delegation_id))
                 return True
-        return self._run(write, missing=False)
+        return self._write("recording a finished child", delegation_id, write, write, len(dumps(entry)),
+                           missing=False)
 
     def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
         state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
@@ -240,7 +256,8 @@ class PostgresLedger(PostgresSideTables):
                         row, state, completed_at, now, event_json, result_json, self.host_id, token))
                 self._notify(conn, row.delegation_id, row.origin_session)
             self._tokens.pop(row.delegation_id, None)
-        self._run(write, create=True)
+        self._write("recording a completion", row.delegation_id, write, write, len(event_json) + len(result_json),
+                    create=True)
 
     def _lease_held(self, conn: Any, token: int | None) -> bool:
         """Lock our lease row against revocation for this transaction; False if it is gone."""
@@ -352,6 +369,8 @@ class PostgresLedger(PostgresSideTables):
 
     # -- delivery claims ------------------------------------------------------------------
     def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        self._catch_up()  # a claim is granted only on a row this process's kept writes are in
+
         def claim_row(conn: Any) -> bool | None:
             if conn.execute(
                     "UPDATE async_delegations SET delivery_claim=%s, delivery_claimed_at=%s,"
@@ -367,34 +386,43 @@ class PostgresLedger(PostgresSideTables):
         return self._run(claim_row, missing=None)
 
     def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
-        return self._update("SET delivery_state='delivered', delivered_at=%s, updated_at=%s, delivery_claim=NULL"
-                            " WHERE delegation_id=%s AND delivery_state='pending' AND delivery_claim=%s",
-                            (now, now, delegation_id, claim))
+        tail = ("SET delivery_state='delivered', delivered_at=%s, updated_at=%s, delivery_claim=NULL"
+                " WHERE delegation_id=%s AND delivery_state='pending'")
+        params = (now, now, delegation_id)
+        # Replayed, the claim itself may never have reached the server (it was granted in memory
+        # while the server was down), so a row nobody else has claimed is completed too.
+        return self._write("completing a delivery", delegation_id,
+                           _updating(tail + " AND delivery_claim=%s", (*params, claim)),
+                           _updating(tail + " AND (delivery_claim=%s OR delivery_claim IS NULL)", (*params, claim)),
+                           0, missing=False)
 
     def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
-        state = self._run(lambda conn: conn.execute(
-            "UPDATE async_delegations SET delivery_state=CASE WHEN delivery_attempts>=%s THEN 'dropped'"
-            " ELSE 'pending' END, delivery_claim=NULL, delivery_claimed_at=CASE WHEN delivery_attempts>=%s"
-            " THEN delivery_claimed_at END, updated_at=%s WHERE delegation_id=%s AND delivery_state='pending'"
-            " AND delivery_claim=%s RETURNING delivery_state",
-            (max_attempts, max_attempts, now, delegation_id, claim)).fetchone(), missing=None)
+        def release(conn: Any) -> Any:
+            return conn.execute(
+                "UPDATE async_delegations SET delivery_state=CASE WHEN delivery_attempts>=%s THEN 'dropped'"
+                " ELSE 'pending' END, delivery_claim=NULL, delivery_claimed_at=CASE WHEN delivery_attempts>=%s"
+                " THEN delivery_claimed_at END, updated_at=%s WHERE delegation_id=%s AND delivery_state='pending'"
+                " AND delivery_claim=%s RETURNING delivery_state",
+                (max_attempts, max_attempts, now, delegation_id, claim)).fetchone()
+        state = self._write("releasing a delivery", delegation_id, release, release, 0, missing=None)
         return state[0] if state else ""
 
     def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
         return self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=%s,"
                             " delivery_attempts=GREATEST(0, delivery_attempts-1)"
                             " WHERE delegation_id=%s AND delivery_state='pending' AND delivery_claim=%s",
-                            (now, delegation_id, claim))
+                            (now, delegation_id, claim), "deferring a delivery", delegation_id)
 
     def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
         guard, params = (" AND delivery_claim=%s", (claim,)) if claim is not None else ("", ())
         return self._update("SET delivery_state='dropped', updated_at=%s, delivery_claim=NULL"
                             " WHERE delegation_id=%s AND delivery_state='pending'" + guard,
-                            (now, delegation_id, *params))
+                            (now, delegation_id, *params), "dropping a delivery", delegation_id)
 
     def mark_delivered(self, delegation_id: str, now: float) -> bool:
         return self._update("SET delivery_state='delivered', delivered_at=%s, updated_at=%s, delivery_claim=NULL"
-                            " WHERE delegation_id=%s AND delivery_state!='delivered'", (now, now, delegation_id))
+                            " WHERE delegation_id=%s AND delivery_state!='delivered'", (now, now, delegation_id),
+                            "acknowledging a delivery", delegation_id)
 
     # -- housekeeping -----------------------------------------------------------------------
     def prune(self, now: float, retention_s: float, max_settled: int) -> int:
@@ -413,13 +441,30 @@ class PostgresLedger(PostgresSideTables):
         return self._run(prune_rows, missing=0)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _update(self, tail: str, params: tuple[Any, ...]) -> bool:
-        return self._run(lambda conn: conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0,
-                         missing=False)
+    def _update(self, tail: str, params: tuple[Any, ...], what: str, delegation_id: str) -> bool:
+        update = _updating(tail, params)
+        return self._write(what, delegation_id, update, update, 0, missing=False)
+
+    def _write(self, what: str, delegation_id: str, write: Callable[[Any], _T], replay: Callable[[Any], Any],
+               size: int, *, create: bool = False, missing: Any = _MISSING) -> _T:
+        """A durable write through the outbox: made now, or kept in order while the server is
+        unreachable and replayed (``replay``: the idempotent, fenced form) once it is back."""
+        return self.outbox.submit(what, delegation_id, lambda: self._run(write, create=create, missing=missing),
+                                  lambda: self._run(replay, create=create, missing=missing), size)
+
+    def _catch_up(self) -> None:
+        """Write what waits in the outbox first: a read then sees this process's writes in order."""
+        if len(self.outbox):
+            self.outbox.flush()
 
     def _select(self, tail: str, params: tuple[Any, ...]) -> list[LedgerRow]:
+        self._catch_up()
         return self._run(lambda conn: [decode(r) for r in conn.execute(f"{SELECT} {tail}", params).fetchall()],
                          missing=[])
+
+
+def _updating(tail: str, params: tuple[Any, ...]) -> Callable[[Any], bool]:
+    return lambda conn: conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0
 
 
 def _schema_complete(conn: Any) -> bool:

@@ -113,3 +113,17 @@ def hosts(tmp_path) -> Iterator[list[Host]]:
     yield started
     for host in started:
         host.stop()
+
+
+@pytest.fixture
+def pg_server(pg_schema):
+    """Control of the test server (stop/start), or a skip saying why this run has none. The
+    server is started again at teardown whatever the test did."""
+    from tests.postgres.server_control import ServerControl
+
+    control = ServerControl(pg_schema.dsn)
+    why = control.why_not()
+    if why:
+        pytest.skip(why)
+    yield control
+    control.start()
