@@ -75,3 +75,50 @@ def pg_ledger_rows(columns: str) -> list[tuple] | None:
             return conn.execute(f"SELECT {columns} FROM async_delegations").fetchall()
         except psycopg.errors.UndefinedTable:
             return []
+
+
+# A kill-fuzz owner and its restorer act as different hosts on a PostgreSQL ledger, so recovery
+# goes through lease expiry (not the same-host pid check); the lease is short to keep trials quick.
+FUZZ_LEASE_S, FUZZ_HEARTBEAT_S = 1.0, 0.25
+
+
+def host_env_for(home, host_id: str) -> dict[str, str]:
+    """In a PostgreSQL run, the environment (and ``home``'s config.yaml: a short lease) of a
+    process acting as host ``host_id``; nothing otherwise."""
+    if os.environ.get("OFFLOAD_TEST_LEDGER", "") != "postgresql":
+        return {}
+    import yaml
+    from pathlib import Path
+
+    config = Path(home) / "config.yaml"
+    if not config.exists():
+        config.write_text(yaml.safe_dump({"ledger": {"lease_seconds": FUZZ_LEASE_S,
+                                                     "heartbeat_seconds": FUZZ_HEARTBEAT_S}}))
+    return {"OFFLOAD_HOST_ID": host_id}
+
+
+def wait_for_dead_owners_leases(timeout_s: float = 30.0) -> None:
+    """On a PostgreSQL ledger (``OFFLOAD_LEDGER_URL`` set), wait until no running row's owner
+    lease is live on the database clock: a restorer on another host may recover them then."""
+    url = os.environ.get("OFFLOAD_LEDGER_URL", "").strip()
+    if not url:
+        return
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            try:
+                live = conn.execute(
+                    "SELECT count(*) FROM async_delegations d JOIN async_delegation_owners o"
+                    " ON o.token = d.owner_token WHERE d.state = 'running'"
+                    " AND o.expires_at > extract(epoch from clock_timestamp())").fetchone()[0]
+            except psycopg.errors.UndefinedTable:
+                return
+            if not live:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{live} running row(s) still have a live owner lease after {timeout_s:g}s")
+            time.sleep(0.05)

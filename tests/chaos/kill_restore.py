@@ -13,11 +13,12 @@ import sqlite3
 import sys
 
 from tools.async_delegation import restore_undelivered_completions
-from tests.postgres_support import pg_ledger_rows
+from tests.postgres_support import pg_ledger_rows, wait_for_dead_owners_leases
 from tools.hermes_home import state_db_path
 
 
 def main(via_registry: bool) -> None:
+    wait_for_dead_owners_leases()  # another host's owner is presumed dead only once its lease expired
     if via_registry:
         from tools.process_registry import process_registry
         q = process_registry.completion_queue

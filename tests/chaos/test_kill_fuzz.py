@@ -13,6 +13,10 @@ A second test kills the owner inside a batched commit (group commit: one transac
 several threads' writes), right before or right after its COMMIT, with the same invariants: a
 batch killed before COMMIT loses only writes none of whose callers had returned.
 
+On PostgreSQL (``OFFLOAD_TEST_LEDGER=postgresql``) each owner runs as one of several host ids
+and the restorer as another, with a 1 s lease: recovery goes through lease expiry and the
+fencing of the dead owner's token, not the same-host pid check.
+
 CI runs 30 trials (12 batched), ``OFFLOAD_CHAOS_LONG=1`` runs 500 (100 batched);
 ``OFFLOAD_CHAOS_TRIALS`` overrides both.
 A failure names the trial seed: ``OFFLOAD_CHAOS_SEED=<seed> OFFLOAD_CHAOS_TRIALS=1`` replays it.
@@ -35,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.support import LONG, base_seed, report, scaled
-from tests.postgres_support import ledger_env_for
+from tests.postgres_support import host_env_for, ledger_env_for
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from delegation.events import batch_status
@@ -108,10 +112,13 @@ class Trial:
     counts: Counter = field(default_factory=Counter)
 
 
-def _env(home: Path) -> dict[str, str]:
+OWNER_HOSTS = 3  # on PostgreSQL, owners run as one of several hosts and the restorer as another
+
+
+def _env(home: Path, host_id: str) -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "HERMES_HOME": str(home), "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1",
-            **ledger_env_for(home)}
+            **ledger_env_for(home), **host_env_for(home, host_id)}
 
 
 def _run_owner_and_kill(trial: Trial) -> None:
@@ -119,8 +126,8 @@ def _run_owner_and_kill(trial: Trial) -> None:
     stderr = trial.home.parent / "owner.stderr"
     with open(stderr, "wb") as err:
         argv = [sys.executable, str(OWNER), str(manifest), str(trial.seed), str(trial.kill_at), trial.when]
-        proc = subprocess.Popen(argv,
-                                env=_env(trial.home), stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT))
+        env = _env(trial.home, f"owner-host-{trial.seed % OWNER_HOSTS}")
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT))
     try:
         deadline = time.monotonic() + 60
         while not Manifest.read(manifest).ready:
@@ -142,7 +149,8 @@ def _run_owner_and_kill(trial: Trial) -> None:
 
 def _restore(trial: Trial) -> None:
     via = ["registry"] if trial.seed % 2 else []  # half through the lazy facade consumers use
-    out = subprocess.run([sys.executable, str(RESTORE), *via], env=_env(trial.home), capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(RESTORE), *via], env=_env(trial.home, "restore-host"),
+                         capture_output=True, text=True,
                          cwd=str(ROOT), timeout=120)
     if out.returncode != 0:
         raise AssertionError(f"restore of trial {trial.seed} crashed: {out.stderr[-3000:]}")
