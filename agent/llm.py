@@ -1,12 +1,14 @@
-"""The LLM client: one streamed Chat Completions call with tools, over the official ``openai`` SDK.
+"""The LLM client: one streamed Chat Completions call with tools, over httpx.
 
 Owns: ``LLMClient.stream_turn`` — open the stream, assemble the reply, retry transient
-failures. The SDK runs with ``max_retries=0`` because our retries must be interruptible
-(``should_stop`` is polled during backoff) and observable (logged, ``on_retry``). Works with any
-OpenAI-compatible ``base_url`` (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp).
+failures. The wire format is ``agent.llm_sse`` (plain httpx and SSE parsing, not the
+``openai`` SDK, whose per-chunk models cost a fan-out most of its CPU); retries are ours
+because they must be interruptible (``should_stop`` is polled during backoff) and observable
+(logged, ``on_retry``). Works with any OpenAI-compatible ``base_url`` (OpenAI, OpenRouter,
+Ollama, vLLM, llama.cpp).
 
 Invariant: ``stream_turn`` either returns an ``AssistantTurn`` or raises ``LLMError`` — never
-an SDK/httpx exception, and never hangs: a silent server ends in ``stream_idle_timeout_s``,
+an httpx or wire exception, and never hangs: a silent server ends in ``stream_idle_timeout_s``,
 an interrupt within ``poll_interval_s``.
 """
 from __future__ import annotations
@@ -21,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import httpx
-import openai
 
 from agent.llm_errors import LLMError, ModelNotFoundError, classify_status, provider_message, retry_after_s
+from agent.llm_sse import HTTPStatusFailure, StreamErrorEvent, TransportFailure, stream_chunks
 from agent.llm_stream import CHUNK, END, AssistantTurn, StreamPump, TurnAssembler
 
 __all__ = ["AssistantTurn", "LLMClient", "LLMError", "ModelNotFoundError", "RetryNotice"]
@@ -31,7 +33,7 @@ __all__ = ["AssistantTurn", "LLMClient", "LLMError", "ModelNotFoundError", "Retr
 logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-# The SDK refuses an empty key; local servers (Ollama, llama.cpp, vLLM) ignore whatever we send.
+# Some proxies refuse a bare "Bearer"; local servers (Ollama, llama.cpp, vLLM) ignore whatever we send.
 PLACEHOLDER_API_KEY = "not-needed"
 
 
@@ -104,23 +106,13 @@ class LLMClient:
         self._rng = rng or random.Random()
         self._on_retry = on_retry
         self._owns_http_client = http_client is None
-        self._http_client, self._sdk = self._make_sdk(api_key, http_client, connect_timeout_s)
-
-    def _make_sdk(
-        self, api_key: str | None, http_client: httpx.Client | None, connect_timeout_s: float
-    ) -> tuple[httpx.Client, openai.OpenAI]:
         # The HTTP read timeout only frees an abandoned reader thread; the idle check in
         # _read_stream fires first, so it sits a little above stream_idle_timeout_s.
-        timeout = httpx.Timeout(connect_timeout_s, read=self.stream_idle_timeout_s + 5.0)
-        http_client = http_client or httpx.Client(timeout=timeout, verify=_shared_ssl_context())
-        sdk = openai.OpenAI(
-            base_url=self.base_url,
-            api_key=api_key or PLACEHOLDER_API_KEY,
-            http_client=http_client,
-            max_retries=0,  # retries are ours: interruptible and observable
-            timeout=timeout,
-        )
-        return http_client, sdk
+        self._timeout = httpx.Timeout(connect_timeout_s, read=self.stream_idle_timeout_s + 5.0)
+        self._http_client = http_client or httpx.Client(timeout=self._timeout, verify=_shared_ssl_context())
+        self._url = f"{self.base_url}/chat/completions"
+        self._headers = {"Authorization": f"Bearer {api_key or PLACEHOLDER_API_KEY}",
+                         "Content-Type": "application/json", "Accept": "text/event-stream"}
 
     def close(self) -> None:
         """Release the connection pool if this client created it."""
@@ -163,23 +155,22 @@ class LLMClient:
     ) -> AssistantTurn:
         try:
             return self._read_stream(self._open(messages, tools), on_activity, should_stop)
-        except openai.BadRequestError as exc:
-            mentions_option = "stream_options" in f"{exc.message} {exc.body}"
-            if not (self._include_usage and mentions_option):
+        except HTTPStatusFailure as exc:
+            if not (exc.status_code == 400 and self._include_usage and "stream_options" in exc.text):
                 raise
             # Older OpenAI-compatible servers reject stream_options; usage is optional.
             self._include_usage = False
             return self._read_stream(self._open(messages, tools), on_activity, should_stop)
 
     def _open(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StreamPump:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
         if tools:  # OpenAI rejects an empty tools array
-            kwargs["tools"] = tools
+            body["tools"] = tools
         if self._include_usage:
-            kwargs["stream_options"] = {"include_usage": True}
-        if self._extra_body:
-            kwargs["extra_body"] = self._extra_body
-        return StreamPump(lambda: self._sdk.chat.completions.create(**kwargs)).start()
+            body["stream_options"] = {"include_usage": True}
+        body.update(self._extra_body)
+        return StreamPump(lambda: stream_chunks(self._http_client, self._url, headers=self._headers, body=body,
+                                                timeout=self._timeout)).start()
 
     def _read_stream(
         self, pump: StreamPump, on_activity: Callable[[], None] | None, should_stop: Callable[[], bool]
@@ -233,14 +224,14 @@ class LLMClient:
     def _classify(self, exc: Exception) -> _Failure:
         if isinstance(exc, LLMError):
             return _Failure(exc, exc.retryable)
-        if isinstance(exc, openai.APIStatusError):
+        if isinstance(exc, HTTPStatusFailure):
             return self._classify_status_error(exc)
-        if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        if isinstance(exc, TransportFailure):  # connect, read or timeout, before or mid-stream
             cause = exc.__cause__ or exc
             return _Failure(LLMError(
                 f"could not reach {self.base_url} ({type(cause).__name__}: {cause}); check that "
                 "the server is running and base_url is right", retryable=True), True)
-        if isinstance(exc, openai.APIError):  # an error event inside a 200 stream
+        if isinstance(exc, StreamErrorEvent):  # an error event inside a 200 stream
             return self._classify_stream_error(exc)
         if isinstance(exc, json.JSONDecodeError):
             return _Failure(LLMError(
@@ -249,7 +240,7 @@ class LLMClient:
         return _Failure(LLMError(
             f"unexpected {type(exc).__name__} talking to {self.base_url}: {exc}"), False)
 
-    def _classify_status_error(self, exc: openai.APIStatusError) -> _Failure:
+    def _classify_status_error(self, exc: HTTPStatusFailure) -> _Failure:
         verdict = classify_status(exc.status_code, exc.body, model=self.model, base_url=self.base_url)
         if verdict.error is not None:
             return _Failure(verdict.error, False)
@@ -257,10 +248,10 @@ class LLMClient:
             f"HTTP {exc.status_code} from {self.base_url} for model '{self.model}' "
             f"({provider_message(exc.body)}); the server is overloaded or failing — retry later",
             status_code=exc.status_code, retryable=True)
-        wait_s = retry_after_s(exc.response.headers, cap_s=self._retry_after_cap_s, now_s=time.time())
+        wait_s = retry_after_s(exc.headers, cap_s=self._retry_after_cap_s, now_s=time.time())
         return _Failure(error, True, wait_s)
 
-    def _classify_stream_error(self, exc: openai.APIError) -> _Failure:
+    def _classify_stream_error(self, exc: StreamErrorEvent) -> _Failure:
         body = exc.body if isinstance(exc.body, dict) else {}
         try:
             code = int(body.get("code"))  # OpenRouter puts the upstream HTTP status here

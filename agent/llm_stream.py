@@ -1,8 +1,8 @@
 """Reading one streamed Chat Completions response: the chunk pump and the turn assembler.
 
-Owns: ``AssistantTurn`` (what one model call produced), ``TurnAssembler`` (chunks → turn,
-tool-call deltas joined by index) and ``StreamPump`` (opens and iterates the SDK stream on a
-daemon thread and hands chunks over a queue). Invariant: the consumer never blocks on the
+Owns: ``AssistantTurn`` (what one model call produced), ``TurnAssembler`` (chunk dicts →
+turn, tool-call deltas joined by index) and ``StreamPump`` (opens and iterates the stream on
+a daemon thread and hands chunks over a queue). Invariant: the consumer never blocks on the
 socket — it waits on the queue in short slices — so an interrupt or the idle timeout ends a
 call within one poll interval even when the server sends nothing at all.
 """
@@ -48,39 +48,43 @@ class TurnAssembler:
         self._usage: dict[str, int] | None = None
 
     def add(self, chunk: Any) -> None:
-        """Fold one ``ChatCompletionChunk`` in. Raises AttributeError/TypeError on odd shapes."""
+        """Fold one streamed chunk (the server's JSON object) in. Raises TypeError on odd shapes."""
+        if not isinstance(chunk, dict):
+            raise TypeError(f"a chunk is a {type(chunk).__name__}, not an object")
         self.chunk_count += 1
-        usage = getattr(chunk, "usage", None)
+        usage = chunk.get("usage")
         if usage is not None:
             self._usage = _usage_dict(usage)
-        choices = getattr(chunk, "choices", None) or []
+        choices = chunk.get("choices") or []
         if not isinstance(choices, list):
             raise TypeError(f"'choices' is a {type(choices).__name__}, not a list")
         for choice in choices:
-            if getattr(choice, "index", 0) not in (0, None):
+            if _field(choice, "index") not in (0, None):
                 continue  # we never ask for n > 1
-            delta = getattr(choice, "delta", None)
+            delta = _field(choice, "delta")
             if delta is not None:
-                if getattr(delta, "content", None):
-                    self._content.append(str(delta.content))
-                for tool_delta in getattr(delta, "tool_calls", None) or []:
+                content = _field(delta, "content")
+                if content:
+                    self._content.append(str(content))
+                for tool_delta in _field(delta, "tool_calls") or []:
                     self._add_tool_delta(tool_delta)
-            if getattr(choice, "finish_reason", None):
-                self._finish_reason = str(choice.finish_reason)
+            finish_reason = _field(choice, "finish_reason")
+            if finish_reason:
+                self._finish_reason = str(finish_reason)
 
     def _add_tool_delta(self, tool_delta: Any) -> None:
-        call_id = getattr(tool_delta, "id", None)
-        slot = self._slot_for(getattr(tool_delta, "index", None), call_id)
+        call_id = _field(tool_delta, "id")
+        slot = self._slot_for(_field(tool_delta, "index"), call_id)
         if call_id:
             slot["id"] = str(call_id)
-        function = getattr(tool_delta, "function", None)
+        function = _field(tool_delta, "function")
         if function is None:
             return
-        name = getattr(function, "name", None)
+        name = _field(function, "name")
         # Some servers repeat the name on every delta; only a different piece is appended.
         if name and name != slot["name"]:
             slot["name"] += str(name)
-        arguments = getattr(function, "arguments", None)
+        arguments = _field(function, "arguments")
         if isinstance(arguments, dict):  # a few local servers send an object, not a string
             arguments = json.dumps(arguments)
         if arguments:
@@ -113,10 +117,16 @@ class TurnAssembler:
         return AssistantTurn(content, calls, finish, self._usage)
 
 
+def _field(obj: Any, key: str) -> Any:
+    if not isinstance(obj, dict):
+        raise TypeError(f"expected an object holding '{key}', got a {type(obj).__name__}")
+    return obj.get(key)
+
+
 def _usage_dict(usage: Any) -> dict[str, Any]:
     keys = ("prompt_tokens", "completion_tokens", "total_tokens")
-    out: dict[str, Any] = {key: int(getattr(usage, key, 0) or 0) for key in keys}
-    cost = getattr(usage, "cost", None)  # reported by some providers (e.g. OpenRouter), in USD
+    out: dict[str, Any] = {key: int(_field(usage, key) or 0) for key in keys}
+    cost = usage.get("cost")  # reported by some providers (e.g. OpenRouter), in USD
     if isinstance(cost, (int, float)) and not isinstance(cost, bool):
         out["cost_usd"] = float(cost)
     return out
