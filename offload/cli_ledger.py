@@ -33,9 +33,9 @@ def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
            as_json: bool = _JSON) -> None:
     """Background delegations as recorded in the ledger, from any process.
 
-    Shows running units (owner alive or not, each child done or running), results awaiting
-    delivery and recently delivered ones. Inside `offload chat`, /agents shows live per-child
-    activity (API calls, current tool, seconds idle)."""
+    Shows running units (owner alive or not, each child done or running with its API calls,
+    current tool and seconds idle as its owner last published them), results awaiting
+    delivery and recently delivered ones."""
     from rich.console import Group
     from rich.live import Live
 
@@ -46,13 +46,16 @@ def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
     ui = Ui()
     view = LedgerView(on_read_only=ui.warn)
     if as_json:
-        emit_json({"running": [ledger_rows.record(r) for r in view.running()],
+        running = view.running()
+        live = view.activity(running)
+        emit_json({"running": [ledger_rows.record(r, live.get(r.delegation_id)) for r in running],
                     "pending": [ledger_rows.record(r) for r in view.pending()],
                     "recent": [ledger_rows.record(r) for r in view.settled(SETTLED_SHOWN)]})
         return
 
     def tables() -> Group:
-        return Group(ledger_running(view.running()), ledger_finished(view.pending(), "finished, awaiting delivery"),
+        running = view.running()
+        return Group(ledger_running(running, activity=view.activity(running)), ledger_finished(view.pending(), "finished, awaiting delivery"),
                      ledger_finished(view.settled(SETTLED_SHOWN), "recently delivered or dropped"))
     if not watch:
         ui.show(tables())

@@ -6,7 +6,11 @@ Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``s
 ``dispatched_at``, ``completed_at`` (epoch seconds or null), ``delivery_state``,
 ``delivery_attempts``, ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
 ``children``: one ``{"task", "goal", "status", "duration_seconds"}`` per task, ``task``
-counting from 1, ``status`` ``running`` until that child has finished.
+counting from 1, ``status`` ``running`` until that child has finished. For a running row whose
+owner published its activity (``offload.activity``): ``activity_age_s`` (how old that
+snapshot is), ``stall_clock_s``, and per running child ``api_calls``, ``current_tool`` and
+``seconds_since_activity``; otherwise those are null (``owner_host``: the owner's host on a
+shared ledger, else null).
 """
 from __future__ import annotations
 
@@ -53,9 +57,12 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
 
 
 def owner_state(row: LedgerRow) -> str | None:
+    from tools.async_delegation_delivery import current_ledger
+
     if not row.owner_pid:
         return None
-    return "running" if owner_alive(row.owner_pid, row.owner_started_at) else "exited"
+    # The ledger judges: the pid check for an owner on this host, the lease for another host's.
+    return "exited" if current_ledger().is_abandoned(row, owner_alive) else "running"
 
 
 def label(row: LedgerRow) -> str:
@@ -65,9 +72,23 @@ def label(row: LedgerRow) -> str:
     return str(task.get("goal") or event.get("goal") or "")
 
 
-def record(row: LedgerRow) -> dict[str, Any]:
+def record(row: LedgerRow, live: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``live``: the owner's published activity for this row (``offload.activity.live_view``)."""
+    live = live if row.state == "running" else None
     return {"id": row.delegation_id, "session": row.parent_session_id or row.origin_session or None,
             "label": label(row), "state": row.state, "dispatched_at": row.dispatched_at,
             "completed_at": row.completed_at, "delivery_state": row.delivery_state,
             "delivery_attempts": row.delivery_attempts, "owner_pid": row.owner_pid, "owner": owner_state(row),
-            "children": children(row)}
+            "owner_host": (row.extra or {}).get("owner_host"),
+            "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),
+            "children": _with_activity(children(row), (live or {}).get("children_activity") or [])}
+
+
+def _with_activity(kids: list[dict[str, Any]], activity: list[Any]) -> list[dict[str, Any]]:
+    """Each child's published activity (by position, as the engine lists it) while it runs."""
+    for position, child in enumerate(kids):
+        act = activity[position] if position < len(activity) and isinstance(activity[position], dict) else {}
+        act = act if child["status"] == "running" else {}
+        child.update(api_calls=act.get("api_calls"), current_tool=act.get("current_tool"),
+                     seconds_since_activity=act.get("seconds_since_activity"))
+    return kids

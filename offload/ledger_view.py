@@ -82,3 +82,10 @@ class LedgerView:
 
     def get(self, delegation_id: str) -> LedgerRow | None:
         return self._read(lambda ledger: ledger.get(delegation_id), None)
+
+    def activity(self, rows: list[LedgerRow]) -> dict[str, dict]:
+        """The activity their owners published for the running ``rows`` (``activity.live_view``)."""
+        from offload import activity
+
+        running = [row.delegation_id for row in rows if row.state == "running"]
+        return self._read(lambda ledger: activity.remote_views(ledger, running), {})

@@ -1,6 +1,7 @@
-"""The owner side of cross-process control: one daemon thread per process, alive only while
-the process runs units, that carries out control requests other processes and hosts left in
-the ledger (``offload.control_requests``).
+"""The owner side of cross-process control and visibility: one daemon thread per process,
+alive only while the process runs units, that carries out control requests other processes
+and hosts left in the ledger (``offload.control_requests``) and publishes its units' live
+activity there (``offload.activity``, at most every ``activity.INTERVAL_S``, only changes).
 
 Every offload command installs it (``install()``, from the CLI's entry point), so chat, run,
 gateway and worker all honour ``offload stop`` and the dashboard's interrupt. On a ledger that
@@ -20,6 +21,7 @@ import time
 from typing import Any
 
 from delegation.observers import add_observer
+from offload import activity
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ class OwnerLoop:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.publisher = activity.Publisher()
 
     def __call__(self, kind: str, delegation_id: str, fields: dict[str, Any]) -> None:
         if kind != "dispatched":
@@ -49,19 +52,33 @@ class OwnerLoop:
         ledger = current_ledger()
         wake = threading.Event()
         listener = self._listen(ledger, wake)
-        poll_s = SHARED_POLL_S if listener is not None else POLL_S
+        control_s = SHARED_POLL_S if listener is not None else POLL_S
+        next_control = next_activity = time.monotonic()
         try:
             while True:
-                self.tick(ledger)
-                wake.wait(poll_s)
-                wake.clear()
+                now = time.monotonic()
+                if wake.is_set() or now >= next_control:
+                    wake.clear()
+                    self.tick(ledger)
+                    next_control = now + control_s
+                if now >= next_activity:
+                    self.publish(ledger, engine.list_async_delegations())
+                    next_activity = now + activity.INTERVAL_S
+                wake.wait(max(0.0, min(next_control, next_activity) - time.monotonic()))
                 with self.lock:
                     if engine.active_count() == 0:
                         self.thread = None
-                        return
+                        break
+            self.publish(ledger, [])  # nothing live here any more: withdraw what we published
         finally:
             if listener is not None:
                 listener.stop()
+
+    def publish(self, ledger: Any, items: list[dict[str, Any]]) -> None:
+        try:
+            self.publisher.publish(ledger, items, time.time())
+        except Exception:  # activity is decoration; the next tick tries again
+            logger.debug("publishing activity failed", exc_info=True)
 
     @staticmethod
     def _listen(ledger: Any, wake: threading.Event) -> Any:

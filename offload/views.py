@@ -85,13 +85,19 @@ def _child_lines(rec: dict[str, Any]) -> list[Text]:
     for child in rec["children"]:
         took = f" {child['duration_seconds']:.1f} s" if child["duration_seconds"] is not None else ""
         mark = _CHILD_MARKS.get(child["status"], "■")
-        lines.append(Text(f"      #{child['task']} {mark} {child['status']}{took}  {_clip(child['goal'])}", style="dim"))
+        doing = ""
+        if child.get("api_calls") is not None or child.get("current_tool"):  # published by its owner
+            doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "
+                     f"idle {_seconds(child.get('seconds_since_activity'))} s")
+        lines.append(Text(f"      #{child['task']} {mark} {child['status']}{took}{doing}  {_clip(child['goal'])}",
+                          style="dim"))
     return lines
 
 
-def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[str, Any]], str]) -> RenderableType:
+def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[str, Any]], str],
+                 activity: dict[str, dict[str, Any]] | None = None) -> RenderableType:
     """Per row: id and ``status(record)``; its session and task; one line per child."""
-    records = [ledger_rows.record(row) for row in rows]
+    records = [ledger_rows.record(row, (activity or {}).get(row.delegation_id)) for row in rows]
     if not records:
         return Text(f"{title}: none")
     lines = [Text(f"{title} ({len(records)})", style="bold")]
@@ -107,15 +113,22 @@ def _done(rec: dict[str, Any]) -> str:
     return f"{sum(1 for c in children if c['status'] != 'running')}/{len(children)}"
 
 
-def ledger_running(rows: Iterable[LedgerRow], now: float | None = None) -> RenderableType:
-    """Running rows: age, owner (alive, or dead: it exited before the unit finished), children done."""
+def ledger_running(rows: Iterable[LedgerRow], now: float | None = None,
+                   activity: dict[str, dict[str, Any]] | None = None) -> RenderableType:
+    """Running rows: age, owner (alive, or dead: it exited before the unit finished), children
+    done; with ``activity`` (what owners published) the stall clock and how old that is."""
     now = time.time() if now is None else now
 
     def status(rec: dict[str, Any]) -> str:
         owner = {"running": "alive", "exited": "dead: `offload inbox` recovers it"}.get(rec["owner"] or "", "-")
-        return (f"running {_age(rec['dispatched_at'], now)}  owner {rec['owner_pid'] or '-'} ({owner})  "
-                f"children done {_done(rec)}")
-    return _ledger_rows(rows, "running", status)
+        host = f" on {rec['owner_host']}" if rec.get("owner_host") else ""
+        clock = ""
+        if rec.get("activity_age_s") is not None:
+            clock = (f"  stall clock {_seconds(rec['stall_clock_s'])} s"
+                     f" (activity as of {_seconds(rec['activity_age_s'])} s ago)")
+        return (f"running {_age(rec['dispatched_at'], now)}  owner {rec['owner_pid'] or '-'}{host} ({owner})  "
+                f"children done {_done(rec)}{clock}")
+    return _ledger_rows(rows, "running", status, activity)
 
 
 def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = None) -> RenderableType:

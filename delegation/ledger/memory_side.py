@@ -18,6 +18,10 @@ class MemorySideTables:
         with self.store.lock:
             self.store.controls.pop(delegation_id, None)
 
+    def requested_controls(self, now: float) -> list[str]:
+        with self.store.lock:
+            return [did for did, (_action, expires_at) in self.store.controls.items() if expires_at > now]
+
     def take_control(self, delegation_ids: list[str], now: float) -> list[tuple[str, str]]:
         with self.store.lock:
             controls = self.store.controls
@@ -30,8 +34,10 @@ class MemorySideTables:
             if not self.store.created:
                 return
             self.store.activity.update({did: (now, copy.deepcopy(s)) for did, s in snapshots.items()})
-            for did in gone:
-                self.store.activity.pop(did, None)
+            if gone:
+                running = {did for did, row in self.store.rows.items() if row["state"] == "running"}
+                for did in [d for d in self.store.activity if d in gone or d not in running]:
+                    del self.store.activity[did]
 
     def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
         with self.store.lock:

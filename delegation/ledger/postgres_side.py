@@ -61,6 +61,11 @@ class PostgresSideTables:
         self._run(lambda conn: conn.execute("DELETE FROM async_delegation_controls WHERE delegation_id=%s",
                                             (delegation_id,)), missing=None)
 
+    def requested_controls(self, now: float) -> list[str]:
+        return [r[0] for r in self._run(lambda conn: conn.execute(
+            "SELECT delegation_id FROM async_delegation_controls WHERE expires_at > %s", (now,)).fetchall(),
+            missing=[])]
+
     def take_control(self, delegation_ids: list[str], now: float) -> list[tuple[str, str]]:
         def take(conn: Any) -> list[tuple[str, str]]:
             if conn.execute("SELECT EXISTS (SELECT 1 FROM async_delegation_controls)").fetchone()[0] is False:
@@ -80,6 +85,8 @@ class PostgresSideTables:
                         cur.executemany(_UPSERT_ACTIVITY, [(did, now, dumps(s)) for did, s in snapshots.items()])
                 if gone:
                     conn.execute("DELETE FROM async_delegation_activity WHERE delegation_id = ANY(%s)", (gone,))
+                    conn.execute("DELETE FROM async_delegation_activity a WHERE NOT EXISTS (SELECT 1 FROM"
+                                 " async_delegations d WHERE d.delegation_id = a.delegation_id AND d.state='running')")
         self._run(write)
 
     def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:

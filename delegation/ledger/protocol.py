@@ -139,12 +139,16 @@ class DelegationLedger(Protocol):
 
     def withdraw_control(self, delegation_id: str) -> None: ...
 
+    def requested_controls(self, now: float) -> list[str]:
+        """Ids with an unexpired request: an owner's cheap poll (a read) before it looks at its units."""
+
     def take_control(self, delegation_ids: list[str], now: float) -> list[tuple[str, str]]:
         """Remove and return ``(id, action)`` of unexpired requests for these (owned) units; drop
         expired requests. Of two racing takers only one gets a request. Nothing requested: no write."""
 
     def write_activity(self, snapshots: dict[str, dict[str, Any]], gone: list[str], now: float) -> None:
-        """Store each unit's activity snapshot as written at ``now``; remove those of ``gone`` units."""
+        """Store each unit's activity snapshot as written at ``now``. With ``gone`` units, remove
+        theirs and every snapshot whose unit is no longer running (left by an owner that exited)."""
 
     def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
         """``id -> (written_at, snapshot)`` for the units that have one."""

@@ -26,6 +26,9 @@ _TABLES = (
     " written_at REAL NOT NULL, snapshot_json TEXT NOT NULL)",
 )
 
+_DELETE_ORPHANS = ("DELETE FROM async_delegation_activity WHERE delegation_id NOT IN"
+                   " (SELECT delegation_id FROM async_delegations WHERE state='running')")
+
 
 def _missing_table(exc: sqlite3.OperationalError) -> bool:
     return "no such table" in str(exc)
@@ -52,6 +55,10 @@ class SqliteSideTables:
 
     def withdraw_control(self, delegation_id: str) -> None:
         self._side_delete("async_delegation_controls", [delegation_id])
+
+    def requested_controls(self, now: float) -> list[str]:
+        return [r[0] for r in self._side_read(
+            "SELECT delegation_id FROM async_delegation_controls WHERE expires_at > ?", (now,))]
 
     def take_control(self, delegation_ids: list[str], now: float) -> list[tuple[str, str]]:
         requested = self._side_read("SELECT delegation_id, action, expires_at FROM async_delegation_controls", ())
@@ -80,7 +87,8 @@ class SqliteSideTables:
                              [(did, now, dumps(snap)) for did, snap in snapshots.items()])
             if gone:
                 conn.execute(f"DELETE FROM async_delegation_activity WHERE delegation_id IN ({_marks(gone)})", gone)
-        self._write(write)
+                conn.execute(_DELETE_ORPHANS)
+        self._write(write, transaction=True)  # one commit (one sync) for the whole batch
 
     def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
         if not delegation_ids:

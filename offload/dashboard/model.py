@@ -1,10 +1,11 @@
 """What the dashboard shows, as plain dicts: the roster, the filtered history and one
 delegation's detail. No HTTP and no HTML here.
 
-Sources: the ledger (every process's work on this ``$HERMES_HOME``, through
-``tools.ledger_queries`` and ``get``) and, for units this process runs, the engine's live
-roster (per-child API calls, current tool, seconds idle, stall clock), which no other
-process can see. Invariants: nothing here writes, and a value that came from a child is
+Sources: the ledger (every process's work on this ``$HERMES_HOME`` or shared ledger, through
+``tools.ledger_queries`` and ``get``); for units this process runs, the engine's live roster
+(per-child API calls, current tool, seconds idle, stall clock); for units of other processes
+and hosts, the activity snapshot their owner published in the ledger (``offload.activity``),
+with its age. Invariants: nothing here writes, and a value that came from a child is
 passed through as data (the templates escape it).
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from offload import activity
 from tools import async_delegation as engine
 from tools import ledger_queries
 from tools.async_delegation_delivery import current_ledger
@@ -33,8 +35,10 @@ def ledger_rows(settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
 
 def _owner(row: LedgerRow | None) -> dict[str, Any]:
     if row is None or not row.owner_pid:
-        return {"pid": None, "alive": None}
-    return {"pid": row.owner_pid, "alive": owner_alive(row.owner_pid, row.owner_started_at)}
+        return {"pid": None, "alive": None, "host": None}
+    # The ledger judges: the pid check on this host, the owner's lease for another host's.
+    return {"pid": row.owner_pid, "alive": not current_ledger().is_abandoned(row, owner_alive),
+            "host": (row.extra or {}).get("owner_host")}
 
 
 def _label(task: dict[str, Any], event: dict[str, Any]) -> str:
@@ -73,14 +77,18 @@ def _single_result(result: dict[str, Any]) -> dict[str, Any]:
     return result if result.get("status") else {}
 
 
-def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float) -> dict[str, Any]:
-    """A roster/history entry from a ledger row, a live record, or both (live wins for status)."""
+def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float,
+          remote: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A roster/history entry from a ledger row, a live record, or both (live wins for status);
+    ``remote``: the activity another process published for a running row (``activity.live_view``)."""
     task = dict(row.task or {}) if row else {k: live.get(k) for k in
                                              ("goal", "goals", "is_batch", "task_indexes", "group")}
     event = (row.event if row else None) or {}
     result = (row.result if row else None) or {}
     dispatched_at = row.dispatched_at if row else live.get("dispatched_at")
     status = (live or {}).get("status") or (row.state if row else "running")
+    if remote and status == "running":
+        status = remote.get("status") or status  # e.g. "stalling", seen by its owner
     return {
         "id": row.delegation_id if row else live["delegation_id"], "status": status, "label": _label(task, event),
         "session": (row.parent_session_id or row.origin_session) if row else
@@ -89,10 +97,11 @@ def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float) -> dic
         "dispatched_at": dispatched_at,
         "age_s": round(max(0.0, now - dispatched_at), 1) if dispatched_at else None,
         "completed_at": row.completed_at if row else live.get("completed_at"),
-        "stall_clock_s": (live or {}).get("seconds_since_progress"),
+        "stall_clock_s": (live or remote or {}).get("seconds_since_progress"),
+        "activity_age_s": remote.get("snapshot_age_s") if remote and not live else None,
         "delivery_state": row.delivery_state if row else "in memory",
         "delivery_attempts": row.delivery_attempts if row else 0,
-        "children": _children(task, result, live),
+        "children": _children(task, result, live or remote),
     }
 
 
@@ -104,7 +113,9 @@ def roster(now: float | None = None, recent_s: float = RECENT_S) -> list[dict[st
     for row in [*ledger_queries.pending_rows(), *ledger_queries.settled_rows(200)]:
         if (row.completed_at or 0) >= now - recent_s:
             rows.setdefault(row.delegation_id, row)
-    units = [_unit(row, live.get(did), now) for did, row in rows.items()]
+    remote = activity.remote_views(current_ledger(), [did for did, row in rows.items()
+                                                      if row.state == "running" and did not in live], now)
+    units = [_unit(row, live.get(did), now, remote.get(did)) for did, row in rows.items()]
     # Units of this process whose ledger row is missing (the write failed) still show.
     units += [_unit(None, item, now) for did, item in live.items() if did not in rows
               and (item.get("status") in ("running", "stalling", "finalizing")
@@ -148,7 +159,8 @@ def detail(delegation_id: str, now: float | None = None) -> dict[str, Any] | Non
     live = next((i for i in engine.list_async_delegations() if i["delegation_id"] == delegation_id), None)
     if row is None and live is None:
         return None
-    unit = _unit(row, live, now)
+    remote = activity.remote_views(current_ledger(), [delegation_id]) if row and row.state == "running" and not live else {}
+    unit = _unit(row, live, now, remote.get(delegation_id))
     event = (row.event if row else None) or {}
     unit.update(task=(row.task if row else None) or {}, event=event,
                 agent_text=format_process_notification(event) if event else None,

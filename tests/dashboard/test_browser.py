@@ -57,6 +57,30 @@ def test_fan_out_appears_live_and_turns_completed(browser, dashboard, held):
     assert browser.execute_script("return window.__sameDocument;") == "yes"
 
 
+def test_activity_of_a_unit_another_process_runs_updates_live(browser, dashboard):
+    from tests.dashboard.test_activity import OtherOwner
+
+    server = dashboard()
+    browser.get(server.url + "/")
+    WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.ID, "live-state"), "live"))
+    browser.execute_script("window.__sameDocument = 'yes';")  # gone if the page reloads
+    owner = OtherOwner()  # its own process: this dashboard knows its unit only through the ledger
+    try:
+        WebDriverWait(browser, WAIT_S).until(lambda b: "tool web_search" in str(_children(b, owner.delegation_id)))
+        [first, second] = _children(browser, owner.delegation_id)
+        assert "api calls 2" in first[1] and "api calls 7" in second[1]
+        assert browser.execute_script(
+            "return document.querySelector('#unit-' + arguments[0] + ' .snapshot-age') !== null;", owner.delegation_id)
+        owner.say("next", "NEXT")
+        WebDriverWait(browser, WAIT_S).until(lambda b: "tool terminal" in str(_children(b, owner.delegation_id)))
+        assert "api calls 5" in _children(browser, owner.delegation_id)[0][1]
+        assert owner.finish() == 0
+        WebDriverWait(browser, WAIT_S).until(lambda b: _status(b, owner.delegation_id) == "completed")
+        assert browser.execute_script("return window.__sameDocument;") == "yes"
+    finally:
+        owner.kill()
+
+
 def test_interrupt_clicked_on_the_page_stops_the_child(browser, dashboard, held):
     server = dashboard()
     unit = held(["run forever"])

@@ -20,6 +20,15 @@ def test_a_request_is_taken_once_by_the_owner_and_only_for_owned_units(ledger):
     assert ledger.take_control(["a"], T0 + 2) == []
 
 
+def test_requested_controls_lists_unexpired_requests_without_taking_them(ledger):
+    assert ledger.requested_controls(T0) == []
+    ledger.request_control("a", "interrupt", T0, T0 + 5)
+    ledger.request_control("b", "interrupt", T0, T0 + 50)
+    assert sorted(ledger.requested_controls(T0 + 1)) == ["a", "b"]
+    assert ledger.requested_controls(T0 + 10) == ["b"]
+    assert ledger.take_control(["b"], T0 + 10) == [("b", "interrupt")]
+
+
 def test_an_expired_request_is_never_taken_and_is_removed(ledger):
     ledger.persist_dispatch(dispatch_row("a"), T0)
     ledger.request_control("a", "interrupt", T0, T0 + 5)
@@ -66,6 +75,7 @@ def test_of_racing_takers_exactly_one_gets_the_request(ledger_factory):
 
 def test_reads_and_takes_of_a_ledger_without_side_tables_return_nothing(ledger):
     assert ledger.take_control(["a"], T0) == []
+    assert ledger.requested_controls(T0) == []
     assert ledger.read_activity(["a"]) == {}
     ledger.withdraw_control("a")  # nothing to withdraw: not an error
 
@@ -76,6 +86,17 @@ def test_activity_snapshots_round_trip_replace_and_go(ledger_factory):
     snapshot = {"status": "running", "children": [{"api_calls": 3, "current_tool": "web_search <x>"}]}
     writer.write_activity({"a": snapshot, "b": {"status": "running"}}, [], T0 + 1)
     assert reader.read_activity(["a", "c"]) == {"a": (T0 + 1, snapshot)}
-    writer.write_activity({"a": {"status": "stalling"}}, ["b"], T0 + 3)
+    writer.write_activity({"a": {"status": "stalling"}}, ["c"], T0 + 3)  # "b" has no running row
     assert reader.read_activity(["a", "b"]) == {"a": (T0 + 3, {"status": "stalling"})}
     assert reader.read_activity([]) == {}
+    writer.write_activity({}, ["a"], T0 + 4)
+    assert reader.read_activity(["a"]) == {}
+
+
+def test_a_snapshot_left_by_an_exited_owner_goes_with_the_next_withdrawal(ledger):
+    ledger.persist_dispatch(dispatch_row("a"), T0)
+    ledger.persist_dispatch(dispatch_row("live"), T0)
+    ledger.write_activity({"a": {"status": "running"}, "live": {"status": "running"}}, [], T0 + 1)
+    ledger.persist_completion(dispatch_row("a"), {"status": "completed", "completed_at": T0 + 2}, {}, T0 + 2)
+    ledger.write_activity({}, ["other"], T0 + 3)
+    assert set(ledger.read_activity(["a", "live"])) == {"live"}

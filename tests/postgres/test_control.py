@@ -3,6 +3,7 @@ a unit that an ``offload worker`` runs on host B, through the ledger (a LISTEN/N
 and the requester sees the row leave ``running``."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -80,3 +81,23 @@ def test_a_request_on_any_host_wakes_the_owners_control_listener(pg_schema):
         listener.stop()
         owner.close()
         requester.close()
+
+
+def test_agents_on_host_a_shows_the_activity_of_a_unit_a_worker_runs_on_host_b(hosts, tmp_path, pg_schema,
+                                                                                parent_host, model_server):
+    server = model_server(lambda request: hang_reply("working…"))
+    worker = start_worker(hosts, tmp_path, pg_schema.url, "host-b", server, concurrency=1)
+    [did] = queue_units(parent_host, 1, prefix="deleg_act")
+    worker.wait_for(f"started {did}")
+    assert server.wait_for_requests(1, timeout_s=30)  # the child's first model call is in flight
+
+    deadline = time.monotonic() + 30
+    while True:  # the worker publishes on its own schedule (every couple of seconds): poll
+        listed = offload_on_host(tmp_path, pg_schema.url, "host-a", "agents", "--json")
+        [row] = [r for r in json.loads(listed.stdout)["running"] if r["id"] == did]
+        if row["children"][0]["api_calls"] is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert row["owner_host"] == "host-b" and row["owner"] == "running", row
+    assert row["children"][0]["api_calls"] >= 0 and row["activity_age_s"] is not None, row
+    assert row["stall_clock_s"] is not None
