@@ -6,11 +6,11 @@ Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``s
 ``dispatched_at``, ``completed_at`` (epoch seconds or null), ``delivery_state``,
 ``delivery_attempts``, ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
 ``children``: one ``{"task", "goal", "status", "duration_seconds"}`` per task, ``task``
-counting from 1, ``status`` ``running`` until that child has finished. For a running row whose
-owner published its activity (``offload.activity``): ``activity_age_s`` (how old that
-snapshot is), ``stall_clock_s``, and per running child ``api_calls``, ``current_tool`` and
-``seconds_since_activity``; otherwise those are null (``owner_host``: the owner's host on a
-shared ledger, else null).
+counting from 1, ``status`` ``running`` until that child has finished. ``owner_host``: the
+owner's host on a shared ledger, else null. ``activity_age_s`` (how old the snapshot is) and
+``stall_clock_s``, and on each child of a running row ``api_calls``, ``current_tool`` and
+``seconds_since_activity``: what the owner published (``offload.activity``) while the unit
+and that child run, else null.
 """
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None) -> dict[str, Any]
             "delivery_attempts": row.delivery_attempts, "owner_pid": row.owner_pid, "owner": owner_state(row),
             "owner_host": (row.extra or {}).get("owner_host"),
             "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),
-            "children": _with_activity(children(row), (live or {}).get("children_activity") or [])}
+            "children": (_with_activity(children(row), (live or {}).get("children_activity") or [])
+                         if row.state == "running" else children(row))}
 
 
 def _with_activity(kids: list[dict[str, Any]], activity: list[Any]) -> list[dict[str, Any]]:

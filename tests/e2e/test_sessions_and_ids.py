@@ -62,9 +62,11 @@ def test_agents_json_has_the_documented_keys_and_per_child_status():
     assert {"id", "session", "label", "state", "dispatched_at", "completed_at", "delivery_state",
             "delivery_attempts", "owner_pid", "owner", "children"} <= set(row)
     assert (row["id"], row["session"], row["state"], row["owner"]) == ("deleg_abc123", "sess_j", "running", "running")
+    idle = {"api_calls": None, "current_tool": None, "seconds_since_activity": None}  # nothing published
     assert row["children"] == [
-        {"task": 1, "goal": "alpha", "status": "running", "duration_seconds": None},
-        {"task": 2, "goal": "beta", "status": "completed", "duration_seconds": 0.03},  # done: no idle clock
+        {"task": 1, "goal": "alpha", "status": "running", "duration_seconds": None, **idle},
+        {"task": 2, "goal": "beta", "status": "completed", "duration_seconds": 0.03, **idle},  # done: no idle clock
     ]
+    assert row["activity_age_s"] is None and row["stall_clock_s"] is None and row["owner_host"] is None
     text = offload("agents").stdout
     assert "owner" in text and "(alive)" in text and "#2 ✓ completed 0.0 s  beta" in text
