@@ -36,7 +36,7 @@ from delegation.ledger.postgres_errors import classify, error_kind, redact
 from delegation.ledger.postgres_lease import OwnerLease
 from delegation.ledger.postgres_listen import CompletionListener
 from delegation.ledger.postgres_side import PostgresSideTables
-from delegation.ledger.postgres_outbox import WriteOutbox
+from delegation.ledger.postgres_outbox import WriteOutbox, no_payload
 from delegation.ledger import postgres_replay as replays
 from delegation.ledger import postgres_queue as work_queue
 from delegation.ledger.postgres_sql import (
@@ -212,14 +212,15 @@ class PostgresLedger(PostgresSideTables):
             token = self.lease.token(conn, verify=True)
             self._tokens[row.delegation_id] = replays.dispatch_once(
                 conn, dispatch_values(row, now, self.host_id, token), row.delegation_id)
-        self._write("recording a dispatch", row.delegation_id, write, replay, len(dumps(row.task)), create=True)
+        self._write("recording a dispatch", row.delegation_id, write, replay, lambda: len(dumps(row.task)),
+                    create=True)
 
     def forget(self, delegation_id: str) -> None:
         self._tokens.pop(delegation_id, None)
 
         def delete(conn: Any) -> None:
             conn.execute("DELETE FROM async_delegations WHERE delegation_id=%s", (delegation_id,))
-        self._write("forgetting an unscheduled unit", delegation_id, delete, delete, 0, missing=None)
+        self._write("forgetting an unscheduled unit", delegation_id, delete, delete, no_payload, missing=None)
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
         def write(conn: Any) -> bool:
@@ -237,7 +238,7 @@ class PostgresLedger(PostgresSideTables):
                 conn.execute("UPDATE async_delegations SET result_json=%s, updated_at=%s WHERE delegation_id=%s",
                              (dumps({"results": [*results, entry], "partial": True}), now, delegation_id))
                 return True
-        return self._write("recording a finished child", delegation_id, write, write, len(dumps(entry)),
+        return self._write("recording a finished child", delegation_id, write, write, lambda: len(dumps(entry)),
                            missing=False)
 
     def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
@@ -256,8 +257,8 @@ class PostgresLedger(PostgresSideTables):
                         row, state, completed_at, now, event_json, result_json, self.host_id, token))
                 self._notify(conn, row.delegation_id, row.origin_session)
             self._tokens.pop(row.delegation_id, None)
-        self._write("recording a completion", row.delegation_id, write, write, len(event_json) + len(result_json),
-                    create=True)
+        self._write("recording a completion", row.delegation_id, write, write,
+                    lambda: len(event_json) + len(result_json), create=True)
 
     def _lease_held(self, conn: Any, token: int | None) -> bool:
         """Lock our lease row against revocation for this transaction; False if it is gone."""
@@ -394,7 +395,7 @@ class PostgresLedger(PostgresSideTables):
         return self._write("completing a delivery", delegation_id,
                            _updating(tail + " AND delivery_claim=%s", (*params, claim)),
                            _updating(tail + " AND (delivery_claim=%s OR delivery_claim IS NULL)", (*params, claim)),
-                           0, missing=False)
+                           no_payload, missing=False)
 
     def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
         def release(conn: Any) -> Any:
@@ -404,7 +405,7 @@ class PostgresLedger(PostgresSideTables):
                 " THEN delivery_claimed_at END, updated_at=%s WHERE delegation_id=%s AND delivery_state='pending'"
                 " AND delivery_claim=%s RETURNING delivery_state",
                 (max_attempts, max_attempts, now, delegation_id, claim)).fetchone()
-        state = self._write("releasing a delivery", delegation_id, release, release, 0, missing=None)
+        state = self._write("releasing a delivery", delegation_id, release, release, no_payload, missing=None)
         return state[0] if state else ""
 
     def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
@@ -443,14 +444,14 @@ class PostgresLedger(PostgresSideTables):
     # -- helpers ----------------------------------------------------------------------------
     def _update(self, tail: str, params: tuple[Any, ...], what: str, delegation_id: str) -> bool:
         update = _updating(tail, params)
-        return self._write(what, delegation_id, update, update, 0, missing=False)
+        return self._write(what, delegation_id, update, update, no_payload, missing=False)
 
     def _write(self, what: str, delegation_id: str, write: Callable[[Any], _T], replay: Callable[[Any], Any],
-               size: int, *, create: bool = False, missing: Any = _MISSING) -> _T:
+               measure: Callable[[], int], *, create: bool = False, missing: Any = _MISSING) -> _T:
         """A durable write through the outbox: made now, or kept in order while the server is
         unreachable and replayed (``replay``: the idempotent, fenced form) once it is back."""
         return self.outbox.submit(what, delegation_id, lambda: self._run(write, create=create, missing=missing),
-                                  lambda: self._run(replay, create=create, missing=missing), size)
+                                  lambda: self._run(replay, create=create, missing=missing), measure)
 
     def _catch_up(self) -> None:
         """Write what waits in the outbox first: a read then sees this process's writes in order."""

@@ -36,12 +36,18 @@ MAX_BYTES = 64 * 1024 * 1024  # waiting writes above this are not kept (results 
 RETRY_S = 1.0  # the replayer's pause between attempts while the server stays unreachable
 
 
+def no_payload() -> int:
+    """The ``measure`` of a write that carries no payload (a state change)."""
+    return 0
+
+
 @dataclass(eq=False)
 class PendingWrite:
     what: str  # "recording a completion", for log lines
     delegation_id: str
     replay: Callable[[], Any]  # makes the write (idempotent, fenced); raises LedgerError
-    size: int  # bytes it holds, roughly (its JSON)
+    measure: Callable[[], int]  # bytes it would hold, roughly (its JSON): asked only if it is kept
+    size: int = 0
     done: bool = False
     result: Any = None
     error: LedgerError | None = None
@@ -65,10 +71,12 @@ class WriteOutbox:
         return len(self._writes)
 
     def submit(self, what: str, delegation_id: str, write: Callable[[], Any], replay: Callable[[], Any],
-               size: int) -> Any:
+               measure: Callable[[], int]) -> Any:
         """``write()`` now if nothing waits; else queue ``replay`` behind the waiting writes and
-        drain them. Raises the ``LedgerError`` of an unreachable server after keeping the write."""
-        item = PendingWrite(what, delegation_id, replay, size)
+        drain them. Raises the ``LedgerError`` of an unreachable server after keeping the write.
+        ``measure()`` (its size in bytes) runs only when the write is kept: no cost while the
+        server answers."""
+        item = PendingWrite(what, delegation_id, replay, measure)
         with self._lock:
             queued = bool(self._writes) and self._keep_locked(item)
         if not queued:
@@ -89,6 +97,7 @@ class WriteOutbox:
                                                             kind="unreachable")
 
     def _keep_locked(self, item: PendingWrite) -> bool:
+        item.size = item.measure()
         if self._bytes + item.size > self.max_bytes:
             if not self._overflowed:
                 logger.error(

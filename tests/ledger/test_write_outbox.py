@@ -28,13 +28,28 @@ class Server:
 
 
 def submit(box: WriteOutbox, server: Server, name: str, size: int = 1, outcome=None):
-    return box.submit(f"writing {name}", name, server.write(name), server.write(name + "'", outcome), size)
+    return box.submit(f"writing {name}", name, server.write(name), server.write(name + "'", outcome), lambda: size)
 
 
 def test_a_write_is_made_at_once_while_nothing_waits():
     box, server = WriteOutbox("X", retry_s=60), Server()
     assert submit(box, server, "a", outcome=None) is None
     assert (server.log, len(box)) == (["a"], 0)
+
+
+def test_a_write_is_measured_only_when_it_is_kept():
+    box, server, measured = WriteOutbox("X", retry_s=60), Server(), []
+
+    def measure():
+        measured.append(1)
+        return 1
+    box.submit("writing a", "a", server.write("a"), server.write("a'"), measure)
+    assert measured == []  # no JSON encoded for the bound while the server answers
+    server.up = False
+    with pytest.raises(LedgerError):
+        box.submit("writing b", "b", server.write("b"), server.write("b'"), measure)
+    assert (measured, len(box)) == ([1], 1)
+    box.close()
 
 
 def test_writes_while_down_are_kept_and_replayed_in_order_before_any_new_write():
@@ -62,7 +77,7 @@ def test_a_replay_refused_for_another_cause_is_dropped_with_a_line_and_the_queue
     def fenced():
         raise LedgerError("lease revoked", kind="fenced")
     with pytest.raises(LedgerError):
-        box.submit("recording a completion", "deleg_b", server.write("b"), fenced, 1)
+        box.submit("recording a completion", "deleg_b", server.write("b"), fenced, lambda: 1)
     with pytest.raises(LedgerError):
         submit(box, server, "c")
     server.up = True
@@ -81,7 +96,7 @@ def test_an_error_other_than_unreachable_is_raised_and_nothing_is_kept():
     def bad():
         raise LedgerError("bad value", kind="error")
     with pytest.raises(LedgerError, match="bad value"):
-        box.submit("w", "d", bad, bad, 1)
+        box.submit("w", "d", bad, bad, lambda: 1)
     assert len(box) == 0
 
 
