@@ -65,6 +65,10 @@ def owner_state(row: LedgerRow) -> str | None:
     return "exited" if current_ledger().is_abandoned(row, owner_alive) else "running"
 
 
+def owner_host(row: LedgerRow) -> str | None:
+    return (row.extra or {}).get("owner_host")
+
+
 def label(row: LedgerRow) -> str:
     task, event = row.task or {}, row.event or {}
     if task.get("group"):
@@ -79,7 +83,7 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None) -> dict[str, Any]
             "label": label(row), "state": row.state, "dispatched_at": row.dispatched_at,
             "completed_at": row.completed_at, "delivery_state": row.delivery_state,
             "delivery_attempts": row.delivery_attempts, "owner_pid": row.owner_pid, "owner": owner_state(row),
-            "owner_host": (row.extra or {}).get("owner_host"),
+            "owner_host": owner_host(row),
             "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),
             "children": (_with_activity(children(row), (live or {}).get("children_activity") or [])
                          if row.state == "running" else children(row))}

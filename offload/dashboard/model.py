@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from offload import activity
+from offload.ledger_rows import owner_host, owner_state
 from tools import async_delegation as engine
 from tools import ledger_queries
 from tools.async_delegation_delivery import current_ledger
 from tools.async_delegation_ledger import LedgerRow
-from delegation.liveness import owner_alive
 from tools.process_registry_notifications import format_process_notification
 
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
@@ -36,9 +36,7 @@ def ledger_rows(settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
 def _owner(row: LedgerRow | None) -> dict[str, Any]:
     if row is None or not row.owner_pid:
         return {"pid": None, "alive": None, "host": None}
-    # The ledger judges: the pid check on this host, the owner's lease for another host's.
-    return {"pid": row.owner_pid, "alive": not current_ledger().is_abandoned(row, owner_alive),
-            "host": (row.extra or {}).get("owner_host")}
+    return {"pid": row.owner_pid, "alive": owner_state(row) == "running", "host": owner_host(row)}
 
 
 def _label(task: dict[str, Any], event: dict[str, Any]) -> str:
