@@ -7,7 +7,7 @@ storage, 3 endpoint, 4 model, 130 interrupted, 1 only for a bug — never a trac
 (``OFFLOAD_DEBUG=1`` shows it for bug reports).
 
 ``offload --help`` must stay fast (well under 0.25 s): this module imports only typer at load
-time; each command imports what it needs (rich, pydantic, the engine, the openai SDK) when it
+time; each command imports what it needs (rich, pydantic, the engine, httpx) when it
 runs, and typer formats help without rich. ``tests/cli/test_cli_polish.py`` checks that.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import typer
 from offload import cli_ledger
 from offload.errors import CliError
 
-if TYPE_CHECKING:  # the agent runtime imports the openai SDK (~1 s): only chat, run and demo load it
+if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only chat, run and demo load it
     from offload.driver import SessionDriver
 
 # rich_markup_mode=None: plain help text, so --help never imports rich.
