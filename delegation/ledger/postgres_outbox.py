@@ -78,7 +78,12 @@ class WriteOutbox:
         server answers."""
         item = PendingWrite(what, delegation_id, replay, measure)
         with self._lock:
-            queued = bool(self._writes) and self._keep_locked(item)
+            waiting = bool(self._writes)
+            queued = waiting and self._keep_locked(item)
+        if waiting and not queued and not self.flush():
+            # Past the bound it is not kept, and it may not overtake the writes kept before it
+            # (a completion ahead of its own dispatch would update nothing).
+            raise self._unreachable()
         if not queued:
             try:
                 return write()
@@ -93,8 +98,11 @@ class WriteOutbox:
         self.flush()
         if item.done and item.error is None:
             return item.result
-        raise item.error or self._last_error or LedgerError(f"the ledger database {self.location} is unreachable",
-                                                            kind="unreachable")
+        raise item.error or self._unreachable()
+
+    def _unreachable(self) -> LedgerError:
+        return self._last_error or LedgerError(f"the ledger database {self.location} is unreachable",
+                                               kind="unreachable")
 
     def _keep_locked(self, item: PendingWrite) -> bool:
         item.size = item.measure()

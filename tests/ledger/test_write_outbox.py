@@ -122,3 +122,17 @@ def test_the_replayer_writes_what_waits_once_the_server_is_back():
     server.up = True
     box._thread.join(timeout=10)  # it exits once the queue is empty
     assert (server.log, len(box)) == (["a'"], 0)
+
+
+def test_a_write_past_the_bound_never_overtakes_the_writes_kept_before_it():
+    box, server = WriteOutbox("X", max_bytes=10, retry_s=60), Server()
+    server.up = False
+    with pytest.raises(LedgerError):
+        submit(box, server, "dispatch", 6)
+    with pytest.raises(LedgerError):  # does not fit, and the server is still down: not tried
+        submit(box, server, "big", 6)
+    assert (server.log, len(box)) == ([], 1)
+    server.up = True
+    submit(box, server, "completion", 6)  # too big to queue, written at once: the queue goes first
+    assert server.log == ["dispatch'", "completion"]
+    box.close()
