@@ -25,7 +25,7 @@ class DaemonThreadPool:
             raise ValueError(f"max_workers must be at least 1, got {max_workers}")
         self._max_workers = max_workers
         self._prefix = thread_name_prefix
-        self._jobs: queue.SimpleQueue[tuple[Future, Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Future | None, Callable[[], Any]] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._idle = 0
@@ -42,6 +42,15 @@ class DaemonThreadPool:
 
     def submit(self, fn: Callable[[], Any]) -> Future:
         future: Future = Future()
+        self._queue(future, fn)
+        return future
+
+    def start(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` with nobody waiting for it: no ``Future`` (a Condition, two lock rounds
+        and a notify per job). An exception ``fn`` lets out is logged."""
+        self._queue(None, fn)
+
+    def _queue(self, future: Future | None, fn: Callable[[], Any]) -> None:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new work after the delegation pool was shut down")
@@ -50,7 +59,6 @@ class DaemonThreadPool:
                 self._idle -= 1  # that idle worker is now spoken for
             elif len(self._threads) < self._max_workers:
                 self._start_worker()
-        return future
 
     def _start_worker(self) -> None:
         thread = threading.Thread(target=self._work, name=f"{self._prefix}-{next(_names)}", daemon=True)
@@ -63,7 +71,7 @@ class DaemonThreadPool:
             if job is None:
                 return
             future, fn = job
-            if not future.set_running_or_notify_cancel():
+            if future is not None and not future.set_running_or_notify_cancel():
                 with self._lock:
                     self._idle += 1
                 continue
@@ -71,12 +79,15 @@ class DaemonThreadPool:
                 outcome, failed = fn(), False
             except BaseException as exc:  # a job may fail; the worker must not
                 outcome, failed = exc, True
+                if future is None:
+                    logger.error("A delegation pool job failed", exc_info=exc)
             with self._lock:
                 # Count ourselves idle before the caller can see the result, so a submit
                 # right after it reuses this worker instead of starting another.
                 self._idle += 1
                 stop = self._shutdown
-            future.set_exception(outcome) if failed else future.set_result(outcome)
+            if future is not None:
+                future.set_exception(outcome) if failed else future.set_result(outcome)
             if stop:
                 return
 

@@ -2,12 +2,14 @@
 policy, with no tools/ module involved (the facade tests cover the hermes names)."""
 from __future__ import annotations
 
+import os
 import queue
+import re
 import threading
 
 import pytest
 
-from delegation.engine import Delegations
+from delegation.engine import Delegations, new_delegation_id
 from delegation.ledger import open_ledger
 from delegation.policy import Policy
 from delegation.units import UnitSpec
@@ -69,3 +71,31 @@ def test_the_policy_is_read_per_use(engine):
     engine.dispatch(UnitSpec("d"), lambda: {"status": "completed"}, 3)
 
     assert [r["goal"] for r in engine.list()] == ["d"]
+
+
+def test_ids_are_48_random_bits_and_a_forked_child_does_not_repeat_its_parent():
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next id and leave at once
+        os.write(write_end, new_delegation_id().encode())
+        os._exit(0)
+    os.close(write_end)
+    mine = new_delegation_id()
+    with os.fdopen(read_end) as pipe:
+        theirs = pipe.read()
+    os.waitpid(pid, 0)
+    assert re.fullmatch(r"deleg_[0-9a-f]{12}", mine) and re.fullmatch(r"deleg_[0-9a-f]{12}", theirs)
+    assert mine != theirs
+
+
+def test_retention_drops_the_longest_retired_records_and_never_a_live_one(engine):
+    engine.pool_for = lambda max_workers: _Inline()
+    engine.policy = lambda: Policy(max_retained_completed=2)
+    with engine.lock:  # older than every other record, and still running
+        engine.records["deleg_live"] = {"delegation_id": "deleg_live", "goal": "live", "status": "running",
+                                        "dispatched_at": 0.0, "completed_at": None}
+    for goal in ("a", "b", "c", "d"):
+        engine.dispatch(UnitSpec(goal), lambda: {"status": "completed"}, 9)
+    with engine.lock:
+        kept = [r["goal"] for r in engine.records.values()]
+    assert kept == ["live", "c", "d"]

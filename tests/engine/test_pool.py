@@ -57,3 +57,16 @@ def test_submit_after_shutdown_says_so():
 def test_max_workers_must_be_positive():
     with pytest.raises(ValueError, match="at least 1"):
         DaemonThreadPool(0)
+
+
+def test_a_started_job_runs_without_a_future_and_its_failure_is_logged(caplog):
+    pool = DaemonThreadPool(1)
+    ran = threading.Event()
+    try:
+        assert pool.start(lambda: 1 / 0) is None
+        pool.start(ran.set)  # the same worker survives the failure and runs the next job
+        assert ran.wait(5)
+        assert len(pool._threads) == 1
+    finally:
+        pool.shutdown(wait=True)
+    assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
