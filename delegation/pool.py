@@ -85,13 +85,14 @@ class DaemonThreadPool:
                 # Count ourselves idle before the caller can see the result, so a submit
                 # right after it reuses this worker instead of starting another.
                 self._idle += 1
-                stop = self._shutdown
             if future is not None:
                 future.set_exception(outcome) if failed else future.set_result(outcome)
-            if stop:
-                return
 
     def shutdown(self, wait: bool = False) -> None:
+        """Refuse new jobs; every job accepted before still runs, then the workers exit.
+
+        A started job has no Future to cancel and its unit already holds a slot and a ledger
+        row, so dropping it would strand that unit: the stop sentinels queue behind it."""
         with self._lock:
             self._shutdown = True
             threads = list(self._threads)

@@ -99,3 +99,18 @@ def test_retention_drops_the_longest_retired_records_and_never_a_live_one(engine
     with engine.lock:
         kept = [r["goal"] for r in engine.records.values()]
     assert kept == ["live", "c", "d"]
+
+
+def test_an_engine_job_that_fails_past_its_runner_is_logged_not_lost(engine, caplog):
+    # The pool runs engine jobs with no Future to hold an exception: it must reach the log.
+    failed = threading.Event()
+
+    def broken_finalize(*_args):
+        failed.set()
+        raise RuntimeError("finalize broke")
+
+    engine.finalize = broken_finalize
+    assert engine.dispatch(UnitSpec("a"), lambda: {"status": "completed"}, 2)["status"] == "dispatched"
+    assert failed.wait(10)
+    engine.executor.shutdown(wait=True)  # the worker has logged once it drained and exited
+    assert any(r.exc_info and "finalize broke" in str(r.exc_info[1]) for r in caplog.records)

@@ -70,3 +70,19 @@ def test_a_started_job_runs_without_a_future_and_its_failure_is_logged(caplog):
     finally:
         pool.shutdown(wait=True)
     assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
+
+
+def test_shutdown_drains_the_jobs_accepted_before_it_then_the_workers_exit():
+    pool = DaemonThreadPool(1)
+    release, ran = threading.Event(), []
+    pool.start(lambda: release.wait(10))
+    for n in range(3):  # queued behind the blocked job on the pool's only worker
+        pool.start(lambda n=n: ran.append(n))
+    submitted = pool.submit(lambda: "ran")
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.start(lambda: None)
+    release.set()
+    assert submitted.result(timeout=5) == "ran"
+    pool._threads[0].join(5)
+    assert ran == [0, 1, 2] and not pool._threads[0].is_alive()
