@@ -344,9 +344,8 @@ class Delegations:
     def list(self) -> list[dict[str, Any]]:
         """Snapshot of every record for /agents UIs: no callables, no private keys."""
         with self.lock:
-            raw = [(dict(r), r.get("progress_fn")) for r in self.records.values()]
-        now_mono = time.monotonic()
-        return [roster.public_view(record, progress_fn, now_mono) for record, progress_fn in raw]
+            listing = roster.snapshot(self.records.values(), time.monotonic())
+        return listing.finish()
 
     def interrupt(self, selected: Callable[[Record], bool], reason: str) -> int:
         """Ask each selected running/stalling unit to stop; each still reports through finalize."""

@@ -201,6 +201,18 @@ def test_listing_hides_callables_and_survives_a_raising_sampler():
     assert "children_activity" not in item and "seconds_since_progress" in item
 
 
+def test_a_sampler_may_call_back_into_the_engine_while_it_lists():
+    gate, listed = threading.Event(), []
+    res = dispatch(lambda: (gate.wait(10), {})[1], progress_fn=lambda: (ad.active_count(), False))
+    lister = threading.Thread(target=lambda: listed.extend(ad.list_async_delegations()), daemon=True)
+    lister.start()
+    lister.join(5)  # sampled under the engine lock, the sampler would deadlock here
+    gate.set()
+    assert not lister.is_alive(), "the listing called a sampler while holding the engine lock"
+    (item,) = [d for d in listed if d["delegation_id"] == res["delegation_id"]]
+    assert item["in_tool"] is False
+
+
 def test_children_activity_tolerates_foreign_token_shapes():
     gate = threading.Event()
     res = dispatch(lambda: (gate.wait(10), {})[1], progress_fn=lambda: (((2, "terminal", 0.0), "junk", None), True))
