@@ -3,9 +3,9 @@
 API calls, the current tool, seconds since a child's last activity and the stall clock are
 in-memory facts of the process that runs a unit. So each owner publishes a snapshot of its
 live units (``Publisher``, from ``offload.owner_loop``: at most every ``INTERVAL_S``, only
-the units whose snapshot changed, one batched write), and the dashboard and ``offload
-agents`` read it for units of other processes and hosts (``remote_views``), marked with how
-old the snapshot is.
+units live for at least that long and whose snapshot changed, one batched write), and the
+dashboard and ``offload agents`` read it for units of other processes and hosts
+(``remote_views``), marked with how old the snapshot is.
 
 A snapshot stores absolute times (``progress_at``, each child's ``last_activity_at``, rounded
 to the second), not "seconds since", so a unit that is quietly waiting yields the same
@@ -88,7 +88,10 @@ class Publisher:
             self._publish(ledger, items, now)
 
     def _publish(self, ledger: Any, items: list[dict[str, Any]], now: float) -> None:
-        live = {i["delegation_id"]: snapshot(i, now) for i in items if i.get("status") in LIVE_STATES}
+        # A unit younger than one interval is left out: its snapshot would be stale or gone by
+        # the time a reader sees it, and short units (bench case 1) then cost no write at all.
+        live = {i["delegation_id"]: snapshot(i, now) for i in items if i.get("status") in LIVE_STATES
+                and now - (i.get("dispatched_at") or 0.0) >= INTERVAL_S}
         changed = {did: snap for did, snap in live.items() if self.published.get(did) != snap}
         gone = [did for did in self.published if did not in live]
         if not changed and not gone:

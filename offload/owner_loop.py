@@ -53,7 +53,8 @@ class OwnerLoop:
         wake = threading.Event()
         listener = self._listen(ledger, wake)
         control_s = SHARED_POLL_S if listener is not None else POLL_S
-        next_control = next_activity = time.monotonic()
+        next_control = time.monotonic()
+        next_activity = next_control + activity.INTERVAL_S  # nothing is old enough to publish before
         try:
             while True:
                 now = time.monotonic()

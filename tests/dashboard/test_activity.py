@@ -135,3 +135,14 @@ def test_a_snapshot_reads_back_as_the_live_rosters_fields_with_its_age():
     assert view["snapshot_age_s"] == 4.0 and view["seconds_since_progress"] == 9.0
     assert view["children_activity"] == [{"api_calls": 3, "current_tool": "web", "seconds_since_activity": 9.0}]
     assert activity.remote_views(object(), ["a"]) == {}  # a ledger that cannot say: nothing, no error
+
+
+def test_a_unit_younger_than_one_interval_is_not_published(tmp_path):
+    ledger = open_ledger(f"memory://{tmp_path}")
+    ledger.request_control("x", "interrupt", 0, 1)  # the store exists
+    publisher = activity.Publisher()
+    young = {**_item("a", "web", 1, 0.0), "dispatched_at": 1000.0 - activity.INTERVAL_S / 2}
+    publisher.publish(ledger, [young], 1000.0)
+    assert publisher.writes == 0 and ledger.read_activity(["a"]) == {}
+    publisher.publish(ledger, [young], 1000.0 + activity.INTERVAL_S)
+    assert publisher.writes == 1 and set(ledger.read_activity(["a"])) == {"a"}
