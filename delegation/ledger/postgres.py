@@ -31,6 +31,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from delegation.ledger.delivery_sql import with_child
 from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
 from delegation.ledger.postgres_errors import classify, error_kind, redact
 from delegation.ledger.postgres_lease import OwnerLease
@@ -40,10 +41,12 @@ from delegation.ledger.postgres_outbox import WriteOutbox, no_payload
 from delegation.ledger import postgres_replay as replays
 from delegation.ledger import postgres_queue as work_queue
 from delegation.ledger.postgres_sql import (
-    DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, SCHEMA, SCHEMA_LOCK_KEY, SELECT, TABLE_EXISTS,
-    UPDATE_COMPLETION, completion_values, decode, dispatch_values, notify_channel,
+    COMPLETE_REPLAYED, DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, LOCK_RUNNING_RESULTS, SCHEMA,
+    SCHEMA_LOCK_KEY, SELECT, SETTLE_ABANDONED, TABLE_EXISTS, UPDATE_COMPLETION, completion_values, decode,
+    dispatch_values, notify_channel,
 )
-from delegation.ledger.sqlite_rows import _loads, dumps
+from delegation.ledger.postgres_sql import SQL as _SQL
+from delegation.ledger.sqlite_rows import dumps
 
 logger = logging.getLogger("tools.async_delegation")
 _T = TypeVar("_T")
@@ -175,8 +178,7 @@ class PostgresLedger(PostgresSideTables):
 
         def on_ids(ids: list[str] | None) -> None:
             on_rows(None if ids is None else self._select(
-                "WHERE d.delegation_id = ANY(%s) AND d.delivery_state='pending' AND d.state!='running'"
-                " AND d.event_json IS NOT NULL", (ids,)))
+                f"WHERE d.delegation_id = ANY(%s) AND {_SQL.pending_filter}", (ids,)))
         with self._pool_lock:
             if self._listener is None:
                 self._listener = CompletionListener(self.url, self.location, on_ids).start()
@@ -219,7 +221,7 @@ class PostgresLedger(PostgresSideTables):
         self._tokens.pop(delegation_id, None)
 
         def delete(conn: Any) -> None:
-            conn.execute("DELETE FROM async_delegations WHERE delegation_id=%s", (delegation_id,))
+            conn.execute(_SQL.delete_row, (delegation_id,))
         self._write("forgetting an unscheduled unit", delegation_id, delete, delete, no_payload, missing=None)
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
@@ -228,15 +230,10 @@ class PostgresLedger(PostgresSideTables):
             with conn.transaction():
                 if not self._lease_held(conn, token):
                     return False
-                found = conn.execute(
-                    "SELECT result_json FROM async_delegations WHERE delegation_id=%s AND state='running'"
-                    " AND owner_token IS NOT DISTINCT FROM %s FOR UPDATE", (delegation_id, token)).fetchone()
+                found = conn.execute(LOCK_RUNNING_RESULTS, (delegation_id, token)).fetchone()
                 if found is None:
                     return False
-                results = [r for r in ((_loads(found[0]) or {}).get("results") or [])
-                           if r.get("task_index") != entry.get("task_index")]
-                conn.execute("UPDATE async_delegations SET result_json=%s, updated_at=%s WHERE delegation_id=%s",
-                             (dumps({"results": [*results, entry], "partial": True}), now, delegation_id))
+                conn.execute(_SQL.write_results, (with_child(found[0], entry), now, delegation_id))
                 return True
         return self._write("recording a finished child", delegation_id, write, write, lambda: len(dumps(entry)),
                            missing=False)
@@ -305,7 +302,7 @@ class PostgresLedger(PostgresSideTables):
 
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:
-        return self._select("WHERE d.state='running' ORDER BY d.dispatched_at", ())
+        return self._select(_SQL.running_where, ())
 
     def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
         """Whether ``row``'s owner is gone: its lease expired or was revoked, or it ran on this
@@ -333,11 +330,8 @@ class PostgresLedger(PostgresSideTables):
                 if found[0] is not None and not self._revoke_expired(conn, found[0]):
                     return False
                 # delivery_state is left alone: an acknowledged row stays acknowledged.
-                settled = conn.execute(
-                    "UPDATE async_delegations SET state='unknown', completed_at=%s, updated_at=%s, event_json=%s,"
-                    " result_json=%s WHERE delegation_id=%s AND state='running'"
-                    " AND owner_token IS NOT DISTINCT FROM %s RETURNING origin_session",
-                    (now, now, event_json, result_json, delegation_id, found[0])).fetchone()
+                settled = conn.execute(SETTLE_ABANDONED,
+                                       (now, now, event_json, result_json, delegation_id, found[0])).fetchone()
                 if settled is not None:
                     self._notify(conn, delegation_id, settled[0])
                 return settled is not None
@@ -357,15 +351,13 @@ class PostgresLedger(PostgresSideTables):
         return True
 
     def pending_rows(self) -> list[LedgerRow]:
-        return self._select("WHERE d.delivery_state='pending' AND d.state!='running' AND d.event_json IS NOT NULL"
-                            " ORDER BY d.completed_at, d.delegation_id", ())
+        return self._select(_SQL.pending_where, ())
 
     def settled_rows(self, limit: int) -> list[LedgerRow]:
-        return self._select("WHERE d.delivery_state IN ('delivered','dropped') ORDER BY d.updated_at DESC LIMIT %s",
-                            (int(limit),))
+        return self._select(_SQL.settled_where, (int(limit),))
 
     def get(self, delegation_id: str) -> LedgerRow | None:
-        rows = self._select("WHERE d.delegation_id=%s", (delegation_id,))
+        rows = self._select(_SQL.by_id_where, (delegation_id,))
         return rows[0] if rows else None
 
     # -- delivery claims ------------------------------------------------------------------
@@ -373,77 +365,50 @@ class PostgresLedger(PostgresSideTables):
         self._catch_up()  # a claim is granted only on a row this process's kept writes are in
 
         def claim_row(conn: Any) -> bool | None:
-            if conn.execute(
-                    "UPDATE async_delegations SET delivery_claim=%s, delivery_claimed_at=%s,"
-                    " delivery_attempts=delivery_attempts+1 WHERE delegation_id=%s AND delivery_state='pending'"
-                    " AND (delivery_claim IS NULL OR delivery_claimed_at < %s)",
-                    (claim, now, delegation_id, now - lease_s)).rowcount:
+            if conn.execute(_SQL.claim, (claim, now, delegation_id, now - lease_s)).rowcount:
                 return True
-            found = conn.execute("SELECT delivery_claim FROM async_delegations WHERE delegation_id=%s",
-                                 (delegation_id,)).fetchone()
+            found = conn.execute(_SQL.claim_holder, (delegation_id,)).fetchone()
             if found is None:
                 return None
             return found[0] == claim  # our own claim: the first try committed but its answer was lost
         return self._run(claim_row, missing=None)
 
     def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
-        tail = ("SET delivery_state='delivered', delivered_at=%s, updated_at=%s, delivery_claim=NULL"
-                " WHERE delegation_id=%s AND delivery_state='pending'")
-        params = (now, now, delegation_id)
         # Replayed, the claim itself may never have reached the server (it was granted in memory
         # while the server was down), so a row nobody else has claimed is completed too.
         return self._write("completing a delivery", delegation_id,
-                           _updating(tail + " AND delivery_claim=%s", (*params, claim)),
-                           _updating(tail + " AND (delivery_claim=%s OR delivery_claim IS NULL)", (*params, claim)),
-                           no_payload, missing=False)
+                           _updating(_SQL.complete, (now, now, delegation_id, claim)),
+                           _updating(COMPLETE_REPLAYED, (now, now, delegation_id, claim)), no_payload, missing=False)
 
     def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
         def release(conn: Any) -> Any:
-            return conn.execute(
-                "UPDATE async_delegations SET delivery_state=CASE WHEN delivery_attempts>=%s THEN 'dropped'"
-                " ELSE 'pending' END, delivery_claim=NULL, delivery_claimed_at=CASE WHEN delivery_attempts>=%s"
-                " THEN delivery_claimed_at END, updated_at=%s WHERE delegation_id=%s AND delivery_state='pending'"
-                " AND delivery_claim=%s RETURNING delivery_state",
-                (max_attempts, max_attempts, now, delegation_id, claim)).fetchone()
+            return conn.execute(_SQL.release, (max_attempts, max_attempts, now, delegation_id, claim)).fetchone()
         state = self._write("releasing a delivery", delegation_id, release, release, no_payload, missing=None)
         return state[0] if state else ""
 
     def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
-        return self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=%s,"
-                            " delivery_attempts=GREATEST(0, delivery_attempts-1)"
-                            " WHERE delegation_id=%s AND delivery_state='pending' AND delivery_claim=%s",
-                            (now, delegation_id, claim), "deferring a delivery", delegation_id)
+        return self._update(_SQL.defer, (now, delegation_id, claim), "deferring a delivery", delegation_id)
 
     def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
-        guard, params = (" AND delivery_claim=%s", (claim,)) if claim is not None else ("", ())
-        return self._update("SET delivery_state='dropped', updated_at=%s, delivery_claim=NULL"
-                            " WHERE delegation_id=%s AND delivery_state='pending'" + guard,
-                            (now, delegation_id, *params), "dropping a delivery", delegation_id)
+        if claim is None:
+            return self._update(_SQL.drop, (now, delegation_id), "dropping a delivery", delegation_id)
+        return self._update(_SQL.drop_claimed, (now, delegation_id, claim), "dropping a delivery", delegation_id)
 
     def mark_delivered(self, delegation_id: str, now: float) -> bool:
-        return self._update("SET delivery_state='delivered', delivered_at=%s, updated_at=%s, delivery_claim=NULL"
-                            " WHERE delegation_id=%s AND delivery_state!='delivered'", (now, now, delegation_id),
-                            "acknowledging a delivery", delegation_id)
+        return self._update(_SQL.mark_delivered, (now, now, delegation_id), "acknowledging a delivery",
+                            delegation_id)
 
     # -- housekeeping -----------------------------------------------------------------------
     def prune(self, now: float, retention_s: float, max_settled: int) -> int:
-        settled = "delivery_state IN ('delivered','dropped')"
-
         def prune_rows(conn: Any) -> int:
             with conn.transaction():
-                deleted = conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at < %s",
-                                       (now - retention_s,)).rowcount
-                # Keep exactly the newest max_settled by row: rows settled in one tick share updated_at.
-                deleted += conn.execute(
-                    f"DELETE FROM async_delegations WHERE {settled} AND delegation_id NOT IN"
-                    f" (SELECT delegation_id FROM async_delegations WHERE {settled}"
-                    " ORDER BY updated_at DESC, delegation_id DESC LIMIT %s)", (max_settled,)).rowcount
-                return deleted
+                deleted = conn.execute(_SQL.prune_expired, (now - retention_s,)).rowcount
+                return deleted + conn.execute(_SQL.prune_over_cap, (max_settled,)).rowcount
         return self._run(prune_rows, missing=0)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _update(self, tail: str, params: tuple[Any, ...], what: str, delegation_id: str) -> bool:
-        update = _updating(tail, params)
+    def _update(self, statement: str, params: tuple[Any, ...], what: str, delegation_id: str) -> bool:
+        update = _updating(statement, params)
         return self._write(what, delegation_id, update, update, no_payload, missing=False)
 
     def _write(self, what: str, delegation_id: str, write: Callable[[Any], _T], replay: Callable[[Any], Any],
@@ -464,8 +429,8 @@ class PostgresLedger(PostgresSideTables):
                          missing=[])
 
 
-def _updating(tail: str, params: tuple[Any, ...]) -> Callable[[Any], bool]:
-    return lambda conn: conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0
+def _updating(statement: str, params: tuple[Any, ...]) -> Callable[[Any], bool]:
+    return lambda conn: conn.execute(statement, params).rowcount > 0
 
 
 def _schema_complete(conn: Any) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from delegation.ledger.delivery_sql import POSTGRES, DeliverySql
 from delegation.ledger.protocol import DispatchRow, LedgerRow
 from delegation.ledger.sqlite_rows import _COLUMN_NAMES, _decode, _row_values
 from delegation.ledger.sqlite_rows import _COLUMNS as _SQLITE_COLUMNS
@@ -64,12 +65,19 @@ _INSERT = f"INSERT INTO async_delegations ({', '.join(_WRITE_COLUMNS)}) VALUES (
 INSERT_DISPATCH = _INSERT + " ON CONFLICT (delegation_id) DO UPDATE SET " + ", ".join(
     [f"{c}=excluded.{c}" for c in _WRITE_COLUMNS[1:]]
     + ["delivered_at=NULL", "delivery_claim=NULL", "delivery_claimed_at=NULL"])
-# The terminal write is fenced: it moves only a row that is still running under the writer's
-# lease token. A row that vanished is written whole again (the same upsert as SQLite's).
-_TERMINAL_SET = ("state=%s, completed_at=%s, updated_at=%s, event_json=%s, result_json=%s,"
-                 " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL")
-UPDATE_COMPLETION = (f"UPDATE async_delegations SET {_TERMINAL_SET}"
-                     " WHERE delegation_id=%s AND state='running' AND owner_token IS NOT DISTINCT FROM %s")
+SQL = DeliverySql.for_dialect(POSTGRES)  # the statements shared with SQLite
+# A write of a running row is fenced: it moves only a row still running under the writer's
+# lease token, so an owner whose lease was revoked cannot overwrite the recovered row.
+FENCE = " AND owner_token IS NOT DISTINCT FROM %s"
+# The terminal write. A row that vanished is written whole again (the same upsert as SQLite's).
+UPDATE_COMPLETION = SQL.complete_row + " AND state='running'" + FENCE
+LOCK_RUNNING_RESULTS = SQL.running_results + FENCE + " FOR UPDATE"
+SETTLE_ABANDONED = SQL.settle_abandoned + FENCE + " RETURNING origin_session"
+# Completing a delivery on replay: the claim may never have reached the server (it was granted
+# in memory while the server was down), so a row nobody else has claimed is completed too.
+_CLAIMED = " AND delivery_claim=%s"
+assert SQL.complete.endswith(_CLAIMED), "the shared complete statement must end in its claim guard"
+COMPLETE_REPLAYED = SQL.complete[:-len(_CLAIMED)] + " AND (delivery_claim=%s OR delivery_claim IS NULL)"
 INSERT_COMPLETION = _INSERT + " ON CONFLICT (delegation_id) DO NOTHING"
 LOCK_LEASE = "SELECT 1 FROM async_delegation_owners WHERE token=%s FOR SHARE"
 

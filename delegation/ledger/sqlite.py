@@ -25,12 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from delegation.ledger.delivery_sql import SQLITE, DeliverySql, with_child
 from delegation.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
 from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
 from delegation.ledger.sqlite_side import SqliteSideTables
 from delegation.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
     _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
-    _loads, _row_values, dumps,
+    _row_values, dumps,
 )
 
 logger = logging.getLogger("tools.async_delegation")
@@ -41,6 +42,7 @@ BUSY_TIMEOUT_S = 10.0
 _DB_ERRORS = (sqlite3.Error, OSError, ValueError, OverflowError)
 _OPEN_RETRY_S = 0.02
 _T = TypeVar("_T")
+_SQL = DeliverySql.for_dialect(SQLITE)
 
 def secure_files(path: Path, *, create_main: bool = False) -> None:
     """Make the database and any sidecar owner-only; optionally create the main file 0o600."""
@@ -304,8 +306,7 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
         self._write(lambda conn: conn.execute(_INSERT_DISPATCH, values), create=True)
 
     def forget(self, delegation_id: str) -> None:
-        self._write(lambda conn: conn and conn.execute("DELETE FROM async_delegations WHERE delegation_id=?",
-                                                       (delegation_id,)))
+        self._write(lambda conn: conn and conn.execute(_SQL.delete_row, (delegation_id,)))
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
         return self._write(lambda conn: self._record_child(conn, delegation_id, entry, now), transaction=True)
@@ -314,15 +315,10 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
     def _record_child(conn: sqlite3.Connection | None, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
         if conn is None:
             return False
-        found = conn.execute("SELECT result_json FROM async_delegations WHERE delegation_id=? AND state='running'",
-                             (delegation_id,)).fetchone()
+        found = conn.execute(_SQL.running_results, (delegation_id,)).fetchone()
         if found is None:
             return False
-        results = [r for r in ((_loads(found[0]) or {}).get("results") or [])
-                   if r.get("task_index") != entry.get("task_index")]
-        results.append(entry)
-        conn.execute("UPDATE async_delegations SET result_json=?, updated_at=? WHERE delegation_id=?",
-                     (dumps({"results": results, "partial": True}), now, delegation_id))
+        conn.execute(_SQL.write_results, (with_child(found[0], entry), now, delegation_id))
         return True
 
     def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
@@ -340,26 +336,21 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
 
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:
-        return self._select("WHERE state='running' ORDER BY dispatched_at", ())
+        return self._select(_SQL.running_where, ())
 
     def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
         # delivery_state is left alone: a running row is pending unless its in-memory event
         # was already acknowledged (its terminal write had failed), and then it stays delivered.
-        return self._update(
-            "SET state='unknown', completed_at=?, updated_at=?, event_json=?, result_json=?"
-            " WHERE delegation_id=? AND state='running'",
-            (now, now, dumps(event), dumps(result), delegation_id))
+        return self._update(_SQL.settle_abandoned, (now, now, dumps(event), dumps(result), delegation_id))
 
     def pending_rows(self) -> list[LedgerRow]:
-        return self._select("WHERE delivery_state='pending' AND state!='running' AND event_json IS NOT NULL"
-                            " ORDER BY completed_at, delegation_id", ())
+        return self._select(_SQL.pending_where, ())
 
     def settled_rows(self, limit: int) -> list[LedgerRow]:
-        return self._select("WHERE delivery_state IN ('delivered','dropped') ORDER BY updated_at DESC LIMIT ?",
-                            (int(limit),))
+        return self._select(_SQL.settled_where, (int(limit),))
 
     def get(self, delegation_id: str) -> LedgerRow | None:
-        rows = self._select("WHERE delegation_id=?", (delegation_id,))
+        rows = self._select(_SQL.by_id_where, (delegation_id,))
         return rows[0] if rows else None
 
     # -- delivery claims ------------------------------------------------------------------
@@ -370,69 +361,42 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
     def _claim(conn: sqlite3.Connection | None, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
         if conn is None:
             return None
-        changed = conn.execute(
-            "UPDATE async_delegations SET delivery_claim=?, delivery_claimed_at=?,"
-            " delivery_attempts=delivery_attempts+1 WHERE delegation_id=? AND delivery_state='pending'"
-            " AND (delivery_claim IS NULL OR delivery_claimed_at < ?)",
-            (claim, now, delegation_id, now - lease_s)).rowcount
-        if changed:
+        if conn.execute(_SQL.claim, (claim, now, delegation_id, now - lease_s)).rowcount:
             return True
-        exists = conn.execute("SELECT 1 FROM async_delegations WHERE delegation_id=?", (delegation_id,)).fetchone()
+        exists = conn.execute(_SQL.claim_holder, (delegation_id,)).fetchone()
         return False if exists else None
 
     def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
-        return self._update("SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"
-                            " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
-                            (now, now, delegation_id, claim))
+        return self._update(_SQL.complete, (now, now, delegation_id, claim))
 
     def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
-        dropped = self._update(
-            "SET delivery_state='dropped', updated_at=?, delivery_claim=NULL WHERE delegation_id=?"
-            " AND delivery_state='pending' AND delivery_claim=? AND delivery_attempts>=?",
-            (now, delegation_id, claim, max_attempts))
-        if dropped:
-            return "dropped"
-        released = self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=?"
-                                " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
-                                (now, delegation_id, claim))
-        return "pending" if released else ""
+        # fetchall: SQLite finishes a RETURNING statement (and frees its lock) only when stepped to the end
+        rows = self._write(lambda conn: conn.execute(
+            _SQL.release, (max_attempts, max_attempts, now, delegation_id, claim)).fetchall() if conn else [])
+        return rows[0][0] if rows else ""
 
     def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
-        return self._update("SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=?,"
-                            " delivery_attempts=MAX(0, delivery_attempts-1)"
-                            " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
-                            (now, delegation_id, claim))
+        return self._update(_SQL.defer, (now, delegation_id, claim))
 
     def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
-        guard, params = (" AND delivery_claim=?", (claim,)) if claim is not None else ("", ())
-        return self._update("SET delivery_state='dropped', updated_at=?, delivery_claim=NULL"
-                            " WHERE delegation_id=? AND delivery_state='pending'" + guard,
-                            (now, delegation_id, *params))
+        if claim is None:
+            return self._update(_SQL.drop, (now, delegation_id))
+        return self._update(_SQL.drop_claimed, (now, delegation_id, claim))
 
     def mark_delivered(self, delegation_id: str, now: float) -> bool:
-        return self._update("SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"
-                            " WHERE delegation_id=? AND delivery_state!='delivered'", (now, now, delegation_id))
+        return self._update(_SQL.mark_delivered, (now, now, delegation_id))
 
     # -- housekeeping -----------------------------------------------------------------------
     def prune(self, now: float, retention_s: float, max_settled: int) -> int:
         with self._use(transaction=True) as conn:
             if conn is None:
                 return 0
-            settled = "delivery_state IN ('delivered','dropped')"
-            deleted = conn.execute(f"DELETE FROM async_delegations WHERE {settled} AND updated_at < ?",
-                                   (now - retention_s,)).rowcount
-            # Keep exactly the newest max_settled by row, not by timestamp: rows settled in one
-            # tick share updated_at, and a timestamp cutoff would delete them all.
-            deleted += conn.execute(
-                f"DELETE FROM async_delegations WHERE {settled} AND delegation_id NOT IN"
-                f" (SELECT delegation_id FROM async_delegations WHERE {settled}"
-                " ORDER BY updated_at DESC, delegation_id DESC LIMIT ?)", (max_settled,)).rowcount
-            return deleted
+            deleted = conn.execute(_SQL.prune_expired, (now - retention_s,)).rowcount
+            return deleted + conn.execute(_SQL.prune_over_cap, (max_settled,)).rowcount
 
     # -- helpers ----------------------------------------------------------------------------
-    def _update(self, tail: str, params: tuple[Any, ...]) -> bool:
-        return self._write(lambda conn: conn is not None
-                           and conn.execute(f"UPDATE async_delegations {tail}", params).rowcount > 0)
+    def _update(self, statement: str, params: tuple[Any, ...]) -> bool:
+        return self._write(lambda conn: conn is not None and conn.execute(statement, params).rowcount > 0)
 
     def _select(self, tail: str, params: tuple[Any, ...]) -> list[LedgerRow]:
         with self._use() as conn:

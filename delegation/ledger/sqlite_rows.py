@@ -8,6 +8,7 @@ from typing import Any
 
 from delegation.ledger.codec import dumps, loads as _loads  # noqa: F401 - part of this module's API
 from delegation.ledger.codec import decode_row
+from delegation.ledger.delivery_sql import SQLITE, DeliverySql
 from delegation.ledger.protocol import DispatchRow, LedgerRow
 
 _COLUMNS: tuple[tuple[str, str], ...] = (
@@ -55,10 +56,7 @@ _UPSERT_COMPLETION = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT") + (
     " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL"
 )
 # The common case of the terminal write: the same fields, on the row written at dispatch.
-_UPDATE_COMPLETION = (
-    "UPDATE async_delegations SET state=?, completed_at=?, updated_at=?, event_json=?, result_json=?,"
-    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL WHERE delegation_id=?"
-)
+_UPDATE_COMPLETION = DeliverySql.for_dialect(SQLITE).complete_row
 
 
 def _row_values(row: DispatchRow, state: str, completed_at: float | None, now: float,
