@@ -41,6 +41,7 @@ from delegation.states import ACTIVE_STATES, FAILED_STATES, LIVE_STATES
 from delegation.units import UnitSpec, capacity_error, invalid_dispatch, new_record
 
 Record = dict[str, Any]
+FULL_ACROSS_HOSTS = object()  # _persist_dispatch: a ledger shared by several hosts has no free slot
 
 
 _ids = random.Random(os.urandom(32))
@@ -109,7 +110,8 @@ class Delegations:
         with self.lock:
             if did in self.records:
                 return {"status": "rejected", "error": f"delegation_id {did!r} is already in use; pass a new id or none"}
-            if slot not in self.slots and len(self.slots) >= cap:
+            opens_slot = slot not in self.slots
+            if opens_slot and len(self.slots) >= cap:
                 return {"status": "rejected", "error": capacity_error(record["is_batch"], cap)}
             self.records[did] = record
             self.slots[slot] += holds
@@ -118,7 +120,11 @@ class Delegations:
             live_units = (0 if len(self.records) <= cap
                           else sum(1 for r in self.records.values() if r["status"] in LIVE_STATES))
         notify("dispatching", did, record=record)
-        warning = self._persist_dispatch(record)
+        warning = self._persist_dispatch(record, cap if opens_slot else None)
+        if warning is FULL_ACROSS_HOSTS:
+            self._abandon_unscheduled(record, holds)
+            return {"status": "rejected", "error": capacity_error(record["is_batch"], cap).replace(
+                f"({cap} running)", f"({cap} running on all hosts sharing the ledger)")}
         # The worker runs in the dispatcher's context (session variables, profile). A Context can
         # be entered by one thread at a time, so the monitor's forced finalize uses a copy.
         context = record["_context"] = contextvars.copy_context()
@@ -141,8 +147,10 @@ class Delegations:
             handle["warning"] = warning
         return handle
 
-    def _persist_dispatch(self, record: Record) -> str | None:
-        """Write the ``running`` row. On failure the unit still runs, delivered in memory only."""
+    def _persist_dispatch(self, record: Record, cap: int | None = None) -> str | object | None:
+        """Write the ``running`` row. On failure the unit still runs, delivered in memory only.
+        ``cap``: the unit opens a new slot; a ledger shared by several hosts admits it only if
+        a slot is free on all of them (else ``FULL_ACROSS_HOSTS``, nothing written)."""
         ledger = self.ledger()
         pid, started = current_owner()
         task = {k: record[k] for k in ("goal", "context", "toolsets", "role", "model", "is_batch")}
@@ -150,12 +158,18 @@ class Delegations:
                                             *ROUTING_KEYS)
                      if record.get(k)})
         task["owner_cwd"] = os.getcwd()
+        if record["slot_key"] != record["delegation_id"]:
+            task["slot_key"] = record["slot_key"]  # a shared ledger counts the call's units as one slot
         row = DispatchRow(record["delegation_id"], record["session_key"], record["dispatched_at"], task,
                           record["origin_ui_session_id"], record["origin_session_id"], record["parent_session_id"],
                           pid, started)
         record["_ledger"], record["_ledger_row"] = ledger, row
+        within = getattr(ledger, "persist_dispatch_within", None) if cap is not None else None
         try:
-            ledger.persist_dispatch(row, time.time())
+            if within is None:
+                ledger.persist_dispatch(row, time.time())
+            elif not within(row, time.time(), cap):
+                return FULL_ACROSS_HOSTS
         except Exception as exc:  # any backend failure: the slot is taken, so the unit must run
             self.health.report(ledger, "recording a dispatch", exc,
                                "The unit runs and its result is delivered in memory only.")

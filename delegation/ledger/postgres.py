@@ -39,6 +39,7 @@ from delegation.ledger.postgres_listen import CompletionListener
 from delegation.ledger.postgres_side import PostgresSideTables
 from delegation.ledger.postgres_outbox import WriteOutbox, no_payload
 from delegation.ledger import postgres_replay as replays
+from delegation.ledger import postgres_capacity as capacity
 from delegation.ledger import postgres_queue as work_queue
 from delegation.ledger.postgres_sql import (
     COMPLETE_REPLAYED, DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, LOCK_RUNNING_RESULTS, SCHEMA,
@@ -202,8 +203,8 @@ class PostgresLedger(PostgresSideTables):
             pool.close()
 
     # -- writes of the running engine ------------------------------------------------
-    def persist_dispatch(self, row: DispatchRow, now: float) -> None:
-        def write(conn: Any) -> None:
+    def persist_dispatch(self, row: DispatchRow, now: float, write: Callable[[Any], None] | None = None) -> None:
+        def insert(conn: Any) -> None:
             token = self.lease.token(conn, verify=True)  # never stamp a row with a revoked lease
             conn.execute(INSERT_DISPATCH, dispatch_values(row, now, self.host_id, token))
             self._tokens[row.delegation_id] = token
@@ -214,8 +215,23 @@ class PostgresLedger(PostgresSideTables):
             token = self.lease.token(conn, verify=True)
             self._tokens[row.delegation_id] = replays.dispatch_once(
                 conn, dispatch_values(row, now, self.host_id, token), row.delegation_id)
-        self._write("recording a dispatch", row.delegation_id, write, replay, lambda: len(dumps(row.task)),
+        self._write("recording a dispatch", row.delegation_id, write or insert, replay, lambda: len(dumps(row.task)),
                     create=True)
+
+    def persist_dispatch_within(self, row: DispatchRow, now: float, max_running: int) -> bool:
+        """``persist_dispatch`` of a unit that opens a new capacity slot, only if fewer than
+        ``max_running`` slots run on all hosts together (``postgres_capacity``); False if not.
+        While the server is unreachable the capacity cannot be asked: the row is kept for replay
+        like any dispatch and the caller's own (per process) limit decides."""
+        admitted = [True]
+
+        def write(conn: Any) -> None:
+            token = self.lease.token(conn, verify=True)
+            admitted[0] = capacity.dispatch_within(conn, dispatch_values(row, now, self.host_id, token), max_running)
+            if admitted[0]:
+                self._tokens[row.delegation_id] = token
+        self.persist_dispatch(row, now, write=write)
+        return admitted[0]
 
     def forget(self, delegation_id: str) -> None:
         self._tokens.pop(delegation_id, None)
