@@ -123,8 +123,8 @@ class Delegations:
         warning = self._persist_dispatch(record, cap if opens_slot else None)
         if warning is FULL_ACROSS_HOSTS:
             self._abandon_unscheduled(record, holds)
-            return {"status": "rejected", "error": capacity_error(record["is_batch"], cap).replace(
-                f"({cap} running)", f"({cap} running on all hosts sharing the ledger)")}
+            return {"status": "rejected",
+                    "error": capacity_error(record["is_batch"], cap, " on all hosts sharing the ledger")}
         # The worker runs in the dispatcher's context (session variables, profile). A Context can
         # be entered by one thread at a time, so the monitor's forced finalize uses a copy.
         context = record["_context"] = contextvars.copy_context()

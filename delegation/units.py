@@ -72,8 +72,9 @@ def invalid_dispatch(runner: Any, cap: Any) -> str | None:
     return None
 
 
-def capacity_error(is_batch: bool, cap: int) -> str:
-    head = f"Async delegation capacity reached ({cap} running). Wait for one to finish (its result will re-enter the chat)"
+def capacity_error(is_batch: bool, cap: int, where: str = "") -> str:
+    """``where``: how far the count reached, e.g. " on all hosts sharing the ledger"."""
+    head = f"Async delegation capacity reached ({cap} running{where}). Wait for one to finish (its result will re-enter the chat)"
     if is_batch:
         return (f"{head}, run this task synchronously (background=false), or raise "
                 "delegation.max_concurrent_children in config.yaml to allow more concurrent background units.")

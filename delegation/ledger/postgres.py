@@ -79,6 +79,7 @@ class PostgresLedger(PostgresSideTables):
         self._pool_lock = threading.Lock()
         self._schema: str | None = None  # set once the tables are known to exist
         self._tokens: dict[str, int] = {}  # delegation id -> the lease token it was dispatched under
+        self._claimed: set[str] = set()  # ids claimed from the work queue, not yet started here
         self._down: LedgerError | None = None  # why the server was unusable at the last attempt
         self._down_at = 0.0
         self._listener: CompletionListener | None = None
@@ -221,8 +222,14 @@ class PostgresLedger(PostgresSideTables):
     def persist_dispatch_within(self, row: DispatchRow, now: float, max_running: int) -> bool:
         """``persist_dispatch`` of a unit that opens a new capacity slot, only if fewer than
         ``max_running`` slots run on all hosts together (``postgres_capacity``); False if not.
-        While the server is unreachable the capacity cannot be asked: the row is kept for replay
-        like any dispatch and the caller's own (per process) limit decides."""
+        A unit this process claimed from the work queue is not asked again: its claim took its
+        slot (counting it now would count it against itself). While the server is unreachable
+        the capacity cannot be asked: the row is kept for replay like any dispatch and the
+        caller's own (per process) limit decides."""
+        if row.delegation_id in self._claimed:
+            self._claimed.discard(row.delegation_id)
+            self.persist_dispatch(row, now)
+            return True
         admitted = [True]
 
         def write(conn: Any) -> None:
@@ -235,6 +242,7 @@ class PostgresLedger(PostgresSideTables):
 
     def forget(self, delegation_id: str) -> None:
         self._tokens.pop(delegation_id, None)
+        self._claimed.discard(delegation_id)
 
         def delete(conn: Any) -> None:
             conn.execute(_SQL.delete_row, (delegation_id,))
@@ -306,6 +314,7 @@ class PostgresLedger(PostgresSideTables):
             row = work_queue.claim(conn, now, self.host_id, self.owner(), token, max_running)
             if row is not None:
                 self._tokens[row.delegation_id] = token
+                self._claimed.add(row.delegation_id)
             return row
         return self._run(take, create=True)
 

@@ -4,9 +4,9 @@ A parent that dispatches to workers only inserts a ``queued`` row (its task JSON
 spec a worker needs: goals, context, role, model, task indexes, routing) and notifies. An
 ``offload worker`` claims queued rows one at a time:
 
-- claims are serialised by a transaction-scoped advisory lock, inside which the worker counts
-  the running rows whose owner lease is live on ANY host, so ``max_concurrent_children`` holds
-  across all hosts, not per process; the row itself is taken ``FOR UPDATE SKIP LOCKED``;
+- a claim takes a capacity slot (``postgres_capacity.admitting``: counted on ALL hosts under
+  one advisory lock, the same budget local dispatch draws from), so ``max_concurrent_children``
+  holds across all hosts, not per process; the row itself is taken ``FOR UPDATE SKIP LOCKED``;
 - the claim moves the row to ``running`` under the worker's lease token in the same statement,
   so from then on it is recovered like any other running row if the worker dies (after its
   lease, finished children keep their real results).
@@ -18,18 +18,15 @@ from __future__ import annotations
 from typing import Any
 
 from delegation.ledger.protocol import DispatchRow
-from delegation.ledger.postgres_sql import DB_NOW, SCHEMA_LOCK_KEY, SELECT, decode, dispatch_values
+from delegation.ledger.postgres_capacity import admitting
+from delegation.ledger.postgres_sql import SELECT, decode, dispatch_values
 from delegation.ledger.postgres_sql import _INSERT, _WRITE_COLUMNS  # the same columns as a dispatch
 
-CLAIM_LOCK_KEY = "offload worker claims"
 _ENQUEUE = _INSERT + " ON CONFLICT (delegation_id) DO NOTHING"
-_LIVE_RUNNING = (f"SELECT count(*) FROM async_delegations d JOIN async_delegation_owners o ON o.token = d.owner_token"
-                 f" WHERE d.state = 'running' AND o.expires_at > {DB_NOW}")
 _CLAIM = ("UPDATE async_delegations SET state='running', owner_host=%s, owner_pid=%s, owner_started_at=%s,"
           " owner_token=%s, updated_at=%s WHERE delegation_id = (SELECT delegation_id FROM async_delegations"
           " WHERE state='queued' ORDER BY dispatched_at, delegation_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
           " RETURNING delegation_id")
-assert SCHEMA_LOCK_KEY != CLAIM_LOCK_KEY
 
 
 def enqueue(conn: Any, row: DispatchRow, now: float, host_id: str) -> bool:
@@ -40,11 +37,10 @@ def enqueue(conn: Any, row: DispatchRow, now: float, host_id: str) -> bool:
 
 
 def claim(conn: Any, now: float, host_id: str, owner: tuple[int, int | None], token: int, max_running: int):
-    """Take the oldest queued row for this worker if fewer than ``max_running`` run anywhere;
-    the claimed row (now ``running`` under ``token``), or None."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))", (CLAIM_LOCK_KEY,))
-        if conn.execute(_LIVE_RUNNING).fetchone()[0] >= max_running:
+    """Take the oldest queued row for this worker if fewer than ``max_running`` slots run on all
+    hosts; the claimed row (now ``running`` under ``token``), or None."""
+    with admitting(conn, max_running) as free:
+        if not free:
             return None
         taken = conn.execute(_CLAIM, (host_id, owner[0], owner[1], token, now)).fetchone()
         if taken is None:

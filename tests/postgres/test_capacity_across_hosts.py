@@ -1,17 +1,27 @@
 """``max_concurrent_children`` holds across hosts for units run where they were dispatched
 (``run_on: local``): a dispatch that opens a new slot is admitted only if fewer slots than the
-cap run on all hosts sharing the ledger, counted in the same transaction as the insert."""
+cap run on all hosts sharing the ledger, counted in the same transaction as the insert. Local
+units and ``offload worker`` claims draw from that one budget, a worker's claim being its
+unit's admission; a refused call behaves as on one machine (it runs synchronously with the
+same note)."""
 from __future__ import annotations
 
 import signal
 import threading
 import time
 
+import json
+import sys
+
 import pytest
 
+import tools.delegate_tool as dt
 from delegation.ledger.postgres import PostgresLedger
 from delegation.ledger.protocol import DispatchRow
+from offload.model_server import text_reply
+from tests.delegate.fakes import FakeParent
 from tests.postgres.conftest import LEASE_S, Host, host_home
+from tests.postgres.test_workers import queue_units
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 
@@ -61,8 +71,78 @@ def test_the_last_slot_taken_on_another_host_is_not_taken_here_until_that_owner_
         release.set()
 
 
-def row(did: str) -> DispatchRow:
-    return DispatchRow(did, SESSION, 1.0, {"goal": "g"}, owner_pid=1, owner_started_at=1)
+def delegate_in_background(monkeypatch, cap: int, goal: str, parent: FakeParent | None = None) -> dict:
+    """One ``delegate_task`` call as a parent agent makes it, with ``max_concurrent_children=cap``."""
+    monkeypatch.setattr(dt, "_load_config", lambda: {"max_concurrent_children": cap})
+    return json.loads(dt.delegate_task(goal=goal, background=True, parent_agent=parent or FakeParent()))
+
+
+def test_a_worker_and_a_local_host_draw_from_one_budget(hosts, tmp_path, pg_schema, host_b, model_server,
+                                                        monkeypatch):
+    answer = threading.Event()
+    server = model_server(lambda request: (answer.wait(60), text_reply("real"))[1])
+    worker = Host(tmp_path, "host-a", pg_schema.url, "", argv=[sys.executable, "-m", "offload", "worker", "-c", "1"],
+                  config={"model": "demo-model", "base_url": server.url, "delegation": {"max_concurrent_children": 1}})
+    hosts.append(worker)
+    worker.wait_for("offload worker on")
+    release = threading.Event()
+    try:
+        [first] = queue_units(host_b, 1, prefix="deleg_cap_a")
+        worker.wait_for(f"started {first}")  # its claim is its admission: not refused against itself
+        refused = dispatch(release, 1)  # the worker's unit on host A holds the one slot
+        assert refused["status"] == "rejected" and "1 running on all hosts sharing the ledger" in refused["error"]
+        # What the parent agent sees is what it sees on one machine when the pool is full.
+        inline = delegate_in_background(monkeypatch, 1, "overflow")
+        assert inline["mode"] == "sync" and "max_concurrent_children=1" in inline["note"]
+        assert inline["results"][0]["summary"] == "done: overflow"
+
+        answer.set()
+        worker.wait_for(f"finished {first}")
+        held = FakeParent(lambda child: (release.wait(60), {"final_response": "x", "completed": True})[1])
+        assert delegate_in_background(monkeypatch, 1, "local", held)["status"] == "dispatched"
+        [second] = queue_units(host_b, 1, prefix="deleg_cap_b")
+        assert host_b.claim_queued_unit(time.time(), 1) is None  # the local unit on host B holds the slot
+        assert host_b.get(second).state == "queued"
+    finally:
+        release.set()
+        answer.set()
+    worker.wait_for(f"started {second}")  # the slot is free again once host B's unit finished
+
+
+def test_a_claimed_unit_starts_on_its_claim_and_counts_against_every_other_host(pg_schema):
+    worker, local = (PostgresLedger(pg_schema.url, host_id=h) for h in ("host-worker", "host-local"))
+    try:
+        worker.enqueue_unit(row("deleg_queued"), 1.0)
+        claimed = worker.claim_queued_unit(1.0, 1)
+        assert claimed is not None and claimed.delegation_id == "deleg_queued"
+        assert worker.persist_dispatch_within(row("deleg_queued"), 1.0, 1) is True  # starting it asks nothing
+        assert local.persist_dispatch_within(row("deleg_local"), 1.0, 1) is False
+        assert local.persist_dispatch_within(row("deleg_local"), 1.0, 2) is True
+        worker.enqueue_unit(row("deleg_queued_2"), 1.0)
+        assert worker.claim_queued_unit(1.0, 2) is None  # 2 slots run: one claimed, one local
+        assert worker.persist_dispatch_within(row("deleg_fresh"), 1.0, 3) is True  # a new unit is asked
+        assert worker.persist_dispatch_within(row("deleg_fresh_2"), 1.0, 3) is False
+    finally:
+        worker.close()
+        local.close()
+
+
+def test_the_units_of_one_local_call_are_one_slot_to_worker_claims_too(pg_schema):
+    worker, local = (PostgresLedger(pg_schema.url, host_id=h) for h in ("host-worker", "host-local"))
+    try:
+        assert local.persist_dispatch_within(row("deleg_call-1"), 1.0, 2) is True
+        local.persist_dispatch(row("deleg_call-2", slot_key="deleg_call-1"), 1.0)  # shares its call's slot
+        worker.enqueue_unit(row("deleg_queued"), 1.0)
+        assert worker.claim_queued_unit(1.0, 2) is not None  # 1 slot ran, not 2
+        worker.enqueue_unit(row("deleg_queued_2"), 1.0)
+        assert worker.claim_queued_unit(1.0, 2) is None
+    finally:
+        worker.close()
+        local.close()
+
+
+def row(did: str, **task) -> DispatchRow:
+    return DispatchRow(did, SESSION, 1.0, {"goal": "g", **task}, owner_pid=1, owner_started_at=1)
 
 
 def test_two_hosts_racing_for_the_last_slot_never_both_get_it(pg_schema):
