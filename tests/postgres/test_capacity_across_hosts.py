@@ -20,6 +20,7 @@ from delegation.ledger.postgres import PostgresLedger
 from delegation.ledger.protocol import DispatchRow
 from offload.model_server import text_reply
 from tests.delegate.fakes import FakeParent
+from tests.engine.conftest import drain_queue, wait_event
 from tests.postgres.conftest import LEASE_S, Host, host_home
 from tests.postgres.test_workers import queue_units
 from tools import async_delegation as ad
@@ -40,6 +41,7 @@ def host_b(tmp_path, monkeypatch, pg_schema):
     yield delivery.current_ledger()
     ad._reset_for_tests()
     delivery.reset_for_tests()
+    drain_queue()  # results of this host's units, so no later test takes them for its own
 
 
 def dispatch(release: threading.Event, cap: int) -> dict:
@@ -99,13 +101,15 @@ def test_a_worker_and_a_local_host_draw_from_one_budget(hosts, tmp_path, pg_sche
         answer.set()
         worker.wait_for(f"finished {first}")
         held = FakeParent(lambda child: (release.wait(60), {"final_response": "x", "completed": True})[1])
-        assert delegate_in_background(monkeypatch, 1, "local", held)["status"] == "dispatched"
+        local = delegate_in_background(monkeypatch, 1, "local", held)
+        assert local["status"] == "dispatched"
         [second] = queue_units(host_b, 1, prefix="deleg_cap_b")
         assert host_b.claim_queued_unit(time.time(), 1) is None  # the local unit on host B holds the slot
         assert host_b.get(second).state == "queued"
     finally:
         release.set()
         answer.set()
+    wait_event(local["delegation_id"], timeout_s=30)
     worker.wait_for(f"started {second}")  # the slot is free again once host B's unit finished
 
 
