@@ -107,6 +107,23 @@ class Host:
 
 
 @pytest.fixture
+def host_b(tmp_path, monkeypatch, pg_schema):
+    """This test process, acting as host B on the same ledger, with a fresh engine; the results
+    of its units are drained at the end, so no later test takes them for its own."""
+    from tests.engine.conftest import drain_queue
+    from tools import async_delegation as ad
+    from tools import async_delegation_delivery as delivery
+
+    monkeypatch.setenv("HERMES_HOME", str(host_home(tmp_path, "host-b")))
+    monkeypatch.setenv("OFFLOAD_LEDGER_URL", pg_schema.url)
+    monkeypatch.setenv("OFFLOAD_HOST_ID", "host-b")
+    ad._reset_for_tests()
+    yield delivery.current_ledger()
+    ad._reset_for_tests()
+    drain_queue()
+
+
+@pytest.fixture
 def hosts(tmp_path) -> Iterator[list[Host]]:
     """Collects the hosts a test starts and kills what is left of them at teardown."""
     started: list[Host] = []

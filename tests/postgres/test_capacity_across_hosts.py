@@ -6,12 +6,11 @@ unit's admission; a refused call behaves as on one machine (it runs synchronousl
 same note)."""
 from __future__ import annotations
 
+import json
 import signal
+import sys
 import threading
 import time
-
-import json
-import sys
 
 import pytest
 
@@ -20,28 +19,13 @@ from delegation.ledger.postgres import PostgresLedger
 from delegation.ledger.protocol import DispatchRow
 from offload.model_server import text_reply
 from tests.delegate.fakes import FakeParent
-from tests.engine.conftest import drain_queue, wait_event
-from tests.postgres.conftest import LEASE_S, Host, host_home
+from tests.engine.conftest import wait_event
+from tests.postgres.conftest import LEASE_S, Host
 from tests.postgres.test_workers import queue_units
 from tools import async_delegation as ad
-from tools import async_delegation_delivery as delivery
 
 pytestmark = pytest.mark.timeout(90)
 SESSION = "agent:main:cli:dm:1"
-
-
-@pytest.fixture
-def host_b(tmp_path, monkeypatch, pg_schema):
-    """This test process, acting as host B on the same ledger."""
-    monkeypatch.setenv("HERMES_HOME", str(host_home(tmp_path, "host-b")))
-    monkeypatch.setenv("OFFLOAD_LEDGER_URL", pg_schema.url)
-    monkeypatch.setenv("OFFLOAD_HOST_ID", "host-b")
-    delivery.reset_for_tests()
-    ad._reset_for_tests()
-    yield delivery.current_ledger()
-    ad._reset_for_tests()
-    delivery.reset_for_tests()
-    drain_queue()  # results of this host's units, so no later test takes them for its own
 
 
 def dispatch(release: threading.Event, cap: int) -> dict:

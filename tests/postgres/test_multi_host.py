@@ -14,21 +14,10 @@ import time
 
 import pytest
 
-from tests.postgres.conftest import LEASE_S, Host, host_home
+from tests.postgres.conftest import LEASE_S, Host
 from tools import async_delegation_delivery as delivery
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-def host_b(tmp_path, monkeypatch, pg_schema):
-    """This test process, acting as host B on the same ledger."""
-    monkeypatch.setenv("HERMES_HOME", str(host_home(tmp_path, "host-b")))
-    monkeypatch.setenv("OFFLOAD_LEDGER_URL", pg_schema.url)
-    monkeypatch.setenv("OFFLOAD_HOST_ID", "host-b")
-    delivery.reset_for_tests()
-    yield delivery.current_ledger()
-    delivery.reset_for_tests()
 
 
 def start_owner(hosts, tmp_path, url: str, host_id: str, *goals: str) -> tuple[Host, str]:
