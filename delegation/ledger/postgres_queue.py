@@ -19,14 +19,16 @@ from typing import Any
 
 from delegation.ledger.protocol import DispatchRow
 from delegation.ledger.postgres_capacity import admitting
-from delegation.ledger.postgres_sql import SELECT, decode, dispatch_values
-from delegation.ledger.postgres_sql import _INSERT, _WRITE_COLUMNS  # the same columns as a dispatch
+from delegation.ledger.postgres_sql import decode, dispatch_values
+from delegation.ledger.postgres_sql import _INSERT, _ROW_COLUMNS, _WRITE_COLUMNS  # the same columns as a dispatch
 
 _ENQUEUE = _INSERT + " ON CONFLICT (delegation_id) DO NOTHING"
+# The claimed row comes back whole (as ``SELECT`` reads it; its lease is this worker's, just
+# verified): no second round trip to read it.
 _CLAIM = ("UPDATE async_delegations SET state='running', owner_host=%s, owner_pid=%s, owner_started_at=%s,"
           " owner_token=%s, updated_at=%s WHERE delegation_id = (SELECT delegation_id FROM async_delegations"
           " WHERE state='queued' ORDER BY dispatched_at, delegation_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
-          " RETURNING delegation_id")
+          f" RETURNING {', '.join(_ROW_COLUMNS)}, true")
 
 
 def enqueue(conn: Any, row: DispatchRow, now: float, host_id: str) -> bool:
@@ -43,9 +45,7 @@ def claim(conn: Any, now: float, host_id: str, owner: tuple[int, int | None], to
         if not free:
             return None
         taken = conn.execute(_CLAIM, (host_id, owner[0], owner[1], token, now)).fetchone()
-        if taken is None:
-            return None
-        return decode(conn.execute(f"{SELECT} WHERE d.delegation_id=%s", (taken[0],)).fetchone())
+        return None if taken is None else decode(taken)
 
 
 def queued_count(conn: Any) -> int:

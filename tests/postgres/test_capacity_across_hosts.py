@@ -103,6 +103,9 @@ def test_a_claimed_unit_starts_on_its_claim_and_counts_against_every_other_host(
         worker.enqueue_unit(row("deleg_queued"), 1.0)
         claimed = worker.claim_queued_unit(1.0, 1)
         assert claimed is not None and claimed.delegation_id == "deleg_queued"
+        assert (claimed.state, claimed.task, claimed.extra["owner_host"], claimed.extra["lease_live"]) == (
+            "running", {"goal": "g"}, "host-worker", True)  # the claimed row as a read of it returns it
+        assert claimed.extra["owner_token"] == worker.get("deleg_queued").extra["owner_token"]
         assert worker.persist_dispatch_within(row("deleg_queued"), 1.0, 1) is True  # starting it asks nothing
         assert local.persist_dispatch_within(row("deleg_local"), 1.0, 1) is False
         assert local.persist_dispatch_within(row("deleg_local"), 1.0, 2) is True
