@@ -121,8 +121,15 @@ def _growth_pair(base: str, rows: int, burst: int, root: Path) -> dict[str, floa
     return figures
 
 
-def _workers_run(base: str, n_workers: int, units: int, server_url: str, root: Path) -> float:
-    """Units/s through ``n_workers`` worker processes draining ``units`` queued units."""
+def model_server(reply_s: float, root: Path) -> ServerProcess:
+    """The loopback model server, each reply taking ``reply_s``: a streamed reply is 5 chunks
+    (role, 2 of text, finish, usage) with 4 equal gaps between them."""
+    return ServerProcess(2, reply_s / 4, root / "model-server.log")
+
+
+def queue_and_drain(url: str, units: int, who: str) -> float:
+    """Queue ``units`` one-subagent units in the ledger at ``url`` and wait until every one has
+    a terminal row; the seconds from the first enqueue to the last terminal row."""
     import psycopg
 
     from delegation.ledger import DispatchRow, open_ledger
@@ -130,37 +137,47 @@ def _workers_run(base: str, n_workers: int, units: int, server_url: str, root: P
     from tools.delegate_config import DelegationConfig
     from tools.delegate_queue import unit_spec
 
+    ledger = open_ledger(url, host_id="bench-parent")
+    routing = {"session_key": "bench:session", "parent_session_id": None, "origin": {}}
+    started = time.perf_counter()
+    for i in range(units):
+        unit = dt.Batch(tasks=[dt.TaskArgs(goal=f"bench unit number {i}")], children=[], parent=None,
+                        cfg=DelegationConfig(), creds={"model": "bench-model"}, indexes=[0])
+        ledger.enqueue_unit(DispatchRow(f"deleg_b{i:06d}", "bench:session", time.time(), unit_spec(unit, routing)),
+                            time.time())
+    with psycopg.connect(url, autocommit=True) as conn:
+        while conn.execute("SELECT count(*) FROM async_delegations WHERE state NOT IN ('queued', 'running')"
+                           ).fetchone()[0] < units:
+            if time.perf_counter() - started > 300:
+                raise RuntimeError(f"{who} did not drain {units} units in 300 s")
+            time.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    ledger.close()
+    return elapsed
+
+
+def start_worker(url: str, server_url: str, home: Path, host_id: str, argv: list[str] | None = None
+                 ) -> subprocess.Popen:
+    """An ``offload worker -c WORKER_CONCURRENCY`` process (or ``argv``) on ``url``, listening."""
+    (home / "config.yaml").write_text(f"model: bench-model\nbase_url: {server_url}\n"
+                                      "delegation:\n  max_concurrent_children: 256\n")
+    env = {**os.environ, "HERMES_HOME": str(home), "OFFLOAD_LEDGER_URL": url, "OFFLOAD_HOST_ID": host_id,
+           "PYTHONPATH": str(REPO_ROOT)}
+    argv = argv or [sys.executable, "-m", "offload", "worker", "-c", str(WORKER_CONCURRENCY)]
+    proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc.stdout.readline()  # "offload worker on ..." once it listens
+    return proc
+
+
+def _workers_run(base: str, n_workers: int, units: int, server_url: str, root: Path) -> float:
+    """Units/s through ``n_workers`` worker processes draining ``units`` queued units."""
     schema = Schema(base)
     procs: list[subprocess.Popen] = []
     try:
         for k in range(n_workers):
             home = Path(tempfile.mkdtemp(prefix=f"worker{k}-", dir=root))
-            (home / "config.yaml").write_text(f"model: bench-model\nbase_url: {server_url}\n"
-                                              "delegation:\n  max_concurrent_children: 256\n")
-            env = {**os.environ, "HERMES_HOME": str(home), "OFFLOAD_LEDGER_URL": schema.url,
-                   "OFFLOAD_HOST_ID": f"bench-worker-{k}", "PYTHONPATH": str(REPO_ROOT)}
-            procs.append(subprocess.Popen([sys.executable, "-m", "offload", "worker", "-c", str(WORKER_CONCURRENCY)],
-                                          env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                          text=True))
-        for proc in procs:
-            proc.stdout.readline()  # "offload worker on ..." once it listens
-        ledger = open_ledger(schema.url, host_id="bench-parent")
-        routing = {"session_key": "bench:session", "parent_session_id": None, "origin": {}}
-        started = time.perf_counter()
-        for i in range(units):
-            unit = dt.Batch(tasks=[dt.TaskArgs(goal=f"bench unit number {i}")], children=[], parent=None,
-                            cfg=DelegationConfig(), creds={"model": "bench-model"}, indexes=[0])
-            ledger.enqueue_unit(DispatchRow(f"deleg_b{i:06d}", "bench:session", time.time(), unit_spec(unit, routing)),
-                                time.time())
-        with psycopg.connect(schema.url, autocommit=True) as conn:
-            while conn.execute("SELECT count(*) FROM async_delegations WHERE state NOT IN ('queued', 'running')"
-                               ).fetchone()[0] < units:
-                if time.perf_counter() - started > 300:
-                    raise RuntimeError(f"{n_workers} workers did not drain {units} units in 300 s")
-                time.sleep(0.02)
-        elapsed = time.perf_counter() - started
-        ledger.close()
-        return units / elapsed
+            procs.append(start_worker(schema.url, server_url, home, f"bench-worker-{k}"))
+        return units / queue_and_drain(schema.url, units, f"{n_workers} workers")
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -178,7 +195,7 @@ def run(n: int, rows: int, burst: int, units: int, reply_s: float, rounds: int, 
     if base is None:
         return {"case": 5, "title": "PostgreSQL ledger", "metrics": {}, "headlines": [],
                 "skipped": "no PostgreSQL: set OFFLOAD_BENCH_POSTGRES_DSN or run `eval \"$(.ci/postgres-up)\"`"}
-    server = ServerProcess(2, reply_s / 2, root / "model-server.log")  # 2 chunks, reply_s apart in total
+    server = model_server(reply_s, root)
     per_round: list[dict[str, float]] = []
     try:
         for r in range(rounds):
