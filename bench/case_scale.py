@@ -4,7 +4,8 @@ whose token moves on every sample (an active child), so a sweep does its full wr
 Per round, at three live counts (100, 1,000 and 2,000 by default): the time of one stall
 sweep (``_check_stalls(now)``) and of ``list_async_delegations()`` (fastest of 25 equally
 long samples in 5 bursts), the listing's CPU time per live unit (its thread's CPU time, which
-the machine's other processes do not inflate as much as they do wall time), and one more
+the machine's other processes do not inflate as much as they do wall time) back to back and
+after evicting the CPU caches (as other work between two /agents polls does), and one more
 dispatch (median of 10). Linearity is the ratio of times over the ratio of counts: 1,000/100
 (where the roster outgrows the CPU caches) and 2,000/1,000 (past that step); for the CPU per
 unit, flat is 1. In a separate phase (tracemalloc slows everything, so no
@@ -27,6 +28,9 @@ from tools.process_registry import process_registry
 
 BURSTS, SAMPLES_PER_BURST, BURST_GAP_S = 5, 5, 0.05  # timed samples per point, spread out in time
 EXTRA_DISPATCHES = 10  # "one more dispatch", timed this many times at each live count
+# Copied over before each cold listing: 16 MB touched pushes every unit's record, sampler and
+# listed copy out of the per-core L2 (1 MB here), as other work does between two /agents polls.
+_EVICT_SRC, _EVICT_DST = bytearray(8 << 20), bytearray(8 << 20)
 
 
 class LiveUnits:
@@ -71,14 +75,16 @@ class LiveUnits:
         return received
 
 
-def _timed_min(fn: Callable[[], Any], calls: int = 1, clock: Callable[[], float] = time.perf_counter) -> float:
+def _timed_min(fn: Callable[[], Any], calls: int = 1, clock: Callable[[], float] = time.perf_counter,
+               evict: bool = False) -> float:
     """Seconds per call: the fastest sample of ``calls`` back-to-back calls.
 
     A CPU-bound call is only ever slowed by the machine's other work, so the fastest sample
     is its cost; samples come in bursts spread over a quarter second, so one busy moment of
     a shared machine cannot spoil them all. ``calls`` makes samples at the small live count
     as long as one call at the large count: a short sample finds a quiet moment far more
-    often than a long one, which would bias the large/small ratio upward. ``clock`` may be
+    often than a long one, which would bias the large/small ratio upward; ``evict`` pushes
+    the CPU caches' contents out before each sample. ``clock`` may be
     ``time.thread_time`` for work that never blocks: CPU time does not count the moments
     other processes of a loaded machine held the core.
     """
@@ -87,6 +93,8 @@ def _timed_min(fn: Callable[[], Any], calls: int = 1, clock: Callable[[], float]
         if burst:
             time.sleep(BURST_GAP_S)
         for _ in range(SAMPLES_PER_BURST):
+            if evict:
+                _EVICT_DST[:] = _EVICT_SRC
             start = clock()
             for _ in range(calls):
                 fn()
@@ -101,9 +109,12 @@ def _measure_point(units: LiveUnits, calls: int) -> dict[str, float]:
     listing_s = _timed_min(ad.list_async_delegations, calls=calls)
     # The listing never blocks (the samplers are ours), so its CPU time is its cost.
     listing_cpu_s = _timed_min(ad.list_async_delegations, calls=calls, clock=time.thread_time)
+    # Back-to-back listings of 100 units find them all in cache; of 1,000 they do not.
+    cold_cpu_s = _timed_min(ad.list_async_delegations, clock=time.thread_time, evict=True)
     dispatch_s = median(units.dispatch(EXTRA_DISPATCHES))
     return {"sweep_ms": to_ms(sweep_s), "listing_ms": to_ms(listing_s),
-            "listing_cpu_us_per_unit": to_us(listing_cpu_s) / live, "dispatch_us": to_us(dispatch_s)}
+            "listing_cpu_us_per_unit": to_us(listing_cpu_s) / live,
+            "listing_cold_cpu_us_per_unit": to_us(cold_cpu_s) / live, "dispatch_us": to_us(dispatch_s)}
 
 
 def timing_round(small: int, large: int, root: Path) -> dict[str, float]:
@@ -175,6 +186,10 @@ def summarize(small: int, large: int, rounds: int, timings: list[dict], memory: 
                           series(timings, "listing_cpu_us_per_unit_at_large"),
                           series(timings, "listing_cpu_us_per_unit_at_small"), target_max=1.2,
                           target="<= 1.2 (linear = 1)"))
+    heads.append(headline(f"same, caches evicted before each listing: {large} live / {small} live",
+                          series(timings, "listing_cold_cpu_us_per_unit_at_large"),
+                          series(timings, "listing_cold_cpu_us_per_unit_at_small"), target_max=None,
+                          target="(info; flat = 1)"))
     heads.append(headline(f"one more dispatch: {large} live / {small} live", series(timings, "dispatch_us_at_large"),
                           series(timings, "dispatch_us_at_small"), target_max=None, target="(info)"))
     checks = [
