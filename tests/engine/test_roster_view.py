@@ -12,6 +12,15 @@ from delegation.states import ACTIVE_STATES
 NOW_MONO = 100.0
 
 
+@pytest.fixture(autouse=True, scope="module")
+def own_layout_cache():
+    """These tests make hundreds of key layouts: they get a cache of their own, so the
+    engine's records in later tests still find room in the real one."""
+    saved, roster._public_keys_by_layout = roster._public_keys_by_layout, {}
+    yield
+    roster._public_keys_by_layout = saved
+
+
 def _record(**extra):
     record = {"delegation_id": "d1", "status": "running", "goal": "g", "_progress_ts": 90.0,
               "progress_fn": lambda: (((3, "terminal", None),), True), "interrupt_fn": print, "_context": object()}
