@@ -1,8 +1,8 @@
 """PostgreSQL implementation of the delegation ledger, for several processes on several hosts.
 
 Selected by ``ledger.url: postgresql://…`` in config.yaml or ``OFFLOAD_LEDGER_URL``. One
-instance per process and URL: a ``psycopg_pool`` pool of autocommit connections, each checked
-before use, so a server restart or a terminated backend costs one reconnect, not an error.
+instance per process and URL, over one pool of connections (``postgres_connections``: a server
+restart or a terminated backend costs one reconnect, not an error).
 
 Invariants beyond the ledger contract:
 - every claim is one conditional ``UPDATE`` (PostgreSQL re-checks the condition after a row
@@ -23,150 +23,49 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
-import time
 from typing import Any, Callable, TypeVar
-
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from delegation.ledger.delivery_sql import with_child
 from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
-from delegation.ledger.postgres_errors import classify, error_kind, redact
 from delegation.ledger.postgres_lease import OwnerLease
 from delegation.ledger.postgres_listen import CompletionListener
+from delegation.ledger.postgres_connections import MISSING as _MISSING, PostgresConnections
 from delegation.ledger.postgres_side import PostgresSideTables
 from delegation.ledger.postgres_outbox import WriteOutbox, no_payload
 from delegation.ledger import postgres_replay as replays
 from delegation.ledger import postgres_capacity as capacity
 from delegation.ledger import postgres_queue as work_queue
 from delegation.ledger.postgres_sql import (
-    COMPLETE_REPLAYED, DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, LOCK_RUNNING_RESULTS, SCHEMA,
-    SCHEMA_LOCK_KEY, SELECT, SETTLE_ABANDONED, TABLE_EXISTS, UPDATE_COMPLETION, completion_values, decode,
-    dispatch_values, notify_channel,
+    COMPLETE_REPLAYED, DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, LOCK_RUNNING_RESULTS, SELECT,
+    SETTLE_ABANDONED, TABLE_EXISTS, UPDATE_COMPLETION, completion_values, decode, dispatch_values, notify_channel,
 )
 from delegation.ledger.postgres_sql import SQL as _SQL
 from delegation.ledger.sqlite_rows import dumps
 
 logger = logging.getLogger("tools.async_delegation")
 _T = TypeVar("_T")
-_MISSING = object()
-POOL_TIMEOUT_S = 10.0  # a checkout waits this long: on a loaded host a SCRAM login alone takes seconds
-POOL_MAX_SIZE = 8
-PROBE_TIMEOUT_S = 10
 LISTEN_WAIT_S = 2.0
-PROBE_INTERVAL_S = 1.0  # while the server is down, one connection attempt per interval; others fail fast
 
 
 def default_host_id() -> str:
     return socket.gethostname() or "localhost"
 
 
-class PostgresLedger(PostgresSideTables):
+class PostgresLedger(PostgresConnections, PostgresSideTables):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 
     def __init__(self, url: str, *, host_id: str | None = None, lease_s: float = 60.0, heartbeat_s: float = 10.0,
                  owner: Callable[[], tuple[int, int | None]] | None = None) -> None:
         """``owner()``: this process's (pid, start-time fingerprint), stamped on lease rows and
         claimed units, for the same-host pid check (default: the pid alone)."""
-        self.url = url
-        self.location = redact(url)  # the label log lines and log-once bookkeeping use
+        super().__init__(url)
         self.host_id = host_id or default_host_id()
         self.owner = owner or (lambda: (os.getpid(), None))
         self.lease = OwnerLease(self._run, self.host_id, lease_s, heartbeat_s, self.owner)
-        self._pool: ConnectionPool | None = None
-        self._pool_lock = threading.Lock()
-        self._schema: str | None = None  # set once the tables are known to exist
         self._tokens: dict[str, int] = {}  # delegation id -> the lease token it was dispatched under
         self._claimed: set[str] = set()  # ids claimed from the work queue, not yet started here
-        self._down: LedgerError | None = None  # why the server was unusable at the last attempt
-        self._down_at = 0.0
         self._listener: CompletionListener | None = None
         self.outbox = WriteOutbox(self.location)
-        try:
-            conninfo_to_dict(url)
-            self._bad_url: LedgerError | None = None
-        except psycopg.Error as exc:
-            self._bad_url = classify(self.location, exc)
-
-    # -- connections ------------------------------------------------------------------
-    def _get_pool(self) -> ConnectionPool:
-        if self._bad_url is not None:
-            raise self._bad_url
-        with self._pool_lock:
-            if self._pool is None or self._down is not None:
-                self._probe()
-            if self._pool is None:
-                # The pool logs every failed reconnect; we log one line per cause instead.
-                logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
-                self._pool = ConnectionPool(self.url, min_size=1, max_size=POOL_MAX_SIZE, open=False,
-                                            timeout=POOL_TIMEOUT_S, kwargs={"autocommit": True},
-                                            check=ConnectionPool.check_connection, name="offload-ledger")
-                self._pool.open(wait=False)
-            return self._pool
-
-    def _run(self, fn: Callable[[Any], _T], *, create: bool = False, missing: Any = _MISSING) -> _T:
-        """``fn(conn)`` on a pooled connection. ``create``: make the tables first; ``missing``:
-        what a read returns when the tables do not exist (it never creates them)."""
-        for attempt in (1, 2):
-            try:
-                with self._get_pool().connection() as conn:
-                    if create:
-                        self._ensure_schema(conn)
-                    return fn(conn)
-            except psycopg.errors.UndefinedTable as exc:
-                self._schema = None
-                if not create and missing is not _MISSING:
-                    return missing
-                if attempt == 2:
-                    raise classify(self.location, exc) from exc
-            except PoolTimeout as exc:
-                self._down, self._down_at = self._why_unreachable(exc), time.monotonic()
-                raise self._down from exc
-            except (psycopg.Error, OSError) as exc:
-                # the connection died under us (server restart, terminated backend): once more on a fresh one
-                if attempt == 2 or error_kind(exc) != "unreachable":
-                    error = classify(self.location, exc)
-                    if error.kind == "unreachable":
-                        self._down, self._down_at = error, time.monotonic()
-                    raise error from exc
-            except (ValueError, OverflowError) as exc:
-                # a value PostgreSQL cannot store (a lone surrogate in a session key): a failed
-                # write like any other, never a crash of the caller
-                raise classify(self.location, exc) from exc
-        raise AssertionError("unreachable")
-
-    def _probe(self) -> None:
-        """Connect once directly: a server that is down, or refuses us, fails here in
-        milliseconds with its real cause instead of after the pool's timeout. While it stays
-        down, callers within ``PROBE_INTERVAL_S`` of the last attempt fail at once."""
-        if self._down is not None and time.monotonic() - self._down_at < PROBE_INTERVAL_S:
-            raise self._down
-        try:
-            psycopg.connect(self.url, connect_timeout=PROBE_TIMEOUT_S).close()
-        except (psycopg.Error, OSError) as exc:
-            self._down, self._down_at = classify(self.location, exc), time.monotonic()
-            raise self._down from exc
-        self._down = None
-
-    def _why_unreachable(self, exc: PoolTimeout) -> LedgerError:
-        """The pool only says it timed out; one direct attempt names the real cause."""
-        try:
-            psycopg.connect(self.url, connect_timeout=PROBE_TIMEOUT_S).close()
-        except psycopg.Error as direct:
-            return classify(self.location, direct)
-        return classify(self.location, exc)
-
-    def _ensure_schema(self, conn: Any) -> None:
-        if self._schema is not None:
-            return
-        if not _schema_complete(conn):
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))", (SCHEMA_LOCK_KEY,))
-                for statement in SCHEMA:
-                    conn.execute(statement)
-        self._schema = conn.execute("SELECT current_schema()").fetchone()[0]
 
     def exists(self) -> bool:
         return bool(self._run(lambda conn: conn.execute(TABLE_EXISTS).fetchone()[0]))
@@ -456,15 +355,3 @@ class PostgresLedger(PostgresSideTables):
 
 def _updating(statement: str, params: tuple[Any, ...]) -> Callable[[Any], bool]:
     return lambda conn: conn.execute(statement, params).rowcount > 0
-
-
-def _schema_complete(conn: Any) -> bool:
-    """Whether the tables, every column and the indexes exist (a read; DDL only when not)."""
-    from delegation.ledger.postgres_sql import _COLUMNS
-    present = {r[0] for r in conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
-        " AND table_name = 'async_delegations'").fetchall()}
-    if any(name not in present for name, _ in _COLUMNS):
-        return False
-    return conn.execute("SELECT to_regclass('async_delegation_owners') IS NOT NULL"
-                        " AND to_regclass('idx_async_delegations_live') IS NOT NULL").fetchone()[0]

@@ -13,7 +13,6 @@ noticed and reopened instead of silently writing into an unlinked file.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shlex
@@ -28,6 +27,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from delegation.ledger.delivery_sql import SQLITE, DeliverySql, with_child
 from delegation.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
 from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
+from delegation.ledger.sqlite_errors import error_kind, is_locked  # noqa: F401 - is_locked: part of this API
 from delegation.ledger.sqlite_side import SqliteSideTables
 from delegation.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
     _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
@@ -127,41 +127,11 @@ def open_connection(path: Path) -> sqlite3.Connection:
     return conn
 
 
-# Primary SQLite result codes (the low byte of ``sqlite_errorcode``) and errnos, by kind.
-_SQLITE_KINDS = {5: "locked", 6: "locked", 11: "corrupt", 26: "corrupt", 13: "full",
-                 3: "unwritable", 8: "unwritable", 14: "unwritable"}
-_ERRNO_KINDS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EACCES: "unwritable", errno.EPERM: "unwritable",
-                errno.EROFS: "unwritable", errno.ENOTDIR: "unwritable", errno.EEXIST: "unwritable",
-                errno.EISDIR: "unwritable"}
-
-
-def _error_kind(exc: BaseException) -> str:
-    # Decide by code, never by searching the message: an OSError's message contains the
-    # user's path, and a home like /home/fullstack must not turn "permission denied" into
-    # "disk full".
-    if isinstance(exc, OSError):
-        return _ERRNO_KINDS.get(exc.errno, "error")
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return _SQLITE_KINDS.get(code & 0xFF, "error")
-    text = str(exc).lower()  # an sqlite error without a code: its message never holds a path
-    for kind, words in (("locked", ("locked", "busy")), ("corrupt", ("not a database", "malformed", "corrupt")),
-                        ("full", ("full",)), ("unwritable", ("readonly", "read-only", "unable to open"))):
-        if any(word in text for word in words):
-            return kind
-    return "error"
-
-
-def is_locked(exc: BaseException) -> bool:
-    """Whether ``exc`` means another connection holds the file (SQLITE_BUSY / SQLITE_LOCKED)."""
-    return _error_kind(exc) == "locked"
-
-
 def classify_error(path: Path, exc: BaseException) -> LedgerError:
     """Turn a raw sqlite/OS error into one that names the file, the cause and the fix."""
     if isinstance(exc, LedgerError):
         return exc
-    kind = _error_kind(exc)
+    kind = error_kind(exc)
     if kind == "locked":
         return LedgerError(
             f"{path} stayed locked by another process for more than {BUSY_TIMEOUT_S:g} s; "
