@@ -1,16 +1,17 @@
 """How every ledger backend stores the JSON columns (task, event, result) and turns a stored
 row back into a ``LedgerRow``. Pure; one source so all backends decode rows identically.
 
-Invariant: what a backend stores reads back equal, including foreign objects (stored as their
-``str``) and lone surrogates from model output (stored escaped), and an unreadable column
-reads back as ``None`` instead of failing the whole row.
+A row's JSON columns are parsed when a reader first touches them (``LazyJson``), so replay
+decodes only each pending row's event. Invariant: what a backend stores reads back equal,
+including foreign objects (stored as their ``str``) and lone surrogates from model output
+(stored escaped), and an unreadable column reads back as ``None`` instead of failing the row.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Mapping
 
-from delegation.ledger.protocol import LedgerRow
+from delegation.ledger.protocol import LedgerRow, StoredJson, parse_json
 
 
 # Built once: ``json.dumps`` with any option builds a new encoder per call.
@@ -33,12 +34,12 @@ def dumps(obj: Any) -> str:
 
 
 def loads(raw: str | None) -> Any:
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
+    return parse_json(raw)
+
+
+def _stored(raw: Any) -> Any:
+    """A JSON column as the row keeps it until read: text stays text (parsed on first use)."""
+    return StoredJson(raw) if isinstance(raw, str) and raw else parse_json(raw)
 
 
 def decode_row(raw: Mapping[str, Any]) -> LedgerRow:
@@ -47,8 +48,8 @@ def decode_row(raw: Mapping[str, Any]) -> LedgerRow:
         delegation_id=raw["delegation_id"], origin_session=raw["origin_session"] or "", state=raw["state"],
         dispatched_at=raw["dispatched_at"], completed_at=raw["completed_at"], updated_at=raw["updated_at"],
         origin_ui_session_id=raw["origin_ui_session_id"] or "", origin_session_id=raw["origin_session_id"] or "",
-        parent_session_id=raw["parent_session_id"], task=loads(raw["task_json"]), event=loads(raw["event_json"]),
-        result=loads(raw["result_json"]), delivery_state=raw["delivery_state"],
+        parent_session_id=raw["parent_session_id"], task=_stored(raw["task_json"]), event=_stored(raw["event_json"]),
+        result=_stored(raw["result_json"]), delivery_state=raw["delivery_state"],
         delivery_attempts=raw["delivery_attempts"], delivered_at=raw["delivered_at"],
         delivery_claim=raw["delivery_claim"], delivery_claimed_at=raw["delivery_claimed_at"],
         owner_pid=raw["owner_pid"], owner_started_at=raw["owner_started_at"],

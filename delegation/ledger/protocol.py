@@ -16,6 +16,8 @@ Invariants every backend keeps:
 """
 from __future__ import annotations
 
+import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -46,9 +48,54 @@ class DispatchRow:
     owner_started_at: int | None = None
 
 
+def parse_json(raw: str | None) -> Any:
+    """A stored JSON column; None when empty or unreadable (one bad column never fails a row)."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+class StoredJson(str):
+    """JSON text as read from a row, not parsed yet (see ``LazyJson``)."""
+
+
+# Taken only on a column's first read: two threads reading one fresh row must get one object,
+# or a change one of them makes to it would be lost.
+_FIRST_READ = threading.Lock()
+
+
+class LazyJson:
+    """A ``LedgerRow`` JSON field that parses its ``StoredJson`` text on first read, once.
+
+    Replay reads every pending row and needs only its ``event``; recovery needs ``task`` and
+    ``result`` only of rows whose owner died. Any other value is stored and read as is, so rows
+    built in code, ``==``, ``repr`` and ``dataclasses.replace`` behave as before."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, row: Any, owner: type | None = None) -> Any:
+        if row is None:
+            return None  # the dataclass field's default
+        value = row.__dict__[self.name]
+        if type(value) is StoredJson:
+            with _FIRST_READ:
+                value = row.__dict__[self.name]
+                if type(value) is StoredJson:
+                    value = row.__dict__[self.name] = parse_json(value)
+        return value
+
+    def __set__(self, row: Any, value: Any) -> None:
+        row.__dict__[self.name] = value
+
+
 @dataclass
 class LedgerRow:
-    """A decoded row. ``event``/``result``/``task`` are the parsed JSON columns (or None)."""
+    """A decoded row. ``event``/``result``/``task`` are the parsed JSON columns (or None),
+    parsed when first read."""
 
     delegation_id: str
     origin_session: str
@@ -59,9 +106,9 @@ class LedgerRow:
     origin_ui_session_id: str = ""
     origin_session_id: str = ""
     parent_session_id: str | None = None
-    task: dict[str, Any] | None = None
-    event: dict[str, Any] | None = None
-    result: dict[str, Any] | None = None
+    task: dict[str, Any] | None = LazyJson()  # type: ignore[assignment]
+    event: dict[str, Any] | None = LazyJson()  # type: ignore[assignment]
+    result: dict[str, Any] | None = LazyJson()  # type: ignore[assignment]
     delivery_state: str = "pending"
     delivery_attempts: int = 0
     delivered_at: float | None = None
