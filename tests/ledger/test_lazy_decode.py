@@ -99,7 +99,9 @@ def test_a_column_is_parsed_once_on_first_read_and_behaves_as_a_parsed_field(dec
 
 @pytest.mark.timeout(30)
 def test_threads_reading_one_fresh_column_all_get_the_same_object(decoded):
-    row = _stored_row(event_json=dumps({"column": "event", "big": list(range(20_000))}))
+    # A parse long enough for the threads to overlap: without the first-read lock they get
+    # distinct objects in about 19 runs of 20 (about 1 in 20 with a column 15x smaller).
+    row = _stored_row(event_json=dumps({"column": "event", "big": list(range(300_000))}))
     start, seen = threading.Barrier(8), []
 
     def read() -> None:
