@@ -155,7 +155,7 @@ class Delegations:
         pid, started = current_owner()
         task = {k: record[k] for k in ("goal", "context", "toolsets", "role", "model", "is_batch")}
         task.update({k: record[k] for k in ("goals", "task_indexes", "task_transcripts", "group", "trace_context",
-                                            *ROUTING_KEYS)
+                                            "subagent_config", *ROUTING_KEYS)
                      if record.get(k)})
         task["owner_cwd"] = os.getcwd()
         if record["slot_key"] != record["delegation_id"]:

@@ -59,7 +59,7 @@ def build_event(snapshot: dict[str, Any], result: dict[str, Any], status: str) -
     evt["session_key"] = evt["session_key"] or ""
     evt["origin_ui_session_id"] = evt["origin_ui_session_id"] or ""
     evt["origin_session_id"] = evt["origin_session_id"] or ""
-    for key in ROUTING_KEYS:
+    for key in (*ROUTING_KEYS, "subagent_config"):
         if snapshot.get(key):
             evt[key] = snapshot[key]
     for key in STALL_META_KEYS:

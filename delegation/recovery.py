@@ -37,7 +37,7 @@ def recovered_event(row: LedgerRow, now: float, git_hint: str | None = None) -> 
         "is_batch": is_batch, "goals": task.get("goals") or [], "dispatched_at": row.dispatched_at,
         "completed_at": now, "last_known_status": row.state,
     }
-    for key in (*ROUTING_KEYS, "group", "task_indexes"):
+    for key in (*ROUTING_KEYS, "group", "task_indexes", "subagent_config"):
         if task.get(key):
             evt[key] = task[key]
     transcripts = task.get("task_transcripts") or {}

@@ -33,6 +33,7 @@ class UnitSpec:
     task_indexes: list[int] | None = None  # the subset of ``goals`` this unit runs
     task_transcripts: dict[Any, Any] | None = None
     group: str | None = None
+    subagent_config: dict[str, Any] | None = None  # the model-rejection notice's subject, stamped at dispatch
 
 
 def batch_label(unit_goals: list[Any]) -> str:
@@ -55,6 +56,8 @@ def new_record(spec: UnitSpec, delegation_id: str) -> dict[str, Any]:
     for key in ROUTING_KEYS:
         if (spec.origin or {}).get(key):
             record[key] = spec.origin[key]
+    if spec.subagent_config:
+        record["subagent_config"] = dict(spec.subagent_config)
     if spec.is_batch:
         record.update(goals=list(spec.goals), slot_key=spec.slot_key or delegation_id)
         for key in ("task_indexes", "task_transcripts", "group"):

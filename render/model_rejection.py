@@ -4,6 +4,8 @@ looks for it in a child's error text. Lower-cased fragments (OpenAI, OpenRouter,
 llama.cpp wordings); a message matches if it contains any of them."""
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 MODEL_NOT_FOUND_PATTERNS: tuple[str, ...] = (
     "model_not_found",
     "is not a valid model",
@@ -11,3 +13,12 @@ MODEL_NOT_FOUND_PATTERNS: tuple[str, ...] = (
     "does not exist",
     "model not found",
 )
+
+
+def subagent_stamp(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What the SUBAGENT MODEL REJECTED notice needs of the ``delegation`` config section,
+    stamped into a unit's events at dispatch (key ``subagent_config``): the configured model,
+    the provider label and whether a fallback chain exists. The fallback entries themselves are
+    not copied: they may name endpoints, and events are stored and shown."""
+    return {"model": config.get("model") or None, "provider": config.get("provider") or None,
+            "has_fallback": bool(config.get("fallback_providers"))}

@@ -8,8 +8,10 @@ UI shows for a delegation result.
 Invariants:
 - No I/O and no clock reads. The "Dispatched" age is ``completed_at - dispatched_at`` from the
   event; formatting that epoch in local time is the only environment input. The subagent
-  config the SUBAGENT MODEL REJECTED notice names is an argument (a dict, or a callable asked
-  only when a notice may be due); whoever calls reads it.
+  config the SUBAGENT MODEL REJECTED notice names was stamped into the event at dispatch
+  (``subagent_config``, see ``render.model_rejection.subagent_stamp``); only an event without
+  the stamp (stored by an older version, or built by hand) falls back to the
+  ``subagent_config`` argument (a dict, or a callable asked only then), which the caller reads.
 - Anti-forgery: child output is untrusted. Multi-line child text is passed through
   ``render.text.quote_block``, which prefixes ``"│ "`` to any line that would start
   (after blanks) with a reserved marker -- ``[ASYNC DELEGATION``, ``[IMPORTANT:``,
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Union
 
-from render.model_rejection import MODEL_NOT_FOUND_PATTERNS
+from render.model_rejection import MODEL_NOT_FOUND_PATTERNS, subagent_stamp
 from render.text import clip, format_age, format_count, inline, quote_block
 from render.blocks import (
     DONE_STATUSES,
@@ -45,7 +47,8 @@ def format_event(event: Any, subagent_config: SubagentConfig = None) -> str | No
     """The parent-facing text for one completion-bus event, or None for unknown types.
 
     ``subagent_config`` is the ``delegation`` config section (``model``, ``provider``,
-    ``fallback_providers``) the model-rejection notice names, or a callable returning it."""
+    ``fallback_providers``), or a callable returning it: the model-rejection notice of an
+    event that carries no dispatch-time stamp names it."""
     if not isinstance(event, dict):
         return None
     etype = event.get("type")
@@ -61,8 +64,8 @@ def _format_async_delegation(evt: dict[str, Any], config: SubagentConfig) -> str
     if evt.get("task_failure_notice"):
         return interim_block(evt)
     if evt.get("is_batch") or isinstance(evt.get("results"), list):
-        return batch_block(evt, _model_rejection_notice(event_results(evt), config, batch=True))
-    return single_block(evt, _model_rejection_notice([evt], config, batch=False))
+        return batch_block(evt, _model_rejection_notice(evt, event_results(evt), config, batch=True))
+    return single_block(evt, _model_rejection_notice(evt, [evt], config, batch=False))
 
 
 # -- SUBAGENT MODEL REJECTED ----------------------------------------------------------------
@@ -77,10 +80,19 @@ def _mentions_rejection(model: str, entries: list[dict[str, Any]]) -> bool:
     return False
 
 
-def _model_rejection_notice(entries: list[dict[str, Any]], source: SubagentConfig, *, batch: bool) -> list[str]:
+def _stamp(evt: dict[str, Any], source: SubagentConfig) -> Mapping[str, Any]:
+    """The event's dispatch-time stamp; the config from ``source`` only for an unstamped event."""
+    stamped = evt.get("subagent_config")
+    if isinstance(stamped, dict):
+        return stamped
+    return subagent_stamp((source() if callable(source) else source) or {})
+
+
+def _model_rejection_notice(evt: dict[str, Any], entries: list[dict[str, Any]], source: SubagentConfig, *,
+                            batch: bool) -> list[str]:
     """One config-level notice when the provider rejected the configured delegation model."""
     try:
-        config = (source() if callable(source) else source) or {}
+        config = _stamp(evt, source)
         model = inline(config.get("model"))
         if not model or not _mentions_rejection(model.lower(), entries):
             return []
@@ -93,7 +105,7 @@ def _model_rejection_notice(entries: list[dict[str, Any]], source: SubagentConfi
             "the same way until the model is fixed.",
             "Check the configured subagent model: offload config get delegation.model",
         ]
-        if not config.get("fallback_providers"):
+        if not config.get("has_fallback"):
             lines.append("No fallback chain is configured, so no failover was attempted.")
         return lines
     except Exception:

@@ -128,11 +128,13 @@ def _persist_completion(evt: dict[str, Any], result: dict[str, Any], snapshot: d
 def dispatch_async_delegation(*, goal, context, toolsets, role, model, session_key, runner,
                               parent_session_id=None, origin_ui_session_id="", origin_session_id="",
                               interrupt_fn=None, max_async_children=_DEFAULT_MAX_ASYNC_CHILDREN,
-                              progress_fn=None, origin: dict | None = None) -> dict[str, Any]:
+                              progress_fn=None, origin: dict | None = None,
+                              subagent_config: dict | None = None) -> dict[str, Any]:
     """Run ONE subagent in the background; returns ``{"status": "dispatched", "delegation_id"}``
-    at once, or ``{"status": "rejected", "error"}``."""
+    at once, or ``{"status": "rejected", "error"}``. ``subagent_config``: see
+    ``render.model_rejection.subagent_stamp``."""
     spec = UnitSpec(goal, context, toolsets, role, model, session_key, parent_session_id, origin_ui_session_id,
-                    origin_session_id, origin)
+                    origin_session_id, origin, subagent_config=subagent_config)
     return _engine.dispatch(spec, runner, max_async_children, interrupt_fn=interrupt_fn, progress_fn=progress_fn)
 
 
@@ -141,7 +143,7 @@ def dispatch_async_delegation_batch(*, goals, context, toolsets, role, model, se
                                     interrupt_fn=None, max_async_children=_DEFAULT_MAX_ASYNC_CHILDREN,
                                     delegation_id=None, progress_fn=None, slot_key=None, task_indexes=None,
                                     task_transcripts=None, group=None, origin: dict | None = None,
-                                    hold_slot: bool = False) -> dict[str, Any]:
+                                    hold_slot: bool = False, subagent_config: dict | None = None) -> dict[str, Any]:
     """Run a fan-out unit (a whole call, or one group of it). ``goals`` is the whole call's
     goal list; ``task_indexes`` names the subset this unit runs. ``hold_slot`` keeps the
     unit's slot taken until ``release_slot_hold``, while the caller dispatches the call's
@@ -150,7 +152,8 @@ def dispatch_async_delegation_batch(*, goals, context, toolsets, role, model, se
     unit_goals = [goals[i] for i in task_indexes if 0 <= i < len(goals)] if task_indexes else goals
     spec = UnitSpec(batch_label(unit_goals), context, toolsets, role, model, session_key, parent_session_id,
                     origin_ui_session_id, origin_session_id, origin, delegation_id, is_batch=True, goals=goals,
-                    slot_key=slot_key, task_indexes=task_indexes, task_transcripts=task_transcripts, group=group)
+                    slot_key=slot_key, task_indexes=task_indexes, task_transcripts=task_transcripts, group=group,
+                    subagent_config=subagent_config)
     return _engine.dispatch(spec, runner, max_async_children, interrupt_fn=interrupt_fn, progress_fn=progress_fn,
                             hold_slot=hold_slot)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from render.model_rejection import subagent_stamp
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from tools.async_delegation_ledger import DispatchRow, LedgerError
@@ -37,7 +38,7 @@ def unit_spec(unit: Any, routing: dict[str, Any]) -> dict[str, Any]:
     return {"goals": unit.goals, "tasks": [t.model_dump(exclude_none=True) for t in unit.tasks],
             "context": unit.context, "role": unit.role, "model": unit.creds.get("model"),
             "task_indexes": list(unit.indexes), "group": unit.group, "max_iterations": unit.child_max_iterations,
-            "is_batch": True, "run_on": "workers",
+            "is_batch": True, "run_on": "workers", "subagent_config": subagent_stamp(unit.cfg.model_dump()),
             "routing": {k: routing.get(k) for k in ROUTING_KEYS}}
 
 

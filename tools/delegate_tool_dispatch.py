@@ -21,6 +21,7 @@ from tools import async_delegation as ad
 from tools import delegate_children as kids
 from tools import delegate_tool as dt
 from tools.delegate_usage import roll_up, sum_usage
+from render.model_rejection import subagent_stamp
 
 _NOTES = {
     "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
@@ -102,7 +103,9 @@ def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, A
 
 
 def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: int, slot_key: str | None,
-                   hold_slot: bool):
+                   hold_slot: bool, subagent_config: dict[str, Any] | None = None):
+    """``subagent_config``: the stamp for the unit's events; default: from the unit's own config
+    (a worker passes the stamp the dispatching host queued, whose config chose the model)."""
     whole_call = unit.indexes == list(range(len(unit.tasks)))
     return ad.dispatch_async_delegation_batch(
         goals=unit.goals, context=unit.context, toolsets=None, role=unit.role, model=unit.creds.get("model"),
@@ -111,7 +114,8 @@ def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: i
         runner=_unit_runner(unit, unit_id), interrupt_fn=lambda: kids.stop(unit),
         max_async_children=cap, delegation_id=unit_id, slot_key=slot_key,
         task_indexes=None if whole_call else unit.indexes, group=unit.group,
-        progress_fn=kids.progress_token(unit.children), origin=routing["origin"], hold_slot=hold_slot)
+        progress_fn=kids.progress_token(unit.children), origin=routing["origin"], hold_slot=hold_slot,
+        subagent_config=subagent_config or subagent_stamp(unit.cfg.model_dump()))
 
 
 def _unit_runner(unit: dt.Batch, unit_id: str) -> Callable[[], dict[str, Any]]:

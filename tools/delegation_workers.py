@@ -28,7 +28,7 @@ def start_claimed(row: LedgerRow, parent: Any, cfg: DelegationConfig, max_here: 
         unit = _rebuild(spec, parent, cfg)
     except Exception as exc:  # a spec this worker cannot run still ends as a reported result
         return _report_unrunnable(row, spec, routing, f"{type(exc).__name__}: {exc}", max_here)
-    return _dispatch_unit(unit, row.delegation_id, routing, max_here, None, False)
+    return _dispatch_unit(unit, row.delegation_id, routing, max_here, None, False, spec.get("subagent_config"))
 
 
 def _rebuild(spec: dict[str, Any], parent: Any, cfg: DelegationConfig) -> dt.Batch:
@@ -54,4 +54,4 @@ def _report_unrunnable(row: LedgerRow, spec: dict[str, Any], routing: dict[str, 
         session_key=routing["session_key"], parent_session_id=routing["parent_session_id"],
         origin_ui_session_id=routing["origin_ui_session_id"] or "", origin_session_id=routing["origin_session_id"] or "",
         runner=lambda: {"results": failed}, max_async_children=max_here, delegation_id=row.delegation_id,
-        task_indexes=indexes, origin=routing["origin"])
+        task_indexes=indexes, origin=routing["origin"], subagent_config=spec.get("subagent_config"))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import tools.delegate_tool as dt
+import tools.process_registry_notifications as prn
 from agent.core import AIAgent
 from offload.model_server import ScriptedModelServer, rule_script, text_reply
 from tests.engine.conftest import clean_engine, wait_event  # noqa: F401 - fixture
@@ -43,17 +44,24 @@ def test_children_lose_the_delegation_toolset_at_max_depth(tmp_path):
     assert child._delegate_depth == 1
 
 
-def test_a_rejected_subagent_model_is_named_once_above_the_tasks(tmp_path):
-    # The real config file: the child's model and the renderer's notice both come from it.
-    (Path(os.environ["HERMES_HOME"]) / "config.yaml").write_text(
-        "delegation:\n  model: no-such-model\n  provider: scripted\n", encoding="utf-8")
+def test_a_rejected_subagent_model_is_named_once_above_the_tasks(tmp_path, monkeypatch):
+    # The real config file chooses the child's model; the notice names what was stamped at
+    # dispatch, so a config changed (or unreadable) by render time neither hides nor renames it.
+    config = Path(os.environ["HERMES_HOME"]) / "config.yaml"
+    config.write_text("delegation:\n  model: no-such-model\n  provider: scripted\n", encoding="utf-8")
     with ScriptedModelServer(rule_script([(lambda t: True, text_reply("unused"))])) as server:
         handle = json.loads(dt.delegate_task(tasks=[{"goal": "task one"}, {"goal": "task two"}], background=True,
                                              parent_agent=parent_on(server, tmp_path)))
         evt = wait_event(handle["delegation_id"], timeout_s=30)
         assert len(server.requests) == 2  # fails fast: one request per child, no retries
     assert {r["status"] for r in evt["results"]} == {"failed"}
+    assert evt["subagent_config"] == {"model": "no-such-model", "provider": "scripted", "has_fallback": False}
+    config.write_text("delegation:\n  model: another-model\n", encoding="utf-8")
+    config_reads = []
+    monkeypatch.setattr(prn, "_delegation_config", lambda: config_reads.append(1) or {})
     text = format_process_notification(evt)
+    assert config_reads == []
+    assert 'Subagent Model "no-such-model" was rejected by provider "scripted"' in text
     assert text.count("SUBAGENT MODEL REJECTED") == 1
     assert text.index("SUBAGENT MODEL REJECTED") < text.index("TASK 1/2")
 

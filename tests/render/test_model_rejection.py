@@ -79,6 +79,31 @@ def test_single_task_notice_goes_above_the_status_line(make_evt, delegation_conf
     assert text.index("SUBAGENT MODEL REJECTED") < text.index("Status: failed")
 
 
+def test_a_stamped_event_names_its_dispatch_time_model_and_never_reads_the_config(make_batch, monkeypatch):
+    def unreadable():
+        raise AssertionError("a stamped event must not read the config")
+
+    monkeypatch.setattr(prn, "_delegation_config", unreadable)
+    stamp = {"model": "upstage/solar-pro-4", "provider": "openrouter", "has_fallback": True}
+    text = format_process_notification(_rejected_batch(make_batch) | {"subagent_config": stamp})
+    assert 'Subagent Model "upstage/solar-pro-4" was rejected by provider "openrouter"' in text
+    assert "No fallback chain" not in text
+
+
+def test_the_stamp_wins_over_the_current_config(make_batch, delegation_config):
+    delegation_config["model"] = "upstage/solar-pro-4"  # what config.yaml says now
+    stamp = {"model": "other/model", "provider": None, "has_fallback": False}  # what the unit ran with
+    text = format_process_notification(_rejected_batch(make_batch) | {"subagent_config": stamp})
+    assert "SUBAGENT MODEL REJECTED" not in text
+
+
+def test_the_stamp_copies_no_fallback_entries():
+    from render.model_rejection import subagent_stamp
+
+    stamp = subagent_stamp({"model": "m", "provider": "", "fallback_providers": [{"base_url": "http://x"}]})
+    assert stamp == {"model": "m", "provider": None, "has_fallback": True}
+
+
 def test_config_errors_fail_open(make_batch, monkeypatch):
     def broken():
         raise RuntimeError("config unreadable")

@@ -107,6 +107,15 @@ def test_recovery_reports_transcript_tails(seed, tmp_path):
     assert evt["transcript_tails"]["0"].splitlines() == [f"line {i}" for i in range(10, 30)]
 
 
+def test_a_recovered_event_keeps_the_subagent_model_stamped_at_dispatch(seed):
+    stamp = {"model": "upstage/solar-pro-4", "provider": "openrouter", "has_fallback": False}
+    seed("deleg_stamped", goals=["a"], task_extra={"subagent_config": stamp})
+
+    (evt,) = restore()
+
+    assert evt["subagent_config"] == stamp
+
+
 def test_a_reused_pid_counts_as_dead(seed):
     pid, started = current_owner()
     assert started is not None, "this platform cannot fingerprint processes"
