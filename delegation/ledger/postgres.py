@@ -127,7 +127,8 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
         caller's own (per process) limit decides."""
         if row.delegation_id in self._claimed:
             self._claimed.discard(row.delegation_id)
-            self.persist_dispatch(row, now)
+            values = dispatch_values(row, now, self.host_id, self._tokens[row.delegation_id])
+            self.persist_dispatch(row, now, write=lambda conn: work_queue.start_claimed(conn, values))
             return True
         admitted = [True]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from delegation.ledger.protocol import DispatchRow
 from delegation.ledger.postgres_capacity import admitting
-from delegation.ledger.postgres_sql import decode, dispatch_values
+from delegation.ledger.postgres_sql import INSERT_DISPATCH, decode, dispatch_values
 from delegation.ledger.postgres_sql import _INSERT, _ROW_COLUMNS, _WRITE_COLUMNS  # the same columns as a dispatch
 
 _ENQUEUE = _INSERT + " ON CONFLICT (delegation_id) DO NOTHING"
@@ -29,6 +29,11 @@ _CLAIM = ("UPDATE async_delegations SET state='running', owner_host=%s, owner_pi
           " owner_token=%s, updated_at=%s WHERE delegation_id = (SELECT delegation_id FROM async_delegations"
           " WHERE state='queued' ORDER BY dispatched_at, delegation_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
           f" RETURNING {', '.join(_ROW_COLUMNS)}, true")
+
+# Starting a claimed unit writes its dispatch row over the claimed one only while that is still
+# running under the claim's token: fenced by the row itself, so no lease check before it.
+_START_CLAIMED = INSERT_DISPATCH + " WHERE async_delegations.owner_token = excluded.owner_token" \
+                                   " AND async_delegations.state = 'running'"
 
 
 def enqueue(conn: Any, row: DispatchRow, now: float, host_id: str) -> bool:
@@ -50,3 +55,9 @@ def claim(conn: Any, now: float, host_id: str, owner: tuple[int, int | None], to
 
 def queued_count(conn: Any) -> int:
     return conn.execute("SELECT count(*) FROM async_delegations WHERE state='queued'").fetchone()[0]
+
+
+def start_claimed(conn: Any, values: tuple[Any, ...]) -> None:
+    """Write the dispatch row (``INSERT_DISPATCH`` values, under the claim's token) of a unit
+    this worker claimed; nothing if the claim was recovered meanwhile (its lease revoked)."""
+    conn.execute(_START_CLAIMED, values)

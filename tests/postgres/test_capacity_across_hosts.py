@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import psycopg
 import pytest
 
 import tools.delegate_tool as dt
@@ -106,7 +107,8 @@ def test_a_claimed_unit_starts_on_its_claim_and_counts_against_every_other_host(
         assert (claimed.state, claimed.task, claimed.extra["owner_host"], claimed.extra["lease_live"]) == (
             "running", {"goal": "g"}, "host-worker", True)  # the claimed row as a read of it returns it
         assert claimed.extra["owner_token"] == worker.get("deleg_queued").extra["owner_token"]
-        assert worker.persist_dispatch_within(row("deleg_queued"), 1.0, 1) is True  # starting it asks nothing
+        assert worker.persist_dispatch_within(row("deleg_queued", started=1), 1.0, 1) is True  # asks nothing
+        assert worker.get("deleg_queued").task == {"goal": "g", "started": 1}  # the engine's row, same token
         assert local.persist_dispatch_within(row("deleg_local"), 1.0, 1) is False
         assert local.persist_dispatch_within(row("deleg_local"), 1.0, 2) is True
         worker.enqueue_unit(row("deleg_queued_2"), 1.0)
@@ -116,6 +118,19 @@ def test_a_claimed_unit_starts_on_its_claim_and_counts_against_every_other_host(
     finally:
         worker.close()
         local.close()
+
+
+def test_starting_a_claimed_unit_never_revives_a_claim_recovered_meanwhile(pg_schema):
+    worker = PostgresLedger(pg_schema.url, host_id="host-worker")
+    try:
+        worker.enqueue_unit(row("deleg_queued"), 1.0)
+        assert worker.claim_queued_unit(1.0, 1) is not None
+        with psycopg.connect(pg_schema.url, autocommit=True) as conn:  # another host recovered it
+            conn.execute("UPDATE async_delegations SET state='completed' WHERE delegation_id='deleg_queued'")
+        assert worker.persist_dispatch_within(row("deleg_queued", started=1), 1.0, 1) is True
+        assert (worker.get("deleg_queued").state, worker.get("deleg_queued").task) == ("completed", {"goal": "g"})
+    finally:
+        worker.close()
 
 
 def test_the_units_of_one_local_call_are_one_slot_to_worker_claims_too(pg_schema):
