@@ -17,13 +17,13 @@ import time
 from typing import Any, Callable
 
 from delegation.observers import span
-from tools import delegate_tool as dt
+from tools.delegate_child import Batch, fabricated_entry
 
 UNWIND_S = 10.0  # after a parent interrupt, children get this long to return their partial work
 _POLL_S = 0.2
 
 
-def run_children(unit: dt.Batch, on_entry: Callable[[dict], Any] | None,
+def run_children(unit: Batch, on_entry: Callable[[dict], Any] | None,
                  honor_parent_interrupt: bool = False) -> list[dict[str, Any]]:
     """Build and run the unit's children in parallel; hand each entry to ``on_entry`` as it lands.
 
@@ -47,7 +47,7 @@ def run_children(unit: dt.Batch, on_entry: Callable[[dict], Any] | None,
             detach(unit)
 
 
-def _run_one(unit: dt.Batch, pos: int, index: int, done: queue.Queue, attach: bool) -> None:
+def _run_one(unit: Batch, pos: int, index: int, done: queue.Queue, attach: bool) -> None:
     task = unit.tasks[index]
     with span("offload.subagent", task_index=index, goal=task.goal[:200]) as traced:
         entry = _build_and_run(unit, pos, index, attach)
@@ -55,41 +55,40 @@ def _run_one(unit: dt.Batch, pos: int, index: int, done: queue.Queue, attach: bo
     done.put(entry)
 
 
-def _build_and_run(unit: dt.Batch, pos: int, index: int, attach: bool) -> dict[str, Any]:
+def _build_and_run(unit: Batch, pos: int, index: int, attach: bool) -> dict[str, Any]:
     task = unit.tasks[index]
     started = time.monotonic()
     child = None
     try:
         if unit.cancelled.is_set():
-            entry = dt._fabricated_entry(index, "interrupted", "stopped before the subagent was built", None, started)
+            entry = fabricated_entry(index, "interrupted", "stopped before the subagent was built", None, started)
         else:
             child = _build(unit, pos, index, attach)
             if unit.cancelled.is_set():  # a stop that arrived while we were building
                 _interrupt(child)
-                entry = dt._fabricated_entry(index, "interrupted", "stopped before the subagent started", child,
-                                             started)
+                entry = fabricated_entry(index, "interrupted", "stopped before the subagent started", child, started)
             else:
-                entry = dt._run_single_child(index, task.goal, child=child, parent_agent=unit.parent,
-                                             context=task.context or unit.context)
+                entry = unit.run_child(index, task.goal, child=child, parent_agent=unit.parent,
+                                       context=task.context or unit.context)
     except BaseException as exc:  # a build or run that raised is an "error" task, not a dead unit
         what = "running" if child is not None else "building"
-        entry = dt._fabricated_entry(index, "error", f"{type(exc).__name__}: {exc}", child, started)
+        entry = fabricated_entry(index, "error", f"{type(exc).__name__}: {exc}", child, started)
         entry["failure_reason"] = f"{what} the subagent raised"
     return entry
 
 
-def _build(unit: dt.Batch, pos: int, index: int, attach: bool) -> Any:
+def _build(unit: Batch, pos: int, index: int, attach: bool) -> Any:
     task = unit.tasks[index]
-    child = dt._build_child_agent(task_index=index, goal=task.goal, context=task.context or unit.context,
-                                  toolsets=task.toolsets, role=unit.role, creds=unit.creds,
-                                  max_iterations=unit.child_max_iterations, parent_agent=unit.parent)
+    child = unit.build_child(task_index=index, goal=task.goal, context=task.context or unit.context,
+                             toolsets=task.toolsets, role=unit.role, creds=unit.creds,
+                             max_iterations=unit.child_max_iterations, parent_agent=unit.parent)
     unit.children[pos] = child
     if attach:
         _with_children_list(unit.parent, lambda kids: kids.append(child))
     return child
 
 
-def _collect(unit: dt.Batch, done: queue.Queue, on_entry, honor_parent_interrupt: bool) -> list[dict[str, Any]]:
+def _collect(unit: Batch, done: queue.Queue, on_entry, honor_parent_interrupt: bool) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     deadline = None
     while len(entries) < len(unit.indexes):
@@ -108,12 +107,12 @@ def _collect(unit: dt.Batch, done: queue.Queue, on_entry, honor_parent_interrupt
     seen = {e.get("task_index") for e in entries}
     for index, child in zip(unit.indexes, unit.children):
         if index not in seen:
-            entries.append(dt._fabricated_entry(index, "interrupted", "the parent was interrupted", child,
+            entries.append(fabricated_entry(index, "interrupted", "the parent was interrupted", child,
                                                 time.monotonic()))
     return entries
 
 
-def stop(unit: dt.Batch) -> None:
+def stop(unit: Batch) -> None:
     """Stop the unit: no child starts from now on, and every built child is interrupted."""
     unit.cancelled.set()
     for child in list(unit.children):
@@ -147,7 +146,7 @@ def progress_token(children: list[Any]) -> Callable[[], tuple[tuple, bool]]:
     return sample
 
 
-def detach(unit: dt.Batch) -> None:
+def detach(unit: Batch) -> None:
     def drop(kids: list) -> None:
         kids[:] = [c for c in kids if not any(c is b for b in unit.children)]
     _with_children_list(unit.parent, drop)

@@ -1,6 +1,8 @@
-"""The ``delegate_task`` tool: entry point, config, credentials, the child seams and the result
-entry of one child. The arguments and the schema live in ``delegate_args``, the child build and
-run in ``delegate_children`` (on worker threads), the modes in ``delegate_tool_dispatch``.
+"""The ``delegate_task`` tool: entry point, config, credentials and the child seams. The
+arguments and the schema live in ``delegate_args``; the unit and one child's build, run and
+result entry in ``delegate_child``; running a unit's children in ``delegate_children`` (on
+worker threads); the modes in ``delegate_tool_dispatch``. Imports point one way: this module
+imports those, none of them imports it.
 
 Invariants: the tool never raises to the model — bad arguments, placeholder goals, bad config,
 credential failures and anything unexpected come back as ``{"status": "error", "error": ...}``
@@ -8,51 +10,27 @@ JSON that says what to change, before anything is dispatched; routing identity i
 before any child is built (building a child may rebind session state); a child never gets a
 toolset its parent lacks; a child that raised is ``error``, one that ran and did not succeed
 ``failed``. ``_build_child_agent``, ``_run_single_child``, ``_resolve_delegation_credentials``
-and ``_load_config`` are seams the acceptance suite patches (looked up at call time).
+and ``_load_config`` are seams the acceptance suite patches (looked up at call time: every unit
+gets ``child_seams()``, which reads the first two here when a child is built or run).
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-import threading
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from tools.delegate_args import DELEGATE_TASK_SCHEMA, KNOWN_TOOLSETS, DelegateArgs, TaskArgs
+from tools.delegate_child import Batch
+from tools.delegate_child import build_child_agent as _build_child_agent  # the seam, patched here
+from tools.delegate_child import run_single_child as _run_single_child  # the seam, patched here
+from tools.delegate_child import str_attr as _str_attr
 from tools.delegate_config import ConfigError, DelegationConfig, load_delegation_config
-from tools.delegate_usage import entry_usage_fields
 from tools.toolspec import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Batch:
-    """One delegate_task call (or one completion unit of it): its tasks and where results go.
-
-    ``children`` holds one slot per task this batch runs, ``None`` until the worker that runs
-    the task has built its child; ``cancelled`` is set when the batch is stopped.
-    """
-
-    tasks: list[TaskArgs]
-    children: list[Any]
-    parent: Any
-    cfg: DelegationConfig
-    creds: dict[str, Any]
-    context: str | None = None
-    role: str = "leaf"
-    indexes: list[int] = field(default_factory=list)  # task indexes this batch (or unit) runs
-    group: str | None = None
-    child_max_iterations: int = 50
-    cancelled: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def goals(self) -> list[str]:
-        return [t.goal for t in self.tasks]
 
 
 def _error(message: str) -> str:
@@ -64,16 +42,18 @@ def _load_config() -> dict[str, Any]:
     return load_delegation_config().model_dump()
 
 
+def child_seams() -> dict[str, Any]:
+    """A unit's ``build_child`` / ``run_child``: this module's ``_build_child_agent`` and
+    ``_run_single_child`` looked up when called, so a patch here reaches units already made."""
+    return {"build_child": lambda **kw: _build_child_agent(**kw),
+            "run_child": lambda *args, **kw: _run_single_child(*args, **kw)}
+
+
 def _get_max_async_children() -> int:
     try:
         return DelegationConfig.model_validate(_load_config()).max_concurrent_children
     except (ConfigError, ValidationError):
         return DelegationConfig().max_concurrent_children
-
-
-def _str_attr(obj: Any, name: str) -> str | None:
-    value = getattr(obj, name, None)
-    return value if isinstance(value, str) and value else None
 
 
 def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
@@ -107,53 +87,6 @@ def _credentials_or_error(cfg: DelegationConfig, parent: Any) -> tuple[dict[str,
         return {}, (f"could not resolve the subagents' model or endpoint (got {type(creds).__name__}, not a "
                     "credentials mapping); nothing was dispatched. The operator must check delegation.* in config.yaml.")
     return creds, None
-
-
-def _build_child_agent(*, task_index: int, goal: str, context: str | None, toolsets: list[str] | None, role: str,
-                       creds: dict[str, Any], max_iterations: int, parent_agent: Any) -> Any:
-    """The parent builds its own child, so tools/ never imports the agent runtime."""
-    return parent_agent.build_child(task_index=task_index, goal=goal, context=context, toolsets=toolsets, role=role,
-                                    model=creds.get("model"), base_url=creds.get("base_url"),
-                                    api_key=creds.get("api_key"), max_iterations=max_iterations,
-                                    subagent_id=f"sa-{task_index}-{os.urandom(3).hex()}")
-
-
-def _child_prompt(goal: str, context: str | None) -> str:
-    return f"{goal}\n\nContext from the parent agent:\n{context}" if context else goal
-
-
-def _run_single_child(task_index: int, goal: str, child: Any = None, parent_agent: Any = None,
-                      context: str | None = None, **_: Any) -> dict[str, Any]:
-    """Run one child to the end and describe the outcome as a result entry."""
-    started = time.monotonic()
-    try:
-        out = child.run_conversation(_child_prompt(goal, context))
-    except Exception as exc:  # raised, as opposed to ran and failed: status "error"
-        return _fabricated_entry(task_index, "error", f"{type(exc).__name__}: {exc}", child, started)
-    summary = out.get("final_response")
-    usable = isinstance(summary, str) and summary.strip() not in ("", "(empty)")
-    if out.get("interrupted") or out.get("exit_reason") == "interrupted":
-        status, exit_reason = "interrupted", "interrupted"
-    elif out.get("error") or out.get("exit_reason") == "error":
-        status, exit_reason = "failed", "error"
-    else:
-        exit_reason = "completed" if out.get("completed") else "max_iterations"
-        status = "completed" if usable else "failed"
-    entry = {"task_index": task_index, "status": status, "summary": summary if usable else None,
-             "api_calls": int(out.get("api_calls") or 0), "duration_seconds": round(time.monotonic() - started, 2),
-             "model": out.get("model") or _str_attr(child, "model"), "exit_reason": exit_reason,
-             "truncated": exit_reason == "max_iterations", **entry_usage_fields(out)}
-    if out.get("error"):
-        entry["error"] = str(out["error"])
-    elif status == "failed":
-        entry["error"] = "the subagent ended without a usable summary"
-    return entry
-
-
-def _fabricated_entry(task_index: int, status: str, error: str, child: Any, started: float) -> dict[str, Any]:
-    return {"task_index": task_index, "status": status, "summary": None, "api_calls": 0, "error": error,
-            "duration_seconds": round(time.monotonic() - started, 2), "model": _str_attr(child, "model"),
-            "exit_reason": "interrupted" if status == "interrupted" else "error", "truncated": False}
 
 
 def delegate_task(goal: str | None = None, context: str | None = None, toolsets: list[str] | None = None,
@@ -194,7 +127,7 @@ def _describe_validation(exc: ValidationError) -> str:
 
 
 def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
-    from tools import delegate_tool_dispatch as dispatch
+    from tools import delegate_tool_dispatch as dispatch  # the engine loads only when a call delegates
 
     depth = getattr(parent, "_delegate_depth", 0)
     depth = depth if isinstance(depth, int) else 0
@@ -213,7 +146,7 @@ def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConf
     # Children are built later, each on the worker that runs it (tools/delegate_children.py).
     batch = Batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
                   context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
-                  child_max_iterations=args.max_iterations or cfg.max_iterations)
+                  child_max_iterations=args.max_iterations or cfg.max_iterations, **child_seams())
     if routing is None:
         return dispatch.run_sync(batch)
     if routing["async_delivery"] and cfg.run_on == "workers":

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from tools import async_delegation as ad
 from tools import delegate_children as kids
-from tools import delegate_tool as dt
+from tools.delegate_child import Batch, str_attr
 from tools.delegate_usage import roll_up, sum_usage
 from render.model_rejection import subagent_stamp
 
@@ -38,7 +38,7 @@ def capture_routing(parent: Any) -> dict[str, Any]:
     from tools.approval_context import get_current_session_key
     from tools.session_env import get_session_env, resolve_wake_session
 
-    parent_sid = dt._str_attr(parent, "session_id")
+    parent_sid = str_attr(parent, "session_id")
     session_key = get_current_session_key(default="")
     if get_session_env("HERMES_SESSION_SOURCE", "") == "tui" and parent_sid:
         session_key = parent_sid  # compression may have rotated the id since the turn began
@@ -51,7 +51,7 @@ def capture_routing(parent: Any) -> dict[str, Any]:
             "origin_session_id": wake_sid or "", "origin": origin, "async_delivery": wake_sid is not None}
 
 
-def _units_of(batch: dt.Batch) -> list[dt.Batch]:
+def _units_of(batch: Batch) -> list[Batch]:
     if not batch.cfg.independent_completions:
         return [batch]
     plan: list[tuple[str | None, list[int]]] = []  # in order of first appearance
@@ -69,7 +69,7 @@ def _units_of(batch: dt.Batch) -> list[dt.Batch]:
                     cancelled=threading.Event()) for group, indexes in plan]
 
 
-def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, Any]:
+def dispatch_background(batch: Batch, routing: dict[str, Any]) -> dict[str, Any]:
     units = _units_of(batch)
     call_id = ad._new_delegation_id()
     handles, inline, slot_key = [], [], None
@@ -102,7 +102,7 @@ def dispatch_background(batch: dt.Batch, routing: dict[str, Any]) -> dict[str, A
     return handle
 
 
-def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: int, slot_key: str | None,
+def _dispatch_unit(unit: Batch, unit_id: str, routing: dict[str, Any], cap: int, slot_key: str | None,
                    hold_slot: bool, subagent_config: dict[str, Any] | None = None):
     """``subagent_config``: the stamp for the unit's events; default: from the unit's own config
     (a worker passes the stamp the dispatching host queued, whose config chose the model)."""
@@ -118,7 +118,7 @@ def _dispatch_unit(unit: dt.Batch, unit_id: str, routing: dict[str, Any], cap: i
         subagent_config=subagent_config or subagent_stamp(unit.cfg.model_dump()))
 
 
-def _unit_runner(unit: dt.Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
+def _unit_runner(unit: Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
     def run() -> dict[str, Any]:
         started = time.monotonic()
         entries = kids.run_children(unit, lambda entry: ad.record_unit_child(unit_id, entry))
@@ -130,7 +130,7 @@ def _unit_runner(unit: dt.Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
     return run
 
 
-def run_sync(batch: dt.Batch, note: str | None = None) -> dict[str, Any]:
+def run_sync(batch: Batch, note: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
     entries = kids.run_children(batch, None, honor_parent_interrupt=True)
     results = _finalize_child_results(entries, batch)
@@ -142,7 +142,7 @@ def run_sync(batch: dt.Batch, note: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _finalize_child_results(entries: list[dict[str, Any]], unit: dt.Batch) -> list[dict[str, Any]]:
+def _finalize_child_results(entries: list[dict[str, Any]], unit: Batch) -> list[dict[str, Any]]:
     """Public result entries: private keys dropped, summaries capped (head and tail kept)."""
     cap = unit.cfg.max_summary_chars
     results = []

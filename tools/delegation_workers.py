@@ -40,7 +40,8 @@ def _rebuild(spec: dict[str, Any], parent: Any, cfg: DelegationConfig) -> dt.Bat
     # The children are built by the unit runner, on the pool thread that runs each (as in-process).
     return dt.Batch(tasks=tasks, children=[None] * len(indexes), parent=parent, cfg=cfg, creds=creds,
                     context=spec.get("context"), role=spec.get("role") or "leaf", indexes=indexes,
-                    group=spec.get("group"), child_max_iterations=int(spec.get("max_iterations") or cfg.max_iterations))
+                    group=spec.get("group"), child_max_iterations=int(spec.get("max_iterations") or cfg.max_iterations),
+                    **dt.child_seams())
 
 
 def _report_unrunnable(row: LedgerRow, spec: dict[str, Any], routing: dict[str, Any], error: str,
