@@ -210,10 +210,6 @@ def _check_stalls(now: float) -> bool:
     return _engine.stalls.check(now)
 
 
-def _ensure_stale_monitor() -> None:
-    _engine.stalls.ensure_running()
-
-
 def _reset_for_tests() -> None:
     _engine.reset()
     _delivery.reset_for_tests()

@@ -16,8 +16,6 @@ from typing import Any, Iterable, Mapping
 
 logger = logging.getLogger(__name__)
 
-USAGE_KEYS = ("input_tokens", "output_tokens", "cost_usd")
-
 
 def entry_usage_fields(out: Mapping[str, Any]) -> dict[str, Any]:
     """The ``tokens`` / ``cost_usd`` fields of a result entry, from a child run's result."""

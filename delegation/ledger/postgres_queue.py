@@ -53,10 +53,6 @@ def claim(conn: Any, now: float, host_id: str, owner: tuple[int, int | None], to
         return None if taken is None else decode(taken)
 
 
-def queued_count(conn: Any) -> int:
-    return conn.execute("SELECT count(*) FROM async_delegations WHERE state='queued'").fetchone()[0]
-
-
 def start_claimed(conn: Any, values: tuple[Any, ...]) -> None:
     """Write the dispatch row (``INSERT_DISPATCH`` values, under the claim's token) of a unit
     this worker claimed; nothing if the claim was recovered meanwhile (its lease revoked)."""

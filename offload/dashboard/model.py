@@ -24,8 +24,6 @@ from tools.process_registry_notifications import format_process_notification
 
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
 HISTORY_LIMIT = 1000  # settled rows read for the history page (the ledger keeps about this many)
-STATES = ("running", "completed", "error", "stalled", "interrupted", "unknown")
-DELIVERY_STATES = ("pending", "delivered", "dropped")
 
 
 def ledger_rows(settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
