@@ -62,14 +62,9 @@ class DeliveryOutcome:
 
 
 def _format_gateway_process_notification(evt: Event) -> str | None:
-    """Text the gateway injects for *evt*, or None when another consumer owns the type.
-
-    Process completions and heartbeats belong to their per-process watcher, so they get None.
-    """
-    etype = evt.get("type") if isinstance(evt, dict) else None
-    if etype in ("async_delegation", "watch_match", "watch_disabled") or (
-        isinstance(etype, str) and etype.startswith("watch_overflow_")
-    ):
+    """Text the gateway injects for *evt*, or None when another consumer owns the type (the
+    gateway delivers ``async_delegation`` events; any other type is left to its own consumer)."""
+    if isinstance(evt, dict) and evt.get("type") == "async_delegation":
         return format_process_notification(evt)
     return None
 

@@ -1,9 +1,10 @@
 """Pure rendering of completion-bus events into the text a parent agent reads as a new turn.
 
-Owns ``format_event(event, subagent_config) -> str | None`` for every event type on the
-completion bus (async delegations, process completions, heartbeats, watch matches and
-watch-state notices) and ``async_delegation_display_text(evt)``, the compact one-line title a
-UI shows for a delegation result.
+Owns ``format_event(event, subagent_config) -> str | None`` for the one event type anything
+puts on the completion bus, ``async_delegation`` (results, and interim failure notices), and
+``async_delegation_display_text(evt)``, the compact one-line title a UI shows for a delegation
+result. Any other type renders as None: hermes' background-process events (completions,
+heartbeats, watch matches) have no producer here, so they have no renderer either.
 
 Invariants:
 - No I/O and no clock reads. The "Dispatched" age is ``completed_at - dispatched_at`` from the
@@ -25,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Union
 
 from render.model_rejection import MODEL_NOT_FOUND_PATTERNS, subagent_stamp
-from render.text import clip, format_age, format_count, inline, quote_block
+from render.text import clip, inline
 from render.blocks import (
     DONE_STATUSES,
     batch_block,
@@ -44,20 +45,16 @@ _DISPLAY_SUBJECT_CHARS = 200
 
 
 def format_event(event: Any, subagent_config: SubagentConfig = None) -> str | None:
-    """The parent-facing text for one completion-bus event, or None for unknown types.
+    """The parent-facing text for one ``async_delegation`` event, or None for any other type.
 
     ``subagent_config`` is the ``delegation`` config section (``model``, ``provider``,
     ``fallback_providers``), or a callable returning it: the model-rejection notice of an
     event that carries no dispatch-time stamp names it."""
     if not isinstance(event, dict):
         return None
-    etype = event.get("type")
-    if etype == "async_delegation":
+    if event.get("type") == "async_delegation":
         return _format_async_delegation(event, subagent_config)
-    if etype == "watch_disabled" or (isinstance(etype, str) and etype.startswith("watch_overflow_")):
-        return f"[IMPORTANT: {quote_block(event.get('message')) or inline(etype)}]"
-    renderer = _PROCESS_RENDERERS.get(etype) if isinstance(etype, str) else None
-    return renderer(event) if renderer else None
+    return None
 
 
 def _format_async_delegation(evt: dict[str, Any], config: SubagentConfig) -> str:
@@ -111,50 +108,6 @@ def _model_rejection_notice(evt: dict[str, Any], entries: list[dict[str, Any]], 
     except Exception:
         # The notice is advice; a surprise in building it must never cost the result itself.
         return []
-
-
-# -- process events -----------------------------------------------------------------------
-
-def _process_id(evt: dict[str, Any]) -> str:
-    return inline(evt.get("session_id") or evt.get("process_id") or evt.get("id")) or "?"
-
-
-def _format_completion(evt: dict[str, Any]) -> str:
-    code = format_count(evt.get("exit_code"))
-    lines = [f"[Background process {_process_id(evt)} finished with exit code {code}."]
-    if inline(evt.get("command")):
-        lines.append(f"Command: {inline(evt['command'])}")
-    output = quote_block(evt.get("output"))
-    lines += ["Output (tail):", output] if output else ["(no output)"]
-    return "\n".join(lines) + "]"
-
-
-def _format_heartbeat(evt: dict[str, Any]) -> str:
-    elapsed = evt.get("uptime_seconds", evt.get("elapsed_seconds"))
-    text = f"[Background process {_process_id(evt)} is still running ({format_age(elapsed)} so far)."
-    if inline(evt.get("command")):
-        text += f" Command: {inline(evt['command'])}"
-    return text + "]"
-
-
-def _format_watch_match(evt: dict[str, Any]) -> str:
-    pattern = inline(evt.get("pattern"))
-    lines = [f'[IMPORTANT: Background process {_process_id(evt)} matched watch pattern "{pattern}".']
-    lines.append(f"Command: {inline(evt.get('command')) or '?'}")
-    output = quote_block(evt.get("output"))
-    if output:
-        lines.append(output)
-    suppressed = format_count(evt.get("suppressed"), default="0")
-    if suppressed != "0":
-        lines.append(f"({suppressed} further matches suppressed)")
-    return "\n".join(lines) + "]"
-
-
-_PROCESS_RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "completion": _format_completion,
-    "heartbeat": _format_heartbeat,
-    "watch_match": _format_watch_match,
-}
 
 
 # -- compact UI title ---------------------------------------------------------------------

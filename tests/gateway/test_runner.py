@@ -55,20 +55,9 @@ def test_async_delegation_uses_the_shared_renderer_unchanged():
     assert "ASYNC DELEGATION COMPLETE" in _format_gateway_process_notification(evt)
 
 
-@pytest.mark.parametrize("evt, expected_start", [
-    ({"type": "watch_disabled", "message": "m"}, "[IMPORTANT: m]"),
-    ({"type": "watch_overflow_tripped", "message": "m"}, "[IMPORTANT: m]"),
-    ({"type": "watch_overflow_released", "message": "m"}, "[IMPORTANT: m]"),
-    ({"type": "watch_match", "session_id": "p", "pattern": "E", "command": "c"},
-     '[IMPORTANT: Background process p matched watch pattern "E".'),
-])
-def test_watch_events_are_important_notices(evt, expected_start):
-    assert _format_gateway_process_notification(evt).startswith(expected_start)
-
-
 @pytest.mark.parametrize("evt", [{"type": "completion", "session_id": "p"}, {"type": "heartbeat"},
-                                 {"type": "other"}, {}])
-def test_process_completions_belong_to_their_own_watcher(evt):
+                                 {"type": "watch_match", "session_id": "p"}, {"type": "other"}, {}])
+def test_events_other_than_delegations_belong_to_their_own_consumer(evt):
     assert _format_gateway_process_notification(evt) is None
 
 
