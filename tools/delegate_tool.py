@@ -49,13 +49,6 @@ def child_seams() -> dict[str, Any]:
             "run_child": lambda *args, **kw: _run_single_child(*args, **kw)}
 
 
-def _get_max_async_children() -> int:
-    try:
-        return DelegationConfig.model_validate(_load_config()).max_concurrent_children
-    except (ConfigError, ValidationError):
-        return DelegationConfig().max_concurrent_children
-
-
 def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
     """Model and endpoint of the children: ``delegation.*`` first, then the parent's."""
     base_url = cfg.base_url or _str_attr(parent, "base_url")
