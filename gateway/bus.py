@@ -14,7 +14,7 @@ from typing import Any
 from gateway.run import GatewayRunner, enrich_async_delegation_routing
 from gateway.session_keys import parse_session_key
 from tools import async_delegation_delivery as delivery
-from tools.process_registry import ProcessRegistry
+from tools.process_registry import CompletionBus
 
 logger = logging.getLogger(__name__)
 Event = dict[str, Any]
@@ -26,7 +26,7 @@ def _routable(evt: Event) -> bool:
 
 
 class GatewayBus:
-    def __init__(self, runner: GatewayRunner, registry: ProcessRegistry, consumer: str = "gateway") -> None:
+    def __init__(self, runner: GatewayRunner, registry: CompletionBus, consumer: str = "gateway") -> None:
         self.runner, self.registry, self.consumer = runner, registry, consumer
 
     def tick(self) -> int:

@@ -26,7 +26,7 @@ from gateway.platform import Route
 from gateway.session_keys import parse_session_key
 from gateway.state import record_drop
 from tools import async_delegation as engine
-from tools.process_registry import ProcessRegistry
+from tools.process_registry import CompletionBus
 
 logger = logging.getLogger(__name__)
 Event = dict[str, Any]
@@ -40,7 +40,7 @@ class _Pending:
 
 
 class DeliveryWatcher:
-    def __init__(self, platform_name: str, registry: ProcessRegistry,
+    def __init__(self, platform_name: str, registry: CompletionBus,
                  chat_for: Callable[[str, Route, str], ChatSession], consumer: str = "gateway",
                  backoff_s: float = 2.0, max_backoff_s: float = 300.0,
                  allowed: Callable[[str], bool] = lambda chat_id: True) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from agent.session_store import SessionStore
 from tools import async_delegation_delivery as delivery
 from tools.async_delegation import is_interim_delegation_event
-from tools.process_registry import ProcessRegistry, process_registry
+from tools.process_registry import CompletionBus, process_registry
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Delivery:
 
 
 class SessionInbox:
-    def __init__(self, session_id: str, store: SessionStore, registry: ProcessRegistry = process_registry) -> None:
+    def __init__(self, session_id: str, store: SessionStore, registry: CompletionBus = process_registry) -> None:
         self.session_id = session_id
         self.store = store
         self.registry = registry

@@ -7,7 +7,7 @@ from gateway.bus import GatewayBus
 from gateway.run import GatewayRunner
 from tests.engine.conftest import clean_engine, wait_event  # noqa: F401 - fixture
 from tools import async_delegation as ad
-from tools.process_registry import ProcessRegistry
+from tools.process_registry import CompletionBus
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
 
@@ -21,13 +21,13 @@ class Adapter:
         return self.accept
 
 
-def finished_event(session_key: str) -> tuple[dict, ProcessRegistry]:
+def finished_event(session_key: str) -> tuple[dict, CompletionBus]:
     """A real finished delegation, its event on a fresh bus that has nothing to restore."""
     res = ad.dispatch_async_delegation(goal="look it up", context=None, toolsets=None, role="leaf", model="m",
                                        session_key=session_key,
                                        runner=lambda: {"status": "completed", "summary": "found it"})
     evt = wait_event(res["delegation_id"])
-    registry = ProcessRegistry()
+    registry = CompletionBus()
     registry._completions_restored = True
     registry.completion_queue.put(evt)
     return evt, registry

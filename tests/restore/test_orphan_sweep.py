@@ -50,8 +50,8 @@ def test_a_dead_consumers_claim_is_offered_again_after_the_lease(seed):
 
 
 def test_the_bus_runs_the_sweep_on_drain(seed, notifications_stub, monkeypatch):
-    from tools.process_registry import ProcessRegistry
-    registry = ProcessRegistry()
+    from tools.process_registry import CompletionBus
+    registry = CompletionBus()
     assert registry.drain_notifications() == []  # restore + first sweep: nothing there yet
     seed("deleg_orphan", completed_at=time.time() - 1, session_key="s1")
     monkeypatch.setattr(ad, "_ORPHAN_SWEEP_INTERVAL_S", 0.0)

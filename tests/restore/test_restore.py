@@ -19,7 +19,7 @@ import tools.async_delegation_delivery as delivery
 from delegation.ledger import LedgerError
 from delegation.recovery import NO_RESULT_ERROR
 from delegation.liveness import current_owner, owner_alive
-from tools.process_registry import ProcessRegistry
+from tools.process_registry import CompletionBus
 
 pytestmark = pytest.mark.timeout(60)  # the seeder starts a subprocess to get a dead pid
 
@@ -286,7 +286,7 @@ def test_claim_of_an_event_without_a_row_is_granted(seed):
 # -- the completion bus ----------------------------------------------------------------------------------
 def test_process_registry_restores_once_per_process(seed):
     seed("deleg_bus", completed_at=time.time() - 5)
-    registry = ProcessRegistry()
+    registry = CompletionBus()
 
     assert registry.restore_completions() == 1
     assert registry.restore_completions() == 0
@@ -297,7 +297,7 @@ def test_process_registry_restores_once_per_process(seed):
 
 def test_a_registry_built_without_init_still_restores(seed):
     seed("deleg_bare", completed_at=time.time() - 5)
-    registry = ProcessRegistry.__new__(ProcessRegistry)
+    registry = CompletionBus.__new__(CompletionBus)
     registry.completion_queue = queue.Queue()
 
     assert registry.restore_completions() == 1
@@ -312,7 +312,7 @@ def test_a_failed_restore_is_logged_and_not_retried(monkeypatch, caplog):
         raise LedgerError("state.db is not a readable SQLite database", kind="corrupt")
 
     monkeypatch.setattr(delivery, "restore_undelivered_completions", broken)
-    registry = ProcessRegistry()
+    registry = CompletionBus()
 
     with caplog.at_level(logging.ERROR):
         assert registry.restore_completions() == 0
@@ -333,8 +333,8 @@ def _events():
     }
 
 
-def _bus(*names: str) -> tuple[ProcessRegistry, dict]:
-    registry = ProcessRegistry()
+def _bus(*names: str) -> tuple[CompletionBus, dict]:
+    registry = CompletionBus()
     registry._completions_restored = True  # nothing durable here: only the in-memory rules
     events = _events()
     for name in names:
@@ -346,7 +346,7 @@ def _taken(drained) -> list[str]:
     return [evt.get("delegation_id") or evt["session_id"] for evt, _text in drained]
 
 
-def _left(registry: ProcessRegistry) -> list[str]:
+def _left(registry: CompletionBus) -> list[str]:
     return [evt.get("delegation_id") or evt["session_id"] for evt in drain(registry.completion_queue)]
 
 
@@ -389,7 +389,7 @@ def test_a_raising_predicate_owns_nothing_that_needs_proof(notifications_stub):
 
 def test_the_first_drain_restores_and_the_restored_event_waits_for_its_owner(seed, notifications_stub):
     seed("deleg_prev", completed_at=time.time() - 5, session_key="s-prev")
-    registry = ProcessRegistry()
+    registry = CompletionBus()
 
     assert registry.drain_notifications() == []  # restored, but an unfiltered drain may not adopt it
     assert registry.drain_notifications(session_key="s-new") == []
