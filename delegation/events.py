@@ -54,7 +54,9 @@ def crash_result(exc: BaseException, *, is_batch: bool, elapsed_s: float) -> dic
     return {"status": "error", "summary": None, "error": error, "api_calls": 0, "duration_seconds": round(elapsed_s, 2)}
 
 
-def build_event(snapshot: dict[str, Any], result: dict[str, Any], status: str) -> dict[str, Any]:
+def event_base(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
+    """What every event of a unit carries: its identity, origin, task source, times and routing
+    (the completion events below and recovery's ``unknown`` event alike)."""
     evt: dict[str, Any] = {"type": "async_delegation", **{k: snapshot.get(k) for k in _COMMON}, "status": status}
     evt["session_key"] = evt["session_key"] or ""
     evt["origin_ui_session_id"] = evt["origin_ui_session_id"] or ""
@@ -62,6 +64,11 @@ def build_event(snapshot: dict[str, Any], result: dict[str, Any], status: str) -
     for key in (*ROUTING_KEYS, "subagent_config"):
         if snapshot.get(key):
             evt[key] = snapshot[key]
+    return evt
+
+
+def build_event(snapshot: dict[str, Any], result: dict[str, Any], status: str) -> dict[str, Any]:
+    evt = event_base(snapshot, status)
     for key in STALL_META_KEYS:
         if key in result:
             evt[key] = result[key]

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from delegation.events import ROUTING_KEYS, unit_task_indexes
+from delegation.events import event_base, unit_task_indexes
 from delegation.ledger import LedgerRow
 
 NO_RESULT_ERROR = "Delegation owner exited before recording a terminal result; outcome unknown."
@@ -28,16 +28,13 @@ def recovered_event(row: LedgerRow, now: float, git_hint: str | None = None) -> 
                  "were recorded and are included below, the rest are unknown.")
     else:
         error = NO_RESULT_ERROR
-    evt: dict[str, Any] = {
-        "type": "async_delegation", "delegation_id": row.delegation_id, "status": "unknown",
-        "session_key": row.origin_session, "origin_ui_session_id": row.origin_ui_session_id,
-        "origin_session_id": row.origin_session_id, "parent_session_id": row.parent_session_id,
-        "goal": task.get("goal"), "context": task.get("context"), "toolsets": task.get("toolsets"),
-        "role": task.get("role"), "model": task.get("model"), "summary": None, "error": error,
-        "is_batch": is_batch, "goals": task.get("goals") or [], "dispatched_at": row.dispatched_at,
-        "completed_at": now, "last_known_status": row.state,
-    }
-    for key in (*ROUTING_KEYS, "group", "task_indexes", "subagent_config"):
+    origin = {"delegation_id": row.delegation_id, "session_key": row.origin_session,
+              "origin_ui_session_id": row.origin_ui_session_id, "origin_session_id": row.origin_session_id,
+              "parent_session_id": row.parent_session_id, "dispatched_at": row.dispatched_at, "completed_at": now}
+    evt = event_base({**task, **origin}, "unknown")
+    evt.update(model=task.get("model"), summary=None, error=error, is_batch=is_batch, goals=task.get("goals") or [],
+               last_known_status=row.state)
+    for key in ("group", "task_indexes"):
         if task.get(key):
             evt[key] = task[key]
     transcripts = task.get("task_transcripts") or {}

@@ -116,6 +116,18 @@ def test_a_recovered_event_keeps_the_subagent_model_stamped_at_dispatch(seed):
     assert evt["subagent_config"] == stamp
 
 
+def test_a_recovered_event_routes_like_a_completion_event(seed):
+    routing = {"scope_id": "thread-7", "user_id": "u42", "user_name": "Ada", "group": "g1", "task_indexes": [0]}
+    seed("deleg_routed", goals=["a"], task_extra=routing, session_key="agent:main:telegram:dm:42")
+
+    (evt,) = restore()
+
+    assert {k: evt.get(k) for k in routing} == routing
+    assert (evt["type"], evt["status"], evt["delegation_id"], evt["session_key"]) == (
+        "async_delegation", "unknown", "deleg_routed", "agent:main:telegram:dm:42")
+    assert evt["origin_ui_session_id"] == "ui-1" and evt["completed_at"] >= evt["dispatched_at"]
+
+
 def test_a_reused_pid_counts_as_dead(seed):
     pid, started = current_owner()
     assert started is not None, "this platform cannot fingerprint processes"
