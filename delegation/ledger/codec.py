@@ -33,8 +33,7 @@ def dumps(obj: Any) -> str:
     return text
 
 
-def loads(raw: str | None) -> Any:
-    return parse_json(raw)
+loads = parse_json  # one parser for a JSON column, eager (here) or on first read (``LazyJson``)
 
 
 def _stored(raw: Any) -> Any:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from delegation.ledger.delivery_sql import SQLITE, DeliverySql, with_child
+from delegation.ledger.delivery_sql import with_child
 from delegation.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
 from delegation.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
 from delegation.ledger.sqlite_errors import error_kind, is_locked  # noqa: F401 - is_locked: part of this API
@@ -33,6 +33,7 @@ from delegation.ledger.sqlite_rows import (  # noqa: F401 - dumps and the column
     _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
     _row_values, dumps,
 )
+from delegation.ledger.sqlite_rows import SQL as _SQL
 
 logger = logging.getLogger("tools.async_delegation")
 
@@ -42,7 +43,6 @@ BUSY_TIMEOUT_S = 10.0
 _DB_ERRORS = (sqlite3.Error, OSError, ValueError, OverflowError)
 _OPEN_RETRY_S = 0.02
 _T = TypeVar("_T")
-_SQL = DeliverySql.for_dialect(SQLITE)
 
 def secure_files(path: Path, *, create_main: bool = False) -> None:
     """Make the database and any sidecar owner-only; optionally create the main file 0o600."""

@@ -55,8 +55,9 @@ _UPSERT_COMPLETION = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT") + (
     " updated_at=excluded.updated_at, event_json=excluded.event_json, result_json=excluded.result_json,"
     " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL"
 )
+SQL = DeliverySql.for_dialect(SQLITE)  # the statements shared with PostgreSQL
 # The common case of the terminal write: the same fields, on the row written at dispatch.
-_UPDATE_COMPLETION = DeliverySql.for_dialect(SQLITE).complete_row
+_UPDATE_COMPLETION = SQL.complete_row
 
 
 def _row_values(row: DispatchRow, state: str, completed_at: float | None, now: float,
