@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from tools.process_registry import CompletionBus
+from offload.engine.bus import CompletionBus
 
 PUBLIC_EVERY = 100  # one public (unrouted) event per this many
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from bench import harness
 from bench.baselines import HUEY_WORKERS, Floor, HueyRig
 from bench.stats import headline, percentile, spread, to_us
-from tools.process_registry import process_registry
+from offload.engine.bus import process_registry
 
 TRIVIAL_RESULT = {"status": "completed", "summary": "ok"}
 SYSTEMS = ("offload", "floor", "huey")

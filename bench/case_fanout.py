@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from bench import harness
 from bench.stats import headline, spread
-from tools.process_registry import process_registry
+from offload.engine.bus import process_registry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODES = {"one_unit": False, "per_child_units": True}  # mode -> delegation.independent_completions
@@ -32,9 +32,9 @@ MODES = {"one_unit": False, "per_child_units": True}  # mode -> delegation.indep
 def _imports() -> tuple[Any, Any] | str:
     try:
         import offload
-        from agent.core import AIAgent
-        from offload import model_server
-        from tools.delegate_tool import delegate_task
+        from offload.agent.core import AIAgent
+        from offload.testing import model_server
+        from offload.subagents.tool import delegate_task
     except ImportError as exc:
         return f"the agent runtime or loopback model server is not available yet ({exc})"
     # An editable install of another checkout can serve a module this one lacks: refuse the mix.

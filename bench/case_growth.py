@@ -21,7 +21,7 @@ from bench import harness
 from bench.case_scale import LiveUnits
 from bench.ledger_fill import fill
 from bench.stats import headline, median, percentile, spread, to_ms, to_us
-from tools.process_registry import process_registry
+from offload.engine.bus import process_registry
 
 DISPATCH_BURST = 300  # dispatches timed per ledger per round
 

@@ -31,7 +31,7 @@ from bench import case_cost, case_growth, harness
 from bench.case_fanout import REPO_ROOT, ServerProcess
 from bench.ledger_fill import _row, dead_pid
 from bench.stats import headline, median, spread, to_us
-from delegation.ledger import sqlite_rows
+from offload.ledger import sqlite_rows
 
 WORKER_CONCURRENCY = 4
 
@@ -85,7 +85,7 @@ def _cost_pair(base: str, n: int, root: Path) -> dict[str, float]:
 
 def _filled(base: str, rows: int) -> Schema:
     """A schema whose ledger holds ``rows`` delivered rows (the ledger makes its tables)."""
-    from delegation.ledger import open_ledger
+    from offload.ledger import open_ledger
 
     import psycopg
 
@@ -132,10 +132,10 @@ def queue_and_drain(url: str, units: int, who: str) -> float:
     a terminal row; the seconds from the first enqueue to the last terminal row."""
     import psycopg
 
-    from delegation.ledger import DispatchRow, open_ledger
-    from tools import delegate_tool as dt
-    from tools.delegate_config import DelegationConfig
-    from tools.delegate_queue import unit_spec
+    from offload.ledger import DispatchRow, open_ledger
+    from offload.subagents import tool as dt
+    from offload.subagents.config import DelegationConfig
+    from offload.subagents.queue import unit_spec
 
     ledger = open_ledger(url, host_id="bench-parent")
     routing = {"session_key": "bench:session", "parent_session_id": None, "origin": {}}

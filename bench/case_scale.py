@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from bench import harness
 from bench.stats import check, headline, median, spread, to_ms, to_us
-from tools import async_delegation as ad
-from tools.process_registry import process_registry
+from offload.default_runtime import engine as ad
+from offload.engine.bus import process_registry
 
 BURSTS, SAMPLES_PER_BURST, BURST_GAP_S = 5, 5, 0.05  # timed samples per point, spread out in time
 EXTRA_DISPATCHES = 10  # "one more dispatch", timed this many times at each live count

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tools import async_delegation as ad
-from tools.process_registry import process_registry
+from offload.default_runtime import engine as ad
+from offload.engine.bus import process_registry
 
 
 def make_wal_db(path: Path) -> Path:

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from delegation.ledger import sqlite_rows as sqlite_ledger
-from delegation.ledger.codec import dumps
-from delegation.ledger.sqlite import open_connection
+from offload.ledger import sqlite_rows as sqlite_ledger
+from offload.ledger.codec import dumps
+from offload.ledger.sqlite import open_connection
 
 SUMMARY = ("The subagent read the module, found the off-by-one in the pager and fixed it; "
            "tests pass. ") * 3

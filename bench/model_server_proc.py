@@ -19,7 +19,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=20, help="SSE chunks per reply (default 20)")
     parser.add_argument("--delay", type=float, default=0.1, help="seconds between chunks (default 0.1)")
     args = parser.parse_args()
-    from offload.model_server import Reply, ScriptedModelServer
+    from offload.testing.model_server import Reply, ScriptedModelServer
 
     reply = Reply(text="x" * (CHUNK_CHARS * args.chunks), chunk_chars=CHUNK_CHARS, chunk_delay_s=args.delay)
     with ScriptedModelServer(lambda request: reply, model_ids=None) as server:

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from bench.case_cost import run_offload
-from delegation import observers
-from delegation.ledger import open_ledger
+from offload.engine import observers
+from offload.ledger import open_ledger
 from offload import activity, control_requests, owner_loop
 
 MODES = ("off", "owner_loop")

@@ -14,8 +14,8 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from bench import harness
-from tools import async_delegation as ad
-from tools.process_registry import process_registry
+from offload.default_runtime import engine as ad
+from offload.engine.bus import process_registry
 
 
 class InlineExecutor:

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from bench.case_cost import run_offload
-from delegation import observers
+from offload.engine import observers
 from offload.telemetry import metrics, tracing
 
 MODES = ("off", "metrics", "tracing")

@@ -1,4 +1,4 @@
 """`python -m offload` runs the CLI, as the `offload` console script does."""
-from offload.cli import main
+from offload.cli.app import main
 
 main()

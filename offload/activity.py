@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Iterable
 
-from delegation.states import LIVE_STATES
+from offload.engine.states import LIVE_STATES
 
 logger = logging.getLogger(__name__)
 

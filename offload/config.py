@@ -23,12 +23,12 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
-from gateway.config import GatewayConfig
+from offload.agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
+from offload.gateway.config import GatewayConfig
 from offload import config_file
-from tools.delegate_config import ConfigError, DelegationConfig, read_config_file
-from tools.hermes_home import config_path
-from tools.ledger_config import LedgerConfig
+from offload.subagents.config import ConfigError, DelegationConfig, read_config_file
+from offload.home import config_path
+from offload.ledger.config import LedgerConfig
 
 __all__ = ["ConfigError", "OffloadConfig", "get_value", "load_config", "resolve_api_key", "set_value", "unset_value"]
 

@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
-from tools.delegate_config import ConfigError
+from offload.subagents.config import ConfigError
 
 
 def _yaml() -> YAML:

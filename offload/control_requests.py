@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import time
 
-from delegation.ledger import DelegationLedger, LedgerError, LedgerRow
-from delegation.liveness import owner_alive
-from delegation.states import ACTIVE_STATES
-from tools import async_delegation as engine
-from tools.async_delegation_delivery import current_ledger
+from offload.ledger import DelegationLedger, LedgerError, LedgerRow
+from offload.engine.liveness import owner_alive
+from offload.engine.states import ACTIVE_STATES
+from offload.default_runtime import engine
+from offload.default_runtime.delivery import current_ledger
 
 logger = logging.getLogger(__name__)
 

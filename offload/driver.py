@@ -14,16 +14,16 @@ import logging
 import time
 from typing import Any, Callable
 
-from agent.session_store import SessionStore
-from delegation.states import LIVE_STATES
+from offload.agent.session_store import SessionStore
+from offload.engine.states import LIVE_STATES
 from offload import exit_codes
 from offload.config import load_config
 from offload.exit_codes import ExitCode
 from offload.inbox import Delivery, SessionInbox
 from offload.runtime import Conversation, TurnResult, apply_engine_tuning, open_conversation
-from offload.views import Ui
-from tools.async_delegation import get_durable_delegation, interrupt_for_session, list_async_delegations
-from tools.delegate_usage import roll_up_event
+from offload.cli.views import Ui
+from offload.default_runtime.engine import get_durable_delegation, interrupt_for_session, list_async_delegations
+from offload.subagents.usage import roll_up_event
 
 logger = logging.getLogger(__name__)
 

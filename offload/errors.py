@@ -1,7 +1,7 @@
 """Errors a user can fix, shared by the CLI modules without importing the agent runtime."""
 from __future__ import annotations
 
-from delegation.errors import OffloadError
+from offload.engine.errors import OffloadError
 
 
 

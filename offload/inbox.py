@@ -22,10 +22,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agent.session_store import SessionStore
-from tools import async_delegation_delivery as delivery
-from tools.async_delegation import is_interim_delegation_event
-from tools.process_registry import CompletionBus, process_registry
+from offload.agent.session_store import SessionStore
+from offload.default_runtime import delivery
+from offload.default_runtime.engine import is_interim_delegation_event
+from offload.engine.bus import CompletionBus, process_registry
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from delegation.ledger import LedgerRow
-from delegation.liveness import owner_alive
+from offload.ledger import LedgerRow
+from offload.engine.liveness import owner_alive
 
 
 def _number(value: Any) -> float | None:
@@ -57,7 +57,7 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
 
 
 def owner_state(row: LedgerRow) -> str | None:
-    from tools.async_delegation_delivery import current_ledger
+    from offload.default_runtime.delivery import current_ledger
 
     if not row.owner_pid:
         return None

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Callable, TypeVar
 from urllib.parse import quote
 
-from tools.async_delegation_delivery import current_ledger
-from delegation.ledger import DelegationLedger, LedgerError, LedgerRow
-from delegation.ledger.sqlite import BUSY_TIMEOUT_S, SqliteLedger
+from offload.default_runtime.delivery import current_ledger
+from offload.ledger import DelegationLedger, LedgerError, LedgerRow
+from offload.ledger.sqlite import BUSY_TIMEOUT_S, SqliteLedger
 
 T = TypeVar("T")
 READ_ONLY_NOTE = ("note: {home} is read-only, so this is a read-only listing (no crash recovery, nothing "

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from delegation.observers import add_observer
+from offload.engine.observers import add_observer
 from offload import activity
 
 logger = logging.getLogger(__name__)
@@ -46,8 +46,8 @@ class OwnerLoop:
 
     def _run(self) -> None:
         # Imported here: installing the loop must not load the engine (`offload --help` stays light).
-        from tools import async_delegation as engine
-        from tools.async_delegation_delivery import current_ledger
+        from offload.default_runtime import engine
+        from offload.default_runtime.delivery import current_ledger
 
         ledger = current_ledger()
         wake = threading.Event()

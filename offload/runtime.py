@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from agent import compression
-from agent.core import AIAgent
-from agent.session_store import SessionStore, new_session_id
+from offload.agent import compression
+from offload.agent.core import AIAgent
+from offload.agent.session_store import SessionStore, new_session_id
 from offload.config import ConfigError, OffloadConfig, resolve_api_key
 from offload.errors import CliError
 from offload.ids import resolve
-from tools import async_delegation as engine
-from tools.approval_context import reset_current_session_key, set_current_session_key
-from tools.delegate_config import DelegationConfig
-from tools.session_env import set_async_delivery, set_wake_session
+from offload.default_runtime import engine
+from offload.context.approval import reset_current_session_key, set_current_session_key
+from offload.subagents.config import DelegationConfig
+from offload.context.session_env import set_async_delivery, set_wake_session
 
 logger = logging.getLogger(__name__)
 

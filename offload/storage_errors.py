@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tools.hermes_home import state_db_path
+from offload.home import state_db_path
 
 _FIX = {
     "corrupt": "{path} is damaged (not a readable SQLite database: {cause}); move it aside with "
@@ -27,9 +27,9 @@ _FIX = {
 
 def describe(exc: BaseException) -> str | None:
     """The one-line message for a storage failure, or None if ``exc`` is not one."""
-    from agent.session_store import SessionStoreError
-    from delegation.ledger import LedgerError
-    from delegation.ledger.sqlite import classify_error
+    from offload.agent.session_store import SessionStoreError
+    from offload.ledger import LedgerError
+    from offload.ledger.sqlite import classify_error
 
     if isinstance(exc, LedgerError):
         kind, cause = exc.kind, exc.__cause__ or exc

@@ -4,7 +4,7 @@
 The loop claims queued units while this process has room (``--concurrency``, default
 ``delegation.max_concurrent_children``) and the whole fleet is under
 ``delegation.max_concurrent_children`` (counted in the database across hosts), runs each through
-the engine (``tools.delegation_workers.start_claimed``), and wakes on a LISTEN/NOTIFY
+the engine (``offload.subagents.workers.start_claimed``), and wakes on a LISTEN/NOTIFY
 notification (a unit queued anywhere) or one of its own units finishing -- with a slow poll as
 the fallback for a missed notification. Every ``RECOVERY_INTERVAL`` it also recovers units of
 owners whose lease expired (a worker that died), so their results are reported even when no
@@ -36,9 +36,9 @@ WAKE = {"type": "offload_worker_wake"}
 class Worker:
     def __init__(self, cfg: OffloadConfig, concurrency: int | None, say: Callable[[str], None]) -> None:
         from offload.runtime import apply_engine_tuning, build_agent
-        from tools import async_delegation_delivery as delivery
-        from tools.delegate_queue import needs_shared_ledger
-        from tools.process_registry import process_registry
+        from offload.default_runtime import delivery
+        from offload.subagents.queue import needs_shared_ledger
+        from offload.engine.bus import process_registry
 
         self.cfg, self.say = cfg, say
         self.ledger = delivery.current_ledger()
@@ -70,8 +70,8 @@ class Worker:
         return 0
 
     def _claim_while_room(self) -> None:
-        from tools.async_delegation_ledger import LedgerError
-        from tools.delegation_workers import start_claimed
+        from offload.ledger import LedgerError
+        from offload.subagents.workers import start_claimed
 
         while len(self.running) < self.capacity:
             try:
@@ -89,7 +89,7 @@ class Worker:
                 logger.error("offload worker: could not start %s: %s", row.delegation_id, handle.get("error"))
 
     def _recover_when_due(self) -> None:
-        from tools import async_delegation_delivery as delivery
+        from offload.default_runtime import delivery
 
         if time.monotonic() < self._next_recovery:
             return
@@ -104,7 +104,7 @@ class Worker:
             evt = self.bus.get(timeout=min(POLL_S, max(0.2, self._next_recovery - time.monotonic())))
         except queue.Empty:
             return
-        from tools.async_delegation import is_interim_delegation_event
+        from offload.default_runtime.engine import is_interim_delegation_event
 
         did = evt.get("delegation_id")
         if did in self.running and not is_interim_delegation_event(evt):  # after a notice the unit still runs

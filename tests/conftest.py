@@ -48,7 +48,7 @@ def _isolated_hermes_home(tmp_path, monkeypatch):
 @pytest.fixture
 def model_server() -> Iterator[Callable[..., Any]]:
     """``model_server(script_or_reply, **kwargs)`` -> a started ``ScriptedModelServer``."""
-    from offload.model_server import Reply, ScriptedModelServer
+    from offload.testing.model_server import Reply, ScriptedModelServer
 
     servers: list[ScriptedModelServer] = []
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from delegation.ledger import LedgerError
+from offload.ledger import LedgerError
 from offload import control_requests
-from tools import async_delegation as engine
-from tools.async_delegation_delivery import current_ledger
+from offload.default_runtime import engine
+from offload.default_runtime.delivery import current_ledger
 
 
 def interrupt(delegation_id: str) -> tuple[bool, str]:

@@ -26,9 +26,9 @@ from starlette.staticfiles import StaticFiles
 
 from offload.dashboard import actions, metrics, model
 from offload.dashboard.security import Guard
-from delegation.ledger import LedgerError
+from offload.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
-from render.text import format_age
+from offload.render.text import format_age
 
 _HERE = Path(__file__).parent
 KEEPALIVE_S = 15.0

@@ -2,7 +2,7 @@
 delegation's detail. No HTTP and no HTML here.
 
 Sources: the ledger (every process's work on this ``$HERMES_HOME`` or shared ledger, through
-``tools.ledger_queries`` and ``get``); for units this process runs, the engine's live roster
+``offload.ledger.queries`` and ``get``); for units this process runs, the engine's live roster
 (per-child API calls, current tool, seconds idle, stall clock); for units of other processes
 and hosts, the activity snapshot their owner published in the ledger (``offload.activity``),
 with its age. Invariants: nothing here writes, and a value that came from a child is
@@ -16,11 +16,11 @@ from typing import Any
 
 from offload import activity
 from offload.ledger_rows import owner_host, owner_state
-from tools import async_delegation as engine
-from tools import ledger_queries
-from tools.async_delegation_delivery import current_ledger
-from tools.async_delegation_ledger import LedgerRow
-from tools.process_registry_notifications import format_process_notification
+from offload.default_runtime import engine
+from offload.ledger import queries as ledger_queries
+from offload.default_runtime.delivery import current_ledger
+from offload.ledger import LedgerRow
+from offload.render.bus_notifications import format_process_notification
 
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
 HISTORY_LIMIT = 1000  # settled rows read for the history page (the ledger keeps about this many)

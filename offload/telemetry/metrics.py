@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from prometheus_client import Counter, Histogram
 from prometheus_client.registry import Collector
 
-from delegation.observers import add_observer
+from offload.engine.observers import add_observer
 
 _LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _DURATION_BUCKETS_S = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)

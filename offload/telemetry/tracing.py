@@ -2,7 +2,7 @@
 
 One span per delegation unit (``offload.delegation``) from dispatch to acknowledgement, with
 the subagent, model-call and tool-call spans under it (opened through
-``delegation.observers.span``) and span events for stall, interrupt, each delivery attempt
+``offload.engine.observers.span``) and span events for stall, interrupt, each delivery attempt
 and its outcome. The unit span's W3C trace context is stored in the ledger row (task
 ``trace_context``), so a process that recovers or delivers the unit after its owner died
 continues the same trace: its ``offload.delegation.recovered`` (or ``.delivery``) span is a
@@ -27,7 +27,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from delegation import observers
+from offload.engine import observers
 from offload.telemetry import tracing_wanted
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class _Tracing:
             self._end(delegation_id)
 
     def _continue_from_ledger(self, delegation_id: str) -> Span:
-        from tools.async_delegation_delivery import current_ledger
+        from offload.default_runtime.delivery import current_ledger
 
         try:
             row = current_ledger().get(delegation_id)

@@ -9,12 +9,12 @@ from typing import Any, Callable
 
 import pytest
 
-from agent.core import AIAgent
-from agent.llm import AssistantTurn, LLMClient, ModelNotFoundError
-from agent.tool_calls import INTERRUPTED_BEFORE_START
-from agent.toolsets import KNOWN_TOOLSETS, register_toolset, resolve_tools, unregister_toolset, validate_toolsets
+from offload.agent.core import AIAgent
+from offload.agent.llm import AssistantTurn, LLMClient, ModelNotFoundError
+from offload.agent.tool_calls import INTERRUPTED_BEFORE_START
+from offload.agent.toolsets import KNOWN_TOOLSETS, register_toolset, resolve_tools, unregister_toolset, validate_toolsets
 from llm_fakes import BASE_URL, ScriptedServer, chunk, error_response, hanging_response, sse_response, tool_delta
-from tools.toolspec import Tool, ToolContext, ToolError
+from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 
 RESULT_KEYS = {
     "final_response", "completed", "exit_reason", "api_calls", "messages", "error", "model", "interrupted", "usage",

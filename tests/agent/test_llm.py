@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 import httpx
 import pytest
 
-from agent.llm import LLMClient, LLMError, ModelNotFoundError, RetryNotice
-from agent.llm_errors import retry_after_s
+from offload.agent.llm import LLMClient, LLMError, ModelNotFoundError, RetryNotice
+from offload.agent.llm_errors import retry_after_s
 from llm_fakes import (
     BASE_URL, ScriptedServer, chunk, error_response, hanging_response, sse_response, tool_delta,
 )

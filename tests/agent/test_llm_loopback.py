@@ -1,6 +1,6 @@
 """LLMClient's own httpx + SSE wire against real sockets: the loopback model server, and a raw
 one for bytes no real server should send. Checks what the ``openai`` SDK handled for us before:
-error statuses sorted into fail-fast or retry (``agent.llm_errors``), Retry-After, tool-call
+error statuses sorted into fail-fast or retry (``offload.agent.llm_errors``), Retry-After, tool-call
 deltas split over many chunks, ``[DONE]``, usage in the final chunk, a malformed chunk."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent.llm import LLMClient, LLMError, ModelNotFoundError
-from offload.model_server import Reply, error_reply, sequence_script, text_reply
+from offload.agent.llm import LLMClient, LLMError, ModelNotFoundError
+from offload.testing.model_server import Reply, error_reply, sequence_script, text_reply
 
 pytestmark = pytest.mark.timeout(30)
 

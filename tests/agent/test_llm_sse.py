@@ -9,8 +9,8 @@ import random
 import httpx
 import pytest
 
-from agent.llm import LLMClient, LLMError, ModelNotFoundError
-from agent.llm_sse import iter_sse
+from offload.agent.llm import LLMClient, LLMError, ModelNotFoundError
+from offload.agent.llm_sse import iter_sse
 from llm_fakes import BASE_URL, ScriptedServer, chunk, sse_body, tool_delta
 
 STREAM = (
@@ -132,7 +132,7 @@ def test_request_body_is_plain_chat_completions_json_with_extra_body_merged():
 
 @pytest.mark.timeout(20)
 def test_a_whole_call_against_the_loopback_model_server(model_server):
-    from offload.model_server import sequence_script, text_reply, tool_call_reply
+    from offload.testing.model_server import sequence_script, text_reply, tool_call_reply
     server = model_server(sequence_script([tool_call_reply("search", {"q": "x"}, text="Let me look"),
                                            text_reply("Found it: " + "é" * 40, chunk_chars=3)]))
     client = LLMClient("demo-model", server.url, "k")

@@ -18,9 +18,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from agent.session_store import SessionStore
-from delegation.ledger import sqlite as sq
-from tools.hermes_home import state_db_path
+from offload.agent.session_store import SessionStore
+from offload.ledger import sqlite as sq
+from offload.home import state_db_path
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -146,7 +146,7 @@ def _locked_then(result: object, failures: int) -> Callable[..., object]:
 
 def test_a_locked_answer_at_the_journal_mode_step_is_retried_not_fatal(monkeypatch):
     """The failure users met: the WAL switch step raised "database is locked" and the chat refused to open."""
-    import agent.session_store as store_module
+    import offload.agent.session_store as store_module
 
     real_enable_wal = store_module.enable_wal
     flaky = _locked_then(None, failures=3)

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from agent.session_store import SessionStore, SessionStoreError
+from offload.agent.session_store import SessionStore, SessionStoreError
 from tools import async_delegation as ad
-from tools.hermes_home import state_db_path
+from offload.home import state_db_path
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -116,7 +116,7 @@ class _BusyThenFine:
 
 
 def test_switching_to_wal_retries_while_another_writer_holds_the_file(tmp_path):
-    from agent.session_store import enable_wal
+    from offload.agent.session_store import enable_wal
 
     conn = _BusyThenFine(refusals=3)
     assert enable_wal(conn, tmp_path / "state.db") == "wal"
@@ -124,7 +124,7 @@ def test_switching_to_wal_retries_while_another_writer_holds_the_file(tmp_path):
 
 
 def test_a_file_that_stays_busy_is_used_in_its_current_mode(tmp_path):
-    from agent.session_store import enable_wal
+    from offload.agent.session_store import enable_wal
 
     assert enable_wal(_BusyThenFine(refusals=10**6), tmp_path / "state.db", timeout_s=0.1) == "delete"
 

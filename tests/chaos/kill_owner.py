@@ -51,7 +51,7 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
     from tests.delegate.fakes import FakeParent
     from tools import async_delegation as ad
     from tools.process_registry import process_registry
-    from delegation.events import is_interim
+    from offload.engine.events import is_interim
 
     issued = [0]
 
@@ -136,7 +136,7 @@ def _kill_at_ledger_write(n: int, when: str) -> None:
 
 
 def _kill_in_batched_commit(n: int, when: str, log) -> None:
-    from delegation.ledger.sqlite import SqliteLedger
+    from offload.ledger.sqlite import SqliteLedger
 
     real_batch, real_commit = SqliteLedger._commit_batch, SqliteLedger._commit_transaction
     batched = [0]

@@ -14,7 +14,7 @@ import sys
 
 from tools.async_delegation import restore_undelivered_completions
 from tests.postgres_support import pg_ledger_rows, wait_for_dead_owners_leases
-from tools.hermes_home import state_db_path
+from offload.home import state_db_path
 
 
 def main(via_registry: bool) -> None:

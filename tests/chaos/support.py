@@ -16,7 +16,7 @@ from typing import Any
 from tests.engine.conftest import drain_queue  # noqa: F401 - one drain helper for every engine test
 
 LONG = os.environ.get("OFFLOAD_CHAOS_LONG", "").strip() not in ("", "0", "false", "no")
-ENGINE_LOGGER = "tools.async_delegation"
+ENGINE_LOGGER = "offload.engine"
 
 COUNTS: dict[str, dict[str, Any]] = {}
 

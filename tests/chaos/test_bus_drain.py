@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from bench.case_bus import PUBLIC_EVERY, drain_race
-from tools.process_registry_queue import IndexedQueue
+from offload.engine.bus_queue import IndexedQueue
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120)]
 

@@ -40,12 +40,12 @@ from pathlib import Path
 
 import pytest
 
-import delegation.ledger.sqlite as sq
+import offload.ledger.sqlite as sq
 from tests.chaos.support import drain_queue, engine_errors, report, wait_until
 from tests.engine.conftest import wait_event
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
-from tools.hermes_home import state_db_path
+from offload.home import state_db_path
 
 # Faults of the state.db file (locks, full disk, garbage, deletion); PostgreSQL faults are in tests/postgres.
 pytestmark = [pytest.mark.chaos, pytest.mark.sqlite_only, pytest.mark.timeout(60), pytest.mark.usefixtures("engine")]
@@ -225,7 +225,7 @@ FAULTS = [Locked(), Full(), ReadOnlyDatabase(), Garbage(), GarbageInPlace(), Del
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name)
 def test_a_fault_costs_durability_only_and_the_next_start_recovers(fault, tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.DEBUG, logger="tools.async_delegation")
+    caplog.set_level(logging.DEBUG, logger="offload.engine")
     dispatch("C", gate=False)
     assert_real(wait_event("C"), "C")
     a = dispatch("A")
@@ -260,7 +260,7 @@ def test_a_fault_costs_durability_only_and_the_next_start_recovers(fault, tmp_pa
 
 
 def test_unwritable_home_runs_in_memory_and_the_next_start_uses_the_repaired_home(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.DEBUG, logger="tools.async_delegation")
+    caplog.set_level(logging.DEBUG, logger="offload.engine")
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a regular file where a directory should be")
     monkeypatch.setenv("HERMES_HOME", str(blocker / "home"))
@@ -298,7 +298,7 @@ def test_restore_over_a_garbage_ledger_is_logged_once_and_never_raises(caplog):
 
 
 def test_moving_a_garbage_ledger_aside_as_the_error_says_starts_a_fresh_one(monkeypatch, caplog):
-    caplog.set_level(logging.DEBUG, logger="tools.async_delegation")
+    caplog.set_level(logging.DEBUG, logger="offload.engine")
     state_db_path().write_bytes(os.urandom(8192))
     unit = dispatch("G", gate=False)
     assert "not recorded durably" in unit.handle["warning"]

@@ -24,16 +24,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tools.delegate_tool as dt
-from gateway.session_keys import parse_session_key
+from offload.gateway.session_keys import parse_session_key
 from tests.chaos.support import drain_queue, report, scaled, wait_until
 from tests.delegate.fakes import FakeParent
 from tests.postgres_support import pg_ledger_rows
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from tools.approval_context import reset_current_session_key, set_current_session_key
-from tools.delegate_config import ConfigError, DelegationConfig, load_delegation_config
-from tools.hermes_home import config_path, state_db_path
-from render.text import is_reserved_line
+from offload.subagents.config import ConfigError, DelegationConfig, load_delegation_config
+from offload.home import config_path, state_db_path
+from offload.render.text import is_reserved_line
 from tools.process_registry import process_registry
 from tools.process_registry_notifications import format_process_notification
 
@@ -163,19 +163,19 @@ def test_any_arguments_with_split_units_and_a_small_cap(config):
 
 # -- lone surrogates: valid in a model's JSON, not storable as UTF-8 ------------------------------
 def test_a_surrogate_session_key_costs_durability_only_never_a_slot_or_an_exception(caplog):
-    caplog.set_level("DEBUG", logger="tools.async_delegation")
+    caplog.set_level("DEBUG", logger="offload.engine")
     for key in ("agent:main:x:dm:\ud800", "\udcff"):
         out = call_delegate_task({"goal": "write the docs"}, key, "parent\udc80")
         assert out["status"] == "dispatched"
         (evt,) = settle()
         assert evt["session_key"] == key and evt["status"] == "completed"  # delivered in memory
     assert ledger_rows() == {}  # nothing half-written
-    errors = [r for r in caplog.records if r.levelno >= 40 and r.name == "tools.async_delegation"]
+    errors = [r for r in caplog.records if r.levelno >= 40 and r.name == "offload.engine"]
     assert len(errors) == 1 and delivery.current_ledger().location in errors[0].getMessage()
 
 
 def test_a_surrogate_in_child_output_is_stored_and_restored_exactly(monkeypatch_session, caplog):
-    caplog.set_level("DEBUG", logger="tools.async_delegation")
+    caplog.set_level("DEBUG", logger="offload.engine")
     text = "half a pair: \ud83d and \udca9"
     res = ad.dispatch_async_delegation(goal="g", context=None, toolsets=None, role="leaf", model="m", session_key="s",
                                        runner=lambda: {"status": "completed", "summary": text})

@@ -21,11 +21,11 @@ from collections import Counter
 
 import pytest
 
-from delegation.ledger.sqlite import retry_while_locked
+from offload.ledger.sqlite import retry_while_locked
 from tests.chaos.support import drain_queue, report, scaled, wait_until
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
-from tools.hermes_home import state_db_path
+from offload.home import state_db_path
 from tools.process_registry import process_registry
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(scaled(120, 900)), pytest.mark.usefixtures("engine")]

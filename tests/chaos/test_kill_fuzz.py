@@ -42,7 +42,7 @@ from tests.chaos.support import LONG, base_seed, report, scaled
 from tests.postgres_support import host_env_for, ledger_env_for
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
-from delegation.events import batch_status
+from offload.engine.events import batch_status
 
 TRIALS = int(os.environ.get("OFFLOAD_CHAOS_TRIALS") or scaled(30, 500))
 BATCH_TRIALS = int(os.environ.get("OFFLOAD_CHAOS_TRIALS") or scaled(12, 100))

@@ -26,7 +26,7 @@ from tests.chaos.support import drain_queue, report, scaled, wait_until
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from tests.postgres_support import pg_ledger_rows
-from tools.hermes_home import state_db_path
+from offload.home import state_db_path
 from tools.process_registry import process_registry
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(scaled(240, 1200)), pytest.mark.usefixtures("engine")]

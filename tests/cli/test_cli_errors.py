@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.e2e.conftest import cli_env
-from tools.hermes_home import config_path
+from offload.home import config_path
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -24,13 +24,13 @@ from tests.e2e.conftest import cli_env
 pytestmark = pytest.mark.timeout(60)
 
 HEAVY = ("rich", "yaml", "openai", "httpx", "sqlite3", "agent", "tools", "offload.config",
-         "offload.views", "offload.driver")
+         "offload.cli.views", "offload.driver")
 
 # Runs the CLI's entry point in-process, then reports which modules it loaded.
 _RUN_AND_LIST_MODULES = """
 import sys
 sys.argv = ["offload", *sys.argv[1:]]
-from offload.cli import main
+from offload.cli.app import main
 try:
     main()
 except SystemExit:
@@ -56,7 +56,7 @@ def _heavy(modules: set[str]) -> list[str]:
 def test_help_and_version_import_no_heavy_module(args):
     text, modules = _loaded_modules(*args)
     assert text.strip(), "printed nothing"
-    assert "offload.cli" in modules  # the probe really ran the CLI
+    assert "offload.cli.app" in modules  # the probe really ran the CLI
     assert _heavy(modules) == []
     if len(args) == 1:
         assert "pydantic" not in modules

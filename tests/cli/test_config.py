@@ -9,8 +9,8 @@ import yaml
 from offload import config as cfg_mod
 from offload.config import ConfigError
 from tools import async_delegation as engine
-from tools.delegate_config import DelegationConfig
-from tools.hermes_home import config_path
+from offload.subagents.config import DelegationConfig
+from offload.home import config_path
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,16 +6,16 @@ import threading
 
 import pytest
 
-from agent.session_store import SessionStore
+from offload.agent.session_store import SessionStore
 from offload.driver import SessionDriver
 from offload.inbox import SessionInbox
 from offload.runtime import Conversation, _new_messages, delegate_handles
-from offload.views import Ui
+from offload.cli.views import Ui
 from tests.engine.conftest import clean_engine, drain_queue, wait_event  # noqa: F401 - fixture
 from tools import async_delegation as ad
 from tools.approval_context import get_current_session_key
 from tools.process_registry import process_registry
-from tools.session_env import async_delivery_supported
+from offload.context.session_env import async_delivery_supported
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
 

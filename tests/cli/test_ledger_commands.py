@@ -8,10 +8,10 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from offload.cli import app
+from offload.cli.app import app
 from tests.engine.conftest import clean_engine  # noqa: F401 - fixture
 from tools.async_delegation_delivery import current_ledger
-from delegation.ledger import DispatchRow
+from offload.ledger import DispatchRow
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from delegation.ledger import open_ledger
+from offload.ledger import open_ledger
 from offload import activity
 from offload.dashboard import model
 

@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import tools.delegate_tool as dt
-from agent.core import AIAgent
-from delegation import observers
-from offload.model_server import ScriptedModelServer, rule_script, text_reply, tool_call_reply
+from offload.agent.core import AIAgent
+from offload.engine import observers
+from offload.testing.model_server import ScriptedModelServer, rule_script, text_reply, tool_call_reply
 from offload.telemetry import tracing
 from tests.engine.conftest import wait_event
 from tools import async_delegation as ad

@@ -13,7 +13,7 @@ import threading
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from delegation import observers
+from offload.engine import observers
 from offload.telemetry import tracing
 from tools import async_delegation as ad
 

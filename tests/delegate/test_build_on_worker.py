@@ -81,7 +81,7 @@ def test_an_interrupt_during_the_build_is_honoured():
 
 
 def test_a_parent_interrupt_during_a_sync_build_is_honoured(monkeypatch):
-    from tools import delegate_children as kids
+    from offload.subagents import children as kids
 
     stopped = threading.Event()
     real_stop = kids.stop

@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from agent import compression
-from agent.core import AIAgent
-from agent.llm import AssistantTurn
-from agent.session_store import SessionStore
+from offload.agent import compression
+from offload.agent.core import AIAgent
+from offload.agent.llm import AssistantTurn
+from offload.agent.session_store import SessionStore
 from offload.driver import SessionDriver
 from offload.inbox import SessionInbox
 from offload.runtime import Conversation
-from offload.views import Ui
+from offload.cli.views import Ui
 from tests.engine.conftest import clean_engine, drain_queue, wait_event  # noqa: F401 - fixture
 from tools import async_delegation as ad
 from tools.process_registry import process_registry

@@ -43,7 +43,7 @@ def test_too_many_tasks_names_the_key(monkeypatch):
 
 
 def test_bad_config_file_is_reported_not_raised(tmp_path, monkeypatch):
-    from tools.hermes_home import config_path
+    from offload.home import config_path
     config_path().write_text("delegation:\n  max_concurrent_children: 0\n  colour: red\n")
     out = call(goal="write the docs")
     assert out["status"] == "error"
@@ -51,7 +51,7 @@ def test_bad_config_file_is_reported_not_raised(tmp_path, monkeypatch):
 
 
 def test_broken_yaml_is_reported():
-    from tools.hermes_home import config_path
+    from offload.home import config_path
     config_path().write_text("delegation: [unclosed\n")
     out = call(goal="write the docs")
     assert out["status"] == "error" and "not valid YAML" in out["error"]
@@ -146,7 +146,7 @@ def test_background_at_capacity_runs_synchronously_with_a_note(monkeypatch):
 
 
 def test_no_async_delivery_runs_synchronously(monkeypatch):
-    from tools import session_env
+    from offload.context import session_env
     monkeypatch.setattr(session_env, "async_delivery_supported", lambda: False)
     out = call(goal="write the docs")
     assert out["mode"] == "sync" and "not available in this session" in out["note"]
@@ -194,7 +194,7 @@ def test_each_finished_child_is_recorded_before_the_unit_ends():
 
 
 def test_credentials_prefer_delegation_config_and_never_leak_the_parent_key(monkeypatch):
-    from tools.delegate_config import DelegationConfig
+    from offload.subagents.config import DelegationConfig
     parent = FakeParent()
     inherited = dt._resolve_delegation_credentials(DelegationConfig(), parent)
     assert (inherited["model"], inherited["base_url"], inherited["api_key"]) == (
@@ -207,14 +207,14 @@ def test_credentials_prefer_delegation_config_and_never_leak_the_parent_key(monk
 
 
 def test_missing_api_key_env_is_reported():
-    from tools.hermes_home import config_path
+    from offload.home import config_path
     config_path().write_text("delegation:\n  api_key_env: NOPE_NOT_SET\n")
     out = call(goal="write the docs")
     assert out["status"] == "error" and "NOPE_NOT_SET" in out["error"]
 
 
 def test_progress_token_samples_every_child_and_an_unbuilt_one_as_none():
-    from tools.delegate_children import progress_token
+    from offload.subagents.children import progress_token
     parent = FakeParent()
     children = [parent.build_child(task_index=i, goal=str(i)) for i in range(2)] + [None]
     children[1].api_calls = 3
@@ -223,7 +223,7 @@ def test_progress_token_samples_every_child_and_an_unbuilt_one_as_none():
 
 
 def test_tool_entry_passes_the_calling_agent():
-    from tools.toolspec import ToolContext
+    from offload.toolsets.toolspec import ToolContext
     (tool,) = dt.TOOLS
     parent = FakeParent()
     out = json.loads(tool.handler({"goal": "write the docs", "background": False}, ToolContext(workspace=".", caller=parent)))

@@ -9,8 +9,8 @@ import tools.delegate_tool as dt
 from tests.delegate.fakes import FakeParent
 from tests.engine.conftest import clean_engine  # noqa: F401 - fixture
 from tools import async_delegation as ad
-from tools.delegate_args import DELEGATE_TASK_SCHEMA, DelegateArgs
-from tools.delegate_goals import goal_problem
+from offload.subagents.args import DELEGATE_TASK_SCHEMA, DelegateArgs
+from offload.subagents.goals import goal_problem
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
 

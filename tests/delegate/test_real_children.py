@@ -9,8 +9,8 @@ import pytest
 
 import tools.delegate_tool as dt
 import tools.process_registry_notifications as prn
-from agent.core import AIAgent
-from offload.model_server import ScriptedModelServer, rule_script, text_reply
+from offload.agent.core import AIAgent
+from offload.testing.model_server import ScriptedModelServer, rule_script, text_reply
 from tests.engine.conftest import clean_engine, wait_event  # noqa: F401 - fixture
 from tools.process_registry_notifications import format_process_notification
 
@@ -70,7 +70,7 @@ def test_credentials_for_another_host_never_carry_the_parents_key(tmp_path, monk
     with ScriptedModelServer(rule_script([(lambda t: True, text_reply("ok"))])) as server:
         parent = parent_on(server, tmp_path)
         monkeypatch.setattr(dt, "_load_config", lambda: {"base_url": "http://127.0.0.1:1/v1"})
-        from tools.delegate_config import DelegationConfig
+        from offload.subagents.config import DelegationConfig
         creds = dt._resolve_delegation_credentials(DelegationConfig.model_validate(dt._load_config()), parent)
         child = dt._build_child_agent(task_index=0, goal="g", context=None, toolsets=None, role="leaf", creds=creds,
                                       max_iterations=5, parent_agent=parent)

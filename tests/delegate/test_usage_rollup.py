@@ -7,11 +7,11 @@ import threading
 import pytest
 
 import tools.delegate_tool as dt
-from agent.core import AIAgent
-from agent.llm import AssistantTurn
+from offload.agent.core import AIAgent
+from offload.agent.llm import AssistantTurn
 from tests.delegate.fakes import FakeParent
 from tests.engine.conftest import clean_engine, wait_event  # noqa: F401 - fixture
-from tools.delegate_usage import event_usage, roll_up_event, sum_usage
+from offload.subagents.usage import event_usage, roll_up_event, sum_usage
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
 
@@ -84,11 +84,11 @@ def test_the_agent_totals_its_own_runs_and_what_its_subagents_add(tmp_path):
 
 
 def test_the_driver_adds_background_usage_when_it_delivers_the_result(tmp_path):
-    from agent.session_store import SessionStore
+    from offload.agent.session_store import SessionStore
     from offload.driver import SessionDriver
     from offload.inbox import SessionInbox
     from offload.runtime import Conversation
-    from offload.views import Ui
+    from offload.cli.views import Ui
     from tools.process_registry import process_registry
 
     class Answering(TotalsParent):
@@ -113,7 +113,7 @@ def test_the_run_summary_line_reports_totals_and_says_when_cost_is_unknown(tmp_p
     from types import SimpleNamespace
 
     from offload.driver import SessionDriver
-    from offload.views import Ui
+    from offload.cli.views import Ui
 
     agent = SimpleNamespace(usage_totals={"input_tokens": 1200, "output_tokens": 30, "cost_usd": None})
     driver = SessionDriver(SimpleNamespace(agent=agent), inbox=None, ui=Ui())

@@ -8,7 +8,7 @@ import pytest
 import tools.delegate_tool as dt
 from tests.delegate.fakes import FakeChild, FakeParent
 from tests.engine.conftest import clean_engine, wait_event  # noqa: F401 - fixture
-from tools import session_env
+from offload.context import session_env
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
 
@@ -58,7 +58,7 @@ def test_building_a_child_cannot_overwrite_the_captured_origin(stateless_request
 
 
 def test_the_woken_session_owns_results_recorded_for_its_raw_id():
-    from agent.session_store import SessionStore
+    from offload.agent.session_store import SessionStore
     from offload.inbox import SessionInbox
 
     with SessionStore() as store:

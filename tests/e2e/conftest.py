@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from offload.model_server import Reply, ScriptedModelServer
+from offload.testing.model_server import Reply, ScriptedModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 30.0
@@ -154,8 +154,8 @@ def scripted_parent(*, child: Callable[[dict[str, Any]], Reply], delegate: dict[
                     after_tool: Reply | None = None, on_result: Reply | None = None) -> Callable[[dict], Reply]:
     """A parent that delegates on any user message, says so after the tool result, and answers
     each injected result; every subagent request goes to ``child``."""
-    from offload.demo_script import last_role, request_role
-    from offload.model_server import last_message_text, text_reply, tool_call_reply
+    from offload.testing.demo_script import last_role, request_role
+    from offload.testing.model_server import last_message_text, text_reply, tool_call_reply
 
     def script(request: dict[str, Any]) -> Reply:
         if request_role(request) == "subagent":
@@ -174,8 +174,8 @@ INTERIM_HEADER = "[ASYNC DELEGATION TASK FAILED"
 def parent_requests_with_results(server: ScriptedModelServer, interim: bool = False) -> list[dict[str, Any]]:
     """The parent's requests whose last message is an injected final result (``interim``: an
     injected interim failure notice instead, which is an early warning and not the result)."""
-    from offload.demo_script import request_role
-    from offload.model_server import last_message_text
+    from offload.testing.demo_script import request_role
+    from offload.testing.model_server import last_message_text
 
     return [r for r in server.requests if request_role(r) == "parent"
             and r["messages"][-1]["role"] == "user" and last_message_text(r).startswith("[ASYNC DELEGATION")

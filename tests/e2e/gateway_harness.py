@@ -6,9 +6,9 @@ from typing import Any, Callable
 
 import yaml
 
-from gateway.telegram.fake_api import FakeBotApi, Sent, parse_html
-from offload.demo_script import last_role, request_role, subagent_goal
-from offload.model_server import Reply, ScriptedModelServer, last_message_text, text_reply, tool_call_reply
+from offload.gateway.telegram.fake_api import FakeBotApi, Sent, parse_html
+from offload.testing.demo_script import last_role, request_role, subagent_goal
+from offload.testing.model_server import Reply, ScriptedModelServer, last_message_text, text_reply, tool_call_reply
 
 TOKEN = "123456:gateway-e2e-token"
 DM, GROUP, TOPIC = 7, -1001, 55

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from agent.session_store import SessionStore
-from offload.model_server import hang_reply, text_reply
+from offload.agent.session_store import SessionStore
+from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.conftest import HANDLE_RE, SESSION_RE, parent_requests_with_results, scripted_parent
 from tools.async_delegation import get_durable_delegation
 
@@ -139,7 +139,7 @@ def test_offload_stop_from_another_terminal_stops_one_unit_of_a_chat(cli, model_
 
 
 def test_agents_shows_a_finished_child_as_done_not_idle(cli, model_server, write_config):
-    from offload.demo_script import subagent_goal
+    from offload.testing.demo_script import subagent_goal
 
     def child(request):
         if subagent_goal(request) == "quick":

@@ -10,9 +10,9 @@ import time
 import pytest
 import yaml
 
-from agent.compression import SUMMARIZER_PROMPT
-from agent.session_store import SessionStore
-from offload.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
+from offload.agent.compression import SUMMARIZER_PROMPT
+from offload.agent.session_store import SessionStore
+from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
 from tests.e2e.conftest import SESSION_RE, parent_requests_with_results
 from tests.e2e.test_run_and_restart_e2e import wait_for_pending_row
 from tools.async_delegation import get_durable_delegation
@@ -23,7 +23,7 @@ LONG = "LONG " + "please keep all of this in mind. " * 120
 
 
 def script(child_gate: threading.Event):
-    from offload.demo_script import last_role, request_role
+    from offload.testing.demo_script import last_role, request_role
 
     def reply(request):
         first = (request.get("messages") or [{}])[0].get("content") or ""

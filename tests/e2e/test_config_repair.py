@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.e2e.conftest import offload, one_line
-from tools.hermes_home import config_path
+from offload.home import config_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from offload.model_server import hang_reply, text_reply
+from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.conftest import cli_env, offload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]

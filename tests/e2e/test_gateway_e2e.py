@@ -9,14 +9,14 @@ import subprocess
 import pytest
 import yaml
 
-from gateway.telegram.fake_api import FakeBotApi
-from offload.demo_script import subagent_goal
-from offload.model_server import hang_reply, text_reply
+from offload.gateway.telegram.fake_api import FakeBotApi
+from offload.testing.demo_script import subagent_goal
+from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.gateway_harness import (DM, GROUP, TOKEN, TOPIC, chat_parent, echo_goal,
                                        result_headers, shown, write_gateway_config)
 from tools.async_delegation import get_durable_delegation
-from tools.hermes_home import config_path
-from tools.ledger_queries import pending_rows, running_rows
+from offload.home import config_path
+from offload.ledger.queries import pending_rows, running_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -215,7 +215,7 @@ def test_a_blocked_bot_drops_the_result_with_a_reason_inbox_shows(api, configure
 
 
 def settled():
-    from tools.ledger_queries import settled_rows
+    from offload.ledger.queries import settled_rows
     return settled_rows(10)
 
 

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from agent.session_store import SessionStore
-from offload.model_server import hang_reply, text_reply
+from offload.agent.session_store import SessionStore
+from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.conftest import HANDLE_RE, SESSION_RE, parent_requests_with_results, scripted_parent
 from tools.async_delegation import get_durable_delegation
-from tools.ledger_queries import pending_rows
+from offload.ledger.queries import pending_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -17,7 +17,7 @@ TWO_TASKS = {"tasks": [{"goal": "alpha"}, {"goal": "beta"}]}
 
 
 def answer_by_goal(request):
-    from offload.demo_script import subagent_goal
+    from offload.testing.demo_script import subagent_goal
     return text_reply(f"{subagent_goal(request)} done", chunk_chars=3)
 
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from delegation.ledger import DispatchRow
-from offload.model_server import text_reply
+from offload.ledger import DispatchRow
+from offload.testing.model_server import text_reply
 from tests.e2e.conftest import offload
 from tools.async_delegation_delivery import current_ledger
 

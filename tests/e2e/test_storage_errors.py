@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from agent.session_store import SessionStore
-from delegation.ledger import DispatchRow
+from offload.agent.session_store import SessionStore
+from offload.ledger import DispatchRow
 from tests.e2e.conftest import cli_env, one_line
 from tests.e2e.conftest import offload as run_offload
 from tools.async_delegation_delivery import current_ledger
-from tools.hermes_home import config_path, get_hermes_home, state_db_path
+from offload.home import config_path, get_hermes_home, state_db_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 

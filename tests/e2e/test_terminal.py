@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from offload.model_server import last_message_text, text_reply
+from offload.testing.model_server import last_message_text, text_reply
 from tests.e2e.conftest import DEADLINE_S, cli_env, scripted_parent
-from tools.hermes_home import get_hermes_home
+from offload.home import get_hermes_home
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.session_store import SessionStore
-from offload.model_server import hang_reply, text_reply
+from offload.agent.session_store import SessionStore
+from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.conftest import SESSION_RE, parent_requests_with_results, scripted_parent
 from tests.e2e.test_run_and_restart_e2e import wait_for_pending_row
 from tools.async_delegation import get_durable_delegation

@@ -5,7 +5,7 @@ import queue
 
 import pytest
 
-from delegation.events import is_interim
+from offload.engine.events import is_interim
 from tools import async_delegation as ad
 from tools.process_registry import process_registry
 

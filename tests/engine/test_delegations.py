@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from delegation.engine import Delegations, new_delegation_id
-from delegation.ledger import open_ledger
-from delegation.policy import Policy
-from delegation.units import UnitSpec
+from offload.engine.engine import Delegations, new_delegation_id
+from offload.ledger import open_ledger
+from offload.engine.policy import Policy
+from offload.engine.units import UnitSpec
 
 pytestmark = pytest.mark.timeout(30)
 

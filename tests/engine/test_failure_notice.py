@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from delegation.events import is_interim
+from offload.engine.events import is_interim
 from tests.engine.conftest import drain_queue, wait_event
 from tools import async_delegation as ad
 from tools.process_registry import process_registry

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from delegation import roster
-from delegation.engine import Delegations
+from offload.engine import roster
+from offload.engine.engine import Delegations
 
 pytestmark = pytest.mark.timeout(60)
 

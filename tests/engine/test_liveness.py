@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from delegation import liveness
+from offload.engine import liveness
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import pytest
 
 from tests.engine.conftest import wait_event
 from tools import async_delegation as ad
-from delegation.monitor import UNREADABLE, Observation, Thresholds, sweep
+from offload.engine.monitor import UNREADABLE, Observation, Thresholds, sweep
 
 LIMITS = Thresholds(idle_s=450.0, in_tool_s=1200.0, grace_s=120.0)
 

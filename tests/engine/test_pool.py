@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from delegation.pool import DaemonThreadPool
+from offload.engine.pool import DaemonThreadPool
 
 pytestmark = pytest.mark.timeout(20)
 

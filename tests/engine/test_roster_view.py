@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from delegation import roster
-from delegation.states import ACTIVE_STATES
+from offload.engine import roster
+from offload.engine.states import ACTIVE_STATES
 
 NOW_MONO = 100.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import gateway.session_context as session_context
-from tools.session_env import ASYNC_DELIVERY_NAME, SESSION_ENV_NAMES
+from offload.context.session_env import ASYNC_DELIVERY_NAME, SESSION_ENV_NAMES
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.bus import GatewayBus
+from offload.gateway.bus import GatewayBus
 from gateway.run import GatewayRunner
 from tests.engine.conftest import clean_engine, wait_event  # noqa: F401 - fixture
 from tools import async_delegation as ad

@@ -7,12 +7,12 @@ import threading
 import pytest
 import yaml
 
-from agent.session_store import SessionStore, new_session_id
-from gateway.chat_session import ChatSession, Claimed
-from gateway.platform import ChatGone, Incoming, Route
-from gateway.state import drop_reasons
+from offload.agent.session_store import SessionStore, new_session_id
+from offload.gateway.chat_session import ChatSession, Claimed
+from offload.gateway.platform import ChatGone, Incoming, Route
+from offload.gateway.state import drop_reasons
 from offload.config import load_config
-from offload.model_server import text_reply
+from offload.testing.model_server import text_reply
 from offload.runtime import Conversation, build_agent
 from tests.e2e.gateway_harness import chat_parent, echo_goal
 from tools import async_delegation as engine

@@ -6,9 +6,9 @@ import queue
 
 import pytest
 
-from gateway import watcher as watcher_module
-from gateway.platform import Route
-from gateway.watcher import DeliveryWatcher
+from offload.gateway import watcher as watcher_module
+from offload.gateway.platform import Route
+from offload.gateway.watcher import DeliveryWatcher
 from tools import async_delegation as engine
 
 DM_KEY = "agent:main:telegram:dm:7"

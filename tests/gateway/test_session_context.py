@@ -124,7 +124,7 @@ def test_values_are_strings_and_none_becomes_empty():
 
 
 def test_unknown_names_are_rejected_by_the_primitive_writer():
-    from tools.session_env import bind_session_env
+    from offload.context.session_env import bind_session_env
 
     with pytest.raises(KeyError, match="HERMES_SESSION_BOGUS"):
         bind_session_env({"HERMES_SESSION_BOGUS": "x"}, async_delivery=True)

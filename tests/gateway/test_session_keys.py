@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.session_keys import parse_session_key
+from offload.gateway.session_keys import parse_session_key
 
 
 @pytest.mark.parametrize("key, expected", [

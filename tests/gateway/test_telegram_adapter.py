@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from gateway.platform import Incoming, Route, session_key
-from gateway.state import GatewayState, GatewayStateError
-from gateway.telegram.adapter import TelegramPlatform
-from gateway.telegram.client import TelegramClient
-from gateway.telegram.fake_api import FakeBotApi, parse_html
+from offload.gateway.platform import Incoming, Route, session_key
+from offload.gateway.state import GatewayState, GatewayStateError
+from offload.gateway.telegram.adapter import TelegramPlatform
+from offload.gateway.telegram.client import TelegramClient
+from offload.gateway.telegram.fake_api import FakeBotApi, parse_html
 
 pytestmark = pytest.mark.timeout(30)
 TOKEN = "123:fake-token"

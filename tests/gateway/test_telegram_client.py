@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from gateway.platform import ChatGone, SendFailed
-from gateway.telegram.client import TelegramAuthError, TelegramClient, TelegramError
-from gateway.telegram.fake_api import FakeBotApi
+from offload.gateway.platform import ChatGone, SendFailed
+from offload.gateway.telegram.client import TelegramAuthError, TelegramClient, TelegramError
+from offload.gateway.telegram.fake_api import FakeBotApi
 
 pytestmark = pytest.mark.timeout(30)
 TOKEN = "123:fake-token"

@@ -6,8 +6,8 @@ import html
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gateway.telegram.fake_api import parse_html
-from gateway.telegram.text import MAX_MESSAGE_CHARS, render_parts, telegram_length
+from offload.gateway.telegram.fake_api import parse_html
+from offload.gateway.telegram.text import MAX_MESSAGE_CHARS, render_parts, telegram_length
 
 
 def visible_lines(parts: list[str]) -> list[str]:

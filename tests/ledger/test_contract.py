@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from delegation.ledger import DelegationLedger, DispatchRow, open_ledger
+from offload.ledger import DelegationLedger, DispatchRow, open_ledger
 from tests.postgres_support import FreshSchema
 
 LedgerFactory = Callable[[], DelegationLedger]

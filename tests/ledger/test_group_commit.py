@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from delegation.ledger import LedgerError
-from delegation.ledger.sqlite import SqliteLedger
+from offload.ledger import LedgerError
+from offload.ledger.sqlite import SqliteLedger
 from tests.ledger.test_sqlite import T0, row
 
 pytestmark = pytest.mark.timeout(60)

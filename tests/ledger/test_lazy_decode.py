@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from delegation.delivery import Deliveries
-from delegation.ledger import LedgerRow
-from delegation.ledger.codec import decode_row, dumps
+from offload.engine.delivery import Deliveries
+from offload.ledger import LedgerRow
+from offload.ledger.codec import decode_row, dumps
 from tests.ledger.test_contract import T0, dispatch_row, event_for, ledger, ledger_factory  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(60)

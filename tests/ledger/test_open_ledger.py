@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from delegation.ledger import DispatchRow, LedgerError, open_ledger, redact
-from delegation.ledger.memory import MemoryLedger
-from delegation.ledger.sqlite import SqliteLedger
+from offload.ledger import DispatchRow, LedgerError, open_ledger, redact
+from offload.ledger.memory import MemoryLedger
+from offload.ledger.sqlite import SqliteLedger
 
 ROW = DispatchRow("deleg_1", "session", 1.0, {"goal": "g"})
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import delegation.ledger.sqlite as sqlite_backend
-from delegation.ledger import DispatchRow, LedgerError
-from delegation.ledger.sqlite import SqliteLedger, initialize_schema, open_connection
+import offload.ledger.sqlite as sqlite_backend
+from offload.ledger import DispatchRow, LedgerError
+from offload.ledger.sqlite import SqliteLedger, initialize_schema, open_connection
 
 T0 = 1_000_000.0
 

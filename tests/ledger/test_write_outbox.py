@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
-from delegation.ledger.postgres_outbox import WriteOutbox
-from delegation.ledger.protocol import LedgerError
+from offload.ledger.postgres_outbox import WriteOutbox
+from offload.ledger.protocol import LedgerError
 
 pytestmark = pytest.mark.timeout(30)
 DOWN = LedgerError("the ledger database X is unreachable (connection refused)", kind="unreachable")
@@ -81,7 +81,7 @@ def test_a_replay_refused_for_another_cause_is_dropped_with_a_line_and_the_queue
     with pytest.raises(LedgerError):
         submit(box, server, "c")
     server.up = True
-    with caplog.at_level(logging.WARNING, logger="tools.async_delegation"):
+    with caplog.at_level(logging.WARNING, logger="offload.engine"):
         assert box.flush() is True
     assert server.log == ["a'", "c'"]
     assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
@@ -103,7 +103,7 @@ def test_an_error_other_than_unreachable_is_raised_and_nothing_is_kept():
 def test_past_the_bound_new_writes_are_not_kept_and_it_is_said_once(caplog):
     box, server = WriteOutbox("X", max_bytes=10, retry_s=60), Server()
     server.up = False
-    with caplog.at_level(logging.ERROR, logger="tools.async_delegation"):
+    with caplog.at_level(logging.ERROR, logger="offload.engine"):
         for name, size in (("a", 6), ("b", 6), ("c", 6), ("d", 4)):
             with pytest.raises(LedgerError):
                 submit(box, server, name, size)

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from offload.model_server import (
+from offload.testing.model_server import (
     Reply,
     ScriptedModelServer,
     error_reply,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from offload.model_server import (
+from offload.testing.model_server import (
     DEFAULT_TEXT,
     Reply,
     error_reply,
@@ -14,7 +14,7 @@ from offload.model_server import (
     text_reply,
     tool_call_reply,
 )
-from offload.model_server_wire import chat_completion, stream_chunks
+from offload.testing.wire import chat_completion, stream_chunks
 
 
 def request_with(*messages: dict) -> dict:

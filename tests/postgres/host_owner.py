@@ -45,7 +45,7 @@ def main(goals: list[str]) -> None:
     from tests.delegate.fakes import FakeParent
     from tools import async_delegation as ad
     from tools.process_registry import process_registry
-    from delegation.events import is_interim
+    from offload.engine.events import is_interim
 
     real_record = ad.record_unit_child
 

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 import tools.delegate_tool as dt
-from delegation.ledger.postgres import PostgresLedger
-from delegation.ledger.protocol import DispatchRow
-from offload.model_server import text_reply
+from offload.ledger.postgres import PostgresLedger
+from offload.ledger.protocol import DispatchRow
+from offload.testing.model_server import text_reply
 from tests.delegate.fakes import FakeParent
 from tests.engine.conftest import wait_event
 from tests.postgres.conftest import LEASE_S, Host

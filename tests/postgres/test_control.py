@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from offload.model_server import hang_reply
+from offload.testing.model_server import hang_reply
 from tests.postgres.conftest import ROOT, host_home
 from tests.postgres.test_workers import SESSION, parent_host, queue_units, start_worker  # noqa: F401 - fixture
 
@@ -67,7 +67,7 @@ def test_stop_of_a_unit_whose_owner_host_lease_expired_says_it_exited(hosts, tmp
 def test_a_request_on_any_host_wakes_the_owners_control_listener(pg_schema):
     import threading
 
-    from delegation.ledger import open_ledger
+    from offload.ledger import open_ledger
 
     owner, requester = open_ledger(pg_schema.url, host_id="host-b"), open_ledger(pg_schema.url, host_id="host-a")
     woken: list = []

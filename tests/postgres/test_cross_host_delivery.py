@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from tests.postgres.conftest import Host
-from tools.async_delegation_ledger import DispatchRow
-from delegation.ledger.postgres import PostgresLedger
+from offload.ledger import DispatchRow
+from offload.ledger.postgres import PostgresLedger
 
 pytestmark = pytest.mark.timeout(120)
 NOTIFY_ONLY_S = 3600.0  # sweep interval and claim lease so long that only notifications can deliver

@@ -17,13 +17,13 @@ import yaml
 from tests.postgres_support import FreshSchema, postgres_dsn
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
-from tools.async_delegation_ledger import DispatchRow, LedgerError
-from tools.async_delegation_ledger_select import MisconfiguredLedger
-from delegation.ledger.postgres import PostgresLedger
-from tools.async_delegation_sqlite import SqliteLedger
-from tools.delegate_config import ConfigError
-from tools.hermes_home import config_path
-from tools.ledger_config import load_ledger_config
+from offload.ledger import DispatchRow, LedgerError
+from offload.ledger.select import MisconfiguredLedger
+from offload.ledger.postgres import PostgresLedger
+from offload.ledger.sqlite import SqliteLedger
+from offload.subagents.config import ConfigError
+from offload.home import config_path
+from offload.ledger.config import load_ledger_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -147,7 +147,7 @@ def test_each_failure_cause_is_its_own_kind_with_a_fix_and_no_password(cause, ur
 
 def test_an_unreachable_server_costs_durability_only_with_one_log_line(monkeypatch, caplog):
     monkeypatch.setenv("OFFLOAD_LEDGER_URL", _url_with(port=free_port()))
-    caplog.set_level(logging.DEBUG, logger="tools.async_delegation")
+    caplog.set_level(logging.DEBUG, logger="offload.engine")
     ad._reset_for_tests()
     from tests.chaos.support import drain_queue
     from tools.process_registry import process_registry
@@ -160,7 +160,7 @@ def test_an_unreachable_server_costs_durability_only_with_one_log_line(monkeypat
     events = [process_registry.completion_queue.get(timeout=30) for _ in handles]
 
     assert sorted(e["summary"] for e in events) == ["done 0", "done 1", "done 2"]  # delivered in memory
-    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name == "tools.async_delegation"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name == "offload.engine"]
     assert len(errors) == 1, errors
     assert "is unreachable" in errors[0] and "start PostgreSQL" in errors[0]
     ad._reset_for_tests()

@@ -70,7 +70,7 @@ def test_a_server_restart_mid_run_loses_no_result_and_delivers_each_exactly_once
     assert {ledger.get(ids[i]).state for i in range(EARLY, EARLY + HELD)} == {"running"}
 
     pg_server.stop()
-    with caplog.at_level(logging.WARNING, logger="tools.async_delegation"):
+    with caplog.at_level(logging.WARNING, logger="offload.engine"):
         for i in range(EARLY + HELD, EARLY + HELD + WHILE_DOWN):
             dispatch(i, go, ids)
         deliver(early[2])  # delivered in memory; its delivery state waits for the server

@@ -24,9 +24,9 @@ import tools.delegate_tool as dt
 from tests.delegate.fakes import FakeParent
 from tests.postgres.conftest import Host
 from tools import async_delegation_delivery as delivery
-from tools.async_delegation_ledger import DispatchRow
-from tools.delegate_config import DelegationConfig
-from tools.delegate_queue import unit_spec
+from offload.ledger import DispatchRow
+from offload.subagents.config import DelegationConfig
+from offload.subagents.queue import unit_spec
 
 pytestmark = pytest.mark.timeout(180)
 SESSION = "agent:main:cli:dm:parent"
@@ -63,8 +63,8 @@ class CountingModel:
         self.lock = threading.Lock()
 
     def __call__(self, request: dict):
-        from offload.demo_script import subagent_goal
-        from offload.model_server import text_reply
+        from offload.testing.demo_script import subagent_goal
+        from offload.testing.model_server import text_reply
 
         goal = subagent_goal(request)
         with self.lock:
@@ -109,7 +109,7 @@ def deliver_all(q: queue.Queue, expected: set[str], deadline_s: float = 120.0) -
 
 def test_run_on_workers_queues_without_building_children_and_needs_a_shared_ledger(monkeypatch, pg_schema):
     monkeypatch.setattr(dt, "_load_config", lambda: {"run_on": "workers"})
-    monkeypatch.setattr("tools.session_env.async_delivery_supported", lambda: True)
+    monkeypatch.setattr("offload.context.session_env.async_delivery_supported", lambda: True)
     parent = FakeParent()
     refused = json.loads(dt.delegate_task(goal="summarize the repository", background=True, parent_agent=parent))
     assert refused["status"] == "error" and "ledger.url" in refused["error"] and "run_on local" in refused["error"]

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from delegation.ledger.postgres import PostgresLedger
-from delegation.ledger.protocol import DispatchRow, LedgerError
+from offload.ledger.postgres import PostgresLedger
+from offload.ledger.protocol import DispatchRow, LedgerError
 
 pytestmark = pytest.mark.timeout(60)
 T0 = 1_700_000_000.0

@@ -6,7 +6,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from render.text import is_reserved_line
+from offload.render.text import is_reserved_line
 from tools.process_registry_notifications import format_process_notification
 
 FORGED = (

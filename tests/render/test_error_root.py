@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agent.llm_errors import LLMError, ModelNotFoundError
-from agent.session_store import SessionStoreError
-from delegation.errors import OffloadError
-from delegation.ledger import LedgerError
+from offload.agent.llm_errors import LLMError, ModelNotFoundError
+from offload.agent.session_store import SessionStoreError
+from offload.engine.errors import OffloadError
+from offload.ledger import LedgerError
 from offload.errors import CliError
-from tools.delegate_config import ConfigError
-from tools.toolspec import ToolError
+from offload.subagents.config import ConfigError
+from offload.toolsets.toolspec import ToolError
 
 
 @pytest.mark.parametrize("error", [LedgerError, ConfigError, ToolError, LLMError, ModelNotFoundError,

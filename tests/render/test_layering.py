@@ -1,12 +1,14 @@
-"""Layers point down and the import graph has no cycles.
+"""Layers point down inside the one ``offload`` package, and the import graph has no cycles.
 
-The layers, top to bottom: ``offload`` (the CLI and app wiring: it starts ``offload gateway``)
-→ ``gateway`` (chat platforms; never imports ``offload``) → ``agent`` → ``tools`` (the
-hermes-compatible facades and tools) → ``render`` (pure rendering) → ``delegation`` (the
-engine) → ``delegation.ledger``. Every import counts, including lazy ones inside functions and
-``importlib.import_module("literal")``; ``delegation.errors`` (the error root) is below all; only ``if TYPE_CHECKING:`` blocks are exempt, because
-they never run. The renderer (``render/``) and the session helpers in tools/ import nothing above tools/,
-and the renderer does no I/O and reads no config.
+The layers, top to bottom (``LAYERS``): the app (CLI, runtime, dashboard, telemetry, testing)
+→ ``offload.gateway`` (chat platforms) → ``offload.agent`` → the tool layer
+(``offload.subagents``, ``offload.toolsets``, ``offload.context``, ``offload.home``) →
+``offload.render`` (pure rendering) → ``offload.engine`` → ``offload.ledger``. Every import
+counts, including lazy ones inside functions and ``importlib.import_module("literal")``;
+``offload.engine.errors`` (the error root) is below all; only ``if TYPE_CHECKING:`` blocks are
+exempt, because they never run. The renderer and the turn-context helpers import nothing above
+the tool layer, and the renderer does no I/O and reads no config. No module of ``offload``
+imports the compat distribution (``tools``, ``gateway``).
 """
 from __future__ import annotations
 
@@ -16,20 +18,37 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = REPO / "tools"
-DELEGATION = REPO / "delegation"
-PACKAGES = ("offload", "gateway", "agent", "tools", "render", "delegation")
-# Higher imports lower only. offload wires the gateway (command, config section, inbox drop
-# reasons), so it sits one rank above; gateway never imports offload.
-RANK = {"delegation.errors": -1, "delegation.ledger": 0, "delegation": 1, "render": 2, "tools": 3, "agent": 4,
-        "gateway": 5, "offload": 6}
+PACKAGE = REPO / "offload"
+# (prefix, rank, layer): a module imports only lower ranks, or its own layer. The most specific
+# prefix wins; everything else in offload is the app layer.
+LAYERS = (
+    # Still in the tool layer, by what they import, until the runtime owns them (the hermes
+    # singletons' old homes in tools/): the completion bus, the ledger selection from config.
+    ("offload.engine.bus", 3, "tools"),
+    ("offload.render.bus_notifications", 3, "tools"),
+    ("offload.ledger.config", 3, "tools"),
+    ("offload.ledger.select", 3, "tools"),
+    ("offload.ledger.queries", 3, "tools"),
+    ("offload.engine.errors", -1, "errors"),
+    ("offload.ledger", 0, "ledger"),
+    ("offload.engine", 1, "engine"),
+    ("offload.render", 2, "render"),
+    ("offload.subagents", 3, "tools"),
+    ("offload.toolsets", 3, "tools"),
+    ("offload.context", 3, "tools"),
+    ("offload.home", 3, "tools"),
+    ("offload.default_runtime", 3, "tools"),
+    ("offload.agent", 4, "agent"),
+    ("offload.gateway", 5, "gateway"),
+    ("offload", 6, "app"),
+)
 # Cycles known and owned elsewhere, each with who must remove it. The test fails if any other
 # cycle appears, and also once a listed one is gone, so this list can only shrink. Empty: the
 # last one (delegate_tool <-> its dispatcher and child runner) went with issue #15.
 KNOWN_CYCLES: set[frozenset[str]] = set()
-RENDER = REPO / "render"
-RENDERER = sorted(RENDER.glob("*.py"))
-FORBIDDEN = ("gateway", "agent", "offload")
+RENDERER = sorted((PACKAGE / "render").glob("*.py"))
+CONTEXT = sorted((PACKAGE / "context").glob("*.py"))
+ABOVE_TOOLS = ("offload.agent", "offload.gateway", "offload.cli", "offload.runtime", "tools", "gateway")
 
 
 def _module_name(path: Path) -> str:
@@ -66,7 +85,7 @@ def _imported_names(tree: ast.AST) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    paths = {_module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     return {name: {n for n in _imported_names(ast.parse(path.read_text(encoding="utf-8")))
                    if n in paths and not _is_ancestor(n, name)}
             for name, path in paths.items()}
@@ -79,11 +98,11 @@ def _is_ancestor(package: str, module: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def _rank(module: str) -> int:
-    for prefix in ("delegation.errors", "delegation.ledger"):
+def _layer(module: str) -> tuple[int, str]:
+    for prefix, rank, layer in LAYERS:
         if module == prefix or module.startswith(prefix + "."):
-            return RANK[prefix]
-    return RANK[module.split(".")[0]]
+            return rank, layer
+    raise AssertionError(f"{module} is outside the offload package")
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -130,9 +149,15 @@ def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_no_module_imports_a_layer_above_its_own():
     upward = sorted(f"{module} -> {imported}" for module, imports in _graph().items() for imported in imports
-                    if _rank(imported) > _rank(module)
-                    or (_rank(imported) == _rank(module) and module.split(".")[0] != imported.split(".")[0]))
+                    if _layer(imported)[0] > _layer(module)[0]
+                    or (_layer(imported)[0] == _layer(module)[0] and _layer(imported)[1] != _layer(module)[1]))
     assert upward == []
+
+
+def test_no_module_of_offload_imports_the_compat_distribution():
+    compat = {"tools", "gateway"}
+    offenders = sorted(str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py") if _roots(p) & compat)
+    assert offenders == []
 
 
 def test_the_import_graph_has_no_cycles_but_the_known_ones():
@@ -143,6 +168,7 @@ def test_the_cycle_finder_finds_a_lazy_and_an_importlib_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [frozenset({"a", "b", "c"})]
     assert _is_ancestor("offload.telemetry", "offload.telemetry.tracing") and not _is_ancestor("offload.t", "offload.tools")
+    assert _layer("offload.engine.errors") < _layer("offload.ledger.sqlite") < _layer("offload.engine.stall")
     tree = ast.parse("def f():\n    import x.y\n    importlib.import_module('z')\nif TYPE_CHECKING:\n    import t\n")
     assert _imported_names(tree) == {"x.y", "z"}
 
@@ -151,10 +177,10 @@ def _roots(path: Path) -> set[str]:
     return {name.split(".")[0] for name in _imported_names(ast.parse(path.read_text(encoding="utf-8")))}
 
 
-@pytest.mark.parametrize("path", [*RENDERER, TOOLS / "session_env.py", TOOLS / "approval_context.py"],
-                         ids=lambda p: str(p.relative_to(REPO)))
-def test_renderer_and_session_helpers_import_nothing_from_upper_layers(path):
-    assert not (_roots(path) & set(FORBIDDEN))
+@pytest.mark.parametrize("path", [*RENDERER, *CONTEXT], ids=lambda p: str(p.relative_to(REPO)))
+def test_renderer_and_turn_context_import_nothing_from_upper_layers(path):
+    names = _imported_names(ast.parse(path.read_text(encoding="utf-8")))
+    assert not {n for n in names if any(_is_ancestor(top, n) for top in ABOVE_TOOLS)}
 
 
 @pytest.mark.parametrize("path", RENDERER, ids=lambda p: str(p.relative_to(REPO)))

@@ -98,7 +98,7 @@ def test_the_stamp_wins_over_the_current_config(make_batch, delegation_config):
 
 
 def test_the_stamp_copies_no_fallback_entries():
-    from render.model_rejection import subagent_stamp
+    from offload.render.model_rejection import subagent_stamp
 
     stamp = subagent_stamp({"model": "m", "provider": "", "fallback_providers": [{"base_url": "http://x"}]})
     assert stamp == {"model": "m", "provider": None, "has_fallback": True}
@@ -126,7 +126,7 @@ def test_delegation_config_fails_open_on_a_broken_file(write_home_config):
 
 
 def test_delegation_config_fails_open_when_the_loader_raises(monkeypatch):
-    import tools.delegate_config as delegate_config
+    import offload.subagents.config as delegate_config
 
     monkeypatch.setattr(delegate_config, "load_delegation_config", lambda: 1 / 0)
     assert REAL_DELEGATION_CONFIG() == {}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from render.text import (
+from offload.render.text import (
     QUOTE_MARK,
     clip,
     format_age,

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 import tools.async_delegation_delivery as delivery
-from delegation.ledger import DispatchRow
+from offload.ledger import DispatchRow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,9 +74,9 @@ def seed(dead_pid) -> Callable[..., str]:
 @pytest.fixture
 def notifications_stub(monkeypatch) -> None:
     """A stand-in renderer, so drain tests exercise ownership rules, not text."""
-    stub = types.ModuleType("tools.process_registry_notifications")
+    stub = types.ModuleType("offload.render.bus_notifications")
     stub.format_process_notification = lambda evt: f"[{evt.get('type')}] {evt.get('delegation_id', '')}"
-    monkeypatch.setitem(sys.modules, "tools.process_registry_notifications", stub)
+    monkeypatch.setitem(sys.modules, "offload.render.bus_notifications", stub)
 
 
 def _child_env(home: Path, **extra: str) -> dict[str, str]:

@@ -16,9 +16,9 @@ import pytest
 
 import tools.async_delegation as ad
 import tools.async_delegation_delivery as delivery
-from delegation.ledger import LedgerError
-from delegation.recovery import NO_RESULT_ERROR
-from delegation.liveness import current_owner, owner_alive
+from offload.ledger import LedgerError
+from offload.engine.recovery import NO_RESULT_ERROR
+from offload.engine.liveness import current_owner, owner_alive
 from tools.process_registry import CompletionBus
 
 pytestmark = pytest.mark.timeout(60)  # the seeder starts a subprocess to get a dead pid
@@ -53,7 +53,7 @@ def test_a_dead_owners_unit_keeps_its_finished_children_and_the_rest_turn_unknow
     third = {"task_index": 2, "status": "error", "summary": None, "error": "tool crashed"}
     seed("deleg_unit", goals=["alpha", "beta", "gamma"], children=(first, third))
 
-    with caplog.at_level(logging.WARNING, logger="tools.async_delegation"):
+    with caplog.at_level(logging.WARNING, logger="offload.engine"):
         (evt,) = restore()
 
     assert (evt["delegation_id"], evt["type"], evt["status"]) == ("deleg_unit", "async_delegation", "unknown")
@@ -199,7 +199,7 @@ def test_rows_older_than_the_replay_cap_are_dropped_but_stay_queryable(seed, cap
     seed("deleg_ancient", completed_at=now - cap - 60, dispatched_at=now - cap - 120)
     seed("deleg_recent", completed_at=now - cap + 60, dispatched_at=now - cap)
 
-    with caplog.at_level(logging.WARNING, logger="tools.async_delegation"):
+    with caplog.at_level(logging.WARNING, logger="offload.engine"):
         events = restore(now)
 
     assert [e["delegation_id"] for e in events] == ["deleg_recent"]
@@ -437,14 +437,14 @@ def _healthy_state_db() -> None:
 
 
 def _errors(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.levelno >= logging.ERROR and r.name == "tools.async_delegation"]
+    return [r for r in caplog.records if r.levelno >= logging.ERROR and r.name == "offload.engine"]
 
 
 @pytest.mark.sqlite_only
 def test_consecutive_failures_of_one_kind_log_one_error(caplog):
     _corrupt_state_db()
 
-    with caplog.at_level(logging.DEBUG, logger="tools.async_delegation"):
+    with caplog.at_level(logging.DEBUG, logger="offload.engine"):
         assert ad.claim_completion_delivery("deleg_x", "cli:1:a") is True  # delivery goes on in memory
         assert ad.complete_completion_delivery("deleg_x", "cli:1:a") is False
         assert ad.mark_completion_delivered("deleg_x") is False
@@ -456,7 +456,7 @@ def test_consecutive_failures_of_one_kind_log_one_error(caplog):
 
 @pytest.mark.sqlite_only
 def test_a_success_in_between_re_arms_error_reporting(caplog):
-    with caplog.at_level(logging.DEBUG, logger="tools.async_delegation"):
+    with caplog.at_level(logging.DEBUG, logger="offload.engine"):
         _corrupt_state_db()
         ad.claim_completion_delivery("deleg_x", "cli:1:a")
         ad.claim_completion_delivery("deleg_x", "cli:1:b")
@@ -474,7 +474,7 @@ def test_a_success_in_between_re_arms_error_reporting(caplog):
 
 def test_each_kind_is_reported_once(caplog):
     ledger = delivery.current_ledger()
-    with caplog.at_level(logging.DEBUG, logger="tools.async_delegation"):
+    with caplog.at_level(logging.DEBUG, logger="offload.engine"):
         for _ in range(2):
             delivery.report_ledger_error(ledger, "claim", LedgerError("locked", kind="locked"), "")
             delivery.report_ledger_error(ledger, "claim", LedgerError("full", kind="full"), "")

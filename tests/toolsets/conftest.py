@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.toolspec import ToolContext
+from offload.toolsets.toolspec import ToolContext
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.file_tools import TOOLS, list_files, patch_file, read_file, search_files, write_file
-from tools.toolspec import ToolContext, ToolError
+from offload.toolsets.file_tools import TOOLS, list_files, patch_file, read_file, search_files, write_file
+from offload.toolsets.toolspec import ToolContext, ToolError
 
 
 def call(tool, ctx: ToolContext, **args: object) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings as hyp_settings, strategies as st
 
-from tools.terminal_tool import TOOLS, HeadTailBuffer, run_command
-from tools.toolspec import ToolContext, ToolError
+from offload.toolsets.terminal_tool import TOOLS, HeadTailBuffer, run_command
+from offload.toolsets.toolspec import ToolContext, ToolError
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -7,10 +7,10 @@ from typing import Callable, Iterator
 import httpx
 import pytest
 
-import tools.web_tool as web_tool
-from tools.html_text import html_to_text
-from tools.toolspec import ToolContext, ToolError
-from tools.web_tool import TOOLS, fetch_url
+import offload.toolsets.web_tool as web_tool
+from offload.toolsets.html_text import html_to_text
+from offload.toolsets.toolspec import ToolContext, ToolError
+from offload.toolsets.web_tool import TOOLS, fetch_url
 
 
 class Site:

@@ -1,0 +1,1 @@
+"""The hermes ``gateway`` package paths the acceptance suite imports, over offload."""

@@ -1,0 +1,1 @@
+"""The hermes ``tools`` package paths the acceptance suite imports, over offload."""

@@ -1,0 +1,343 @@
+"""``AIAgent``: the tool-calling loop over streamed Chat Completions.
+
+Owns one conversation run (model call → tool calls → model call ... → answer), the agent's
+interrupt flag, its liveness record and how a child agent is derived from it. Invariants:
+
+* ``run_conversation`` always returns the result dict (exit_reason "completed",
+  "max_iterations", "interrupted" or "error", with "error_kind" "model", "endpoint" or
+  "internal" for an error); it never raises for a model or tool failure.
+* every tool call the model made gets exactly one tool message, even when interrupted, so the
+  transcript stays valid for the next request.
+* ``interrupt`` may be called from any thread; it stops the stream at the next chunk, tells
+  the running tool through ``ToolContext.interrupted`` and reaches every active child. The
+  flag holds until the current (or, if none is running, the next) run returns.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+from offload.agent.activity import ActivityTracker
+from offload.agent.child import derive_child_settings
+from offload.agent.llm import AssistantTurn, LLMClient, LLMError, ModelNotFoundError
+from offload.agent.prompts import default_system_prompt
+from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
+from offload.agent.toolsets import KNOWN_TOOLSETS, resolve_tools, validate_toolsets
+from offload.engine.observers import span
+from offload.toolsets.toolspec import Tool, ToolContext
+
+logger = logging.getLogger(__name__)
+
+
+class TurnStreamer(Protocol):
+    """What the loop needs from an LLM client (``LLMClient`` or a test fake)."""
+
+    def stream_turn(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        on_activity: Callable[[], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> AssistantTurn: ...
+
+
+@dataclass
+class _Run:
+    """Mutable state of one ``run_conversation`` call."""
+
+    messages: list[dict[str, Any]]
+    api_calls: int = 0
+    last_content: str | None = None  # latest non-blank assistant text, the partial answer
+    answer: str | None = None  # the final reply's text, set only when the run completes
+    tool_counts: Counter[str] = field(default_factory=Counter)
+    usage: Counter[str] = field(default_factory=Counter)  # token counts, and cost_usd when reported
+
+
+class AIAgent:
+    """An LLM agent with toolsets, run one conversation turn at a time."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None,
+        api_key: str | None,
+        toolsets: list[str] | None,
+        max_iterations: int = 50,
+        system_prompt: str | None = None,
+        workspace: Path | None = None,
+        session_id: str | None = None,
+        delegate_depth: int = 0,
+        llm: TurnStreamer | None = None,
+        tool_settings: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.api_key = api_key
+        self.enabled_toolsets: list[str] = validate_toolsets(KNOWN_TOOLSETS if toolsets is None else toolsets)
+        self.max_iterations = max(1, int(max_iterations))
+        self.workspace = Path(workspace) if workspace is not None else Path.cwd()
+        self.system_prompt = system_prompt if system_prompt is not None else default_system_prompt(self.workspace)
+        self.session_id = session_id or f"sess_{uuid.uuid4().hex[:12]}"
+        self.tool_settings: dict[str, Any] = dict(tool_settings or {})
+        self._delegate_depth = int(delegate_depth)
+        self._subagent_id: str | None = None
+        self._delegate_role: str | None = None
+        self._active_children: list[Any] = []
+        self._active_children_lock = threading.Lock()
+        self._interrupt_requested = False
+        self._interrupt_message: str | None = None
+        self._interrupt_event = threading.Event()
+        self._activity = ActivityTracker(clock)
+        self._llm = llm
+        self._owns_llm = llm is None
+        self._tools: list[Tool] | None = None
+        # Session totals: this agent's runs plus what its subagents add (see add_usage).
+        self.usage_totals: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+        self._usage_lock = threading.Lock()
+
+    # --- collaborators, built on first use ------------------------------------------------
+
+    @property
+    def llm(self) -> TurnStreamer:
+        if self._llm is None:
+            self._llm = LLMClient(self.model, self.base_url, self.api_key)
+        return self._llm
+
+    def close(self) -> None:
+        """Release the LLM client's connections if this agent created the client."""
+        if self._owns_llm and self._llm is not None:
+            close = getattr(self._llm, "close", None)
+            if close is not None:
+                close()
+
+    @property
+    def tools(self) -> list[Tool]:
+        # Lazy: tool modules import only when a run needs them (see offload.agent.toolsets).
+        if self._tools is None:
+            self._tools = resolve_tools(self.enabled_toolsets)
+        return self._tools
+
+    # --- control from other threads -------------------------------------------------------
+
+    def interrupt(self, message: str | None = None) -> None:
+        """Stop the current run soon, and every active child with it. Thread-safe."""
+        self._interrupt_message = message
+        self._interrupt_requested = True
+        self._interrupt_event.set()
+        lock = self._active_children_lock
+        if lock is None:
+            children = list(self._active_children)
+        else:
+            with lock:
+                children = list(self._active_children)
+        for child in children:
+            try:
+                child.interrupt(message)
+            except Exception:  # one broken child must not shield its siblings
+                logger.exception("interrupting a child agent failed")
+
+    def add_usage(self, usage: Mapping[str, Any]) -> None:
+        """Add tokens and cost to the session totals: a run of this agent, or subagents' usage
+        rolled up by ``delegate_task`` (inline children at once, background ones on delivery).
+        A cost stays None (unknown) until some run reports one. Thread-safe."""
+        with self._usage_lock:
+            for key in ("input_tokens", "output_tokens"):
+                self.usage_totals[key] += int(usage.get(key) or 0)
+            cost = usage.get("cost_usd")
+            if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+                self.usage_totals["cost_usd"] = (self.usage_totals["cost_usd"] or 0.0) + float(cost)
+
+    def get_activity_summary(self) -> dict[str, Any]:
+        return self._activity.summary()
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run_conversation(self, user_message: str, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Run one user turn to an answer, the iteration budget, an interrupt or an error."""
+        run = _Run(self._opening_messages(user_message, history))
+        error: str | None = None
+        error_kind: str | None = None  # "model" | "endpoint" | "internal": frontends map it to exit codes
+        try:
+            exit_reason = self._loop(run)
+        except LLMError as exc:
+            exit_reason, error = "error", str(exc)
+            error_kind = "model" if isinstance(exc, ModelNotFoundError) else "endpoint"
+        except Exception as exc:  # e.g. a toolset that fails to load; reported, not raised
+            logger.exception("agent run failed")
+            exit_reason, error, error_kind = "error", f"{type(exc).__name__}: {exc}", "internal"
+        finally:
+            interrupt_message = self._interrupt_message
+            self._clear_interrupt()
+        result = self._result(run, exit_reason, error, interrupt_message)
+        result["error_kind"] = error_kind
+        usage = result["usage"]
+        self.add_usage({"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+                        "cost_usd": usage.get("cost_usd")})
+        return result
+
+    def _opening_messages(self, user_message: str, history: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        messages = [dict(m) for m in (history or [])]
+        if self.system_prompt and not (messages and messages[0].get("role") == "system"):
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": user_message})
+        return messages
+
+    def _loop(self, run: _Run) -> str:
+        for _ in range(self.max_iterations):
+            if self._interrupt_requested:
+                return "interrupted"
+            turn = self._call_model(run)
+            self._record_turn(run, turn)
+            if turn.finish_reason == "interrupted":
+                return "interrupted"
+            if not turn.tool_calls:
+                run.answer = turn.content if turn.content.strip() else None
+                return "completed"
+            self._run_tool_calls(run, turn.tool_calls)
+            if self._interrupt_requested:
+                return "interrupted"
+        return "max_iterations"
+
+    def _call_model(self, run: _Run) -> AssistantTurn:
+        run.api_calls += 1
+        self._activity.api_call_started()
+        try:
+            with span("offload.model_call", model=self.model) as traced:
+                turn = self.llm.stream_turn(
+                    run.messages,
+                    [tool.schema() for tool in self.tools],
+                    on_activity=self._activity.touch,
+                    should_stop=self._should_stop,
+                )
+                traced.set(**(turn.usage or {}), finish_reason=turn.finish_reason, tool_calls=len(turn.tool_calls))
+            return turn
+        finally:
+            self._activity.touch()  # API call finished (or failed): still a sign of life
+
+    def _should_stop(self) -> bool:
+        return self._interrupt_requested
+
+    def _record_turn(self, run: _Run, turn: AssistantTurn) -> None:
+        for key, value in (turn.usage or {}).items():
+            run.usage[key] += value
+        if turn.content.strip():
+            run.last_content = turn.content
+        # An interrupted turn's tool calls may be cut off and will not run, so they are dropped.
+        calls = [] if turn.finish_reason == "interrupted" else turn.tool_calls
+        if not calls:
+            if turn.content:
+                run.messages.append({"role": "assistant", "content": turn.content})
+            return
+        run.messages.append({
+            "role": "assistant",
+            "content": turn.content or None,
+            "tool_calls": [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments_json"]}}
+                for c in calls
+            ],
+        })
+
+    def _run_tool_calls(self, run: _Run, calls: list[dict[str, str]]) -> None:
+        ctx = ToolContext(
+            workspace=self.workspace, interrupted=self._interrupt_event, settings=self.tool_settings, caller=self,
+        )
+        tools_by_name = {tool.name: tool for tool in self.tools}
+        for call in calls:
+            if self._interrupt_requested:
+                output = INTERRUPTED_BEFORE_START
+            else:
+                run.tool_counts[call["name"]] += 1
+                with span("offload.tool_call", tool=call["name"]):
+                    output = execute_tool_call(call, tools_by_name, ctx, self._activity)
+            run.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+
+    def _clear_interrupt(self) -> None:
+        self._interrupt_requested = False
+        self._interrupt_message = None
+        self._interrupt_event.clear()
+
+    def _result(self, run: _Run, exit_reason: str, error: str | None, interrupt_message: str | None) -> dict[str, Any]:
+        if exit_reason == "completed":
+            final = run.answer
+        elif exit_reason == "error":
+            final = run.last_content
+        else:
+            final = run.last_content or _progress_note(run, exit_reason, interrupt_message)
+        return {
+            "final_response": final,
+            "completed": exit_reason == "completed",
+            "exit_reason": exit_reason,
+            "api_calls": run.api_calls,
+            "messages": run.messages,
+            "error": error,
+            "model": self.model,
+            "interrupted": exit_reason == "interrupted",
+            "usage": _usage_of(run),
+        }
+
+    # --- children ---------------------------------------------------------------------------
+
+    def build_child(
+        self,
+        *,
+        task_index: int,
+        goal: str,
+        context: str | None,
+        toolsets: list[str] | None,
+        role: str = "leaf",
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_iterations: int | None = None,
+        subagent_id: str | None = None,
+    ) -> AIAgent:
+        """A subagent one level deeper, never with a toolset this agent lacks."""
+        derived = derive_child_settings(
+            parent_toolsets=self.enabled_toolsets, requested=toolsets, role=role,
+            child_depth=self._delegate_depth + 1, settings=self.tool_settings,
+            goal=goal, context=context, task_index=task_index, workspace=self.workspace,
+        )
+        child = AIAgent(
+            model=model or self.model,
+            base_url=base_url or self.base_url,
+            api_key=api_key if api_key is not None else self.api_key,
+            toolsets=derived.toolsets,
+            max_iterations=max_iterations or self.max_iterations,
+            system_prompt=derived.system_prompt,
+            workspace=self.workspace,
+            session_id=f"{self.session_id}-sub{task_index}-{uuid.uuid4().hex[:6]}",
+            delegate_depth=self._delegate_depth + 1,
+            tool_settings=self.tool_settings,
+        )
+        child._subagent_id = subagent_id or f"sa-{task_index}-{uuid.uuid4().hex[:8]}"
+        child._delegate_role = derived.role
+        return child
+
+
+def _usage_of(run: _Run) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": run.usage["prompt_tokens"],
+                             "completion_tokens": run.usage["completion_tokens"]}
+    if "cost_usd" in run.usage:  # only when the provider reported one: unknown is not zero
+        usage["cost_usd"] = run.usage["cost_usd"]
+    return usage
+
+
+def _progress_note(run: _Run, exit_reason: str, interrupt_message: str | None) -> str:
+    """What was done, for a run that stopped before the model gave any text."""
+    if exit_reason == "interrupted":
+        why = f"Interrupted ({interrupt_message})" if interrupt_message else "Interrupted"
+    else:
+        why = "Stopped at the iteration budget"
+    if not run.tool_counts:
+        return f"{why} after {run.api_calls} model call(s), before any tool ran and without a final answer."
+    tools = ", ".join(f"{name} ×{count}" for name, count in run.tool_counts.items())
+    return f"{why} after {run.api_calls} model call(s) without a final answer; tool calls made: {tools}."

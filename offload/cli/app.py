@@ -1,0 +1,283 @@
+"""The ``offload`` command line (typer + rich): chat, run, agents, inbox, config, demo.
+
+Owns argument parsing and the error boundary. Invariant: every failure a user can cause or
+fix (bad config, unknown session, damaged or unwritable state.db) ends as one clear message
+on stderr and the exit code ``offload.exit_codes`` assigns it — 2 for configuration, usage and
+storage, 3 endpoint, 4 model, 130 interrupted, 1 only for a bug — never a traceback
+(``OFFLOAD_DEBUG=1`` shows it for bug reports).
+
+``offload --help`` must stay fast (well under 0.25 s): this module imports only typer at load
+time; each command imports what it needs (rich, pydantic, the engine, httpx) when it
+runs, and typer formats help without rich. ``tests/cli/test_cli_polish.py`` checks that.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from offload.cli import ledger as cli_ledger
+from offload.errors import CliError
+
+if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only chat, run and demo load it
+    from offload.driver import SessionDriver
+
+# rich_markup_mode=None: plain help text, so --help never imports rich.
+app = typer.Typer(name="offload", no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help="Background subagents for an LLM agent: delegate, keep talking, get each result back "
+                       "as a new turn. Data lives in $HERMES_HOME (default ~/.hermes).")
+config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                         help="Read and change config.yaml; values are validated first.")
+app.add_typer(config_app, name="config")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from offload import __version__
+
+        typer.echo(f"offload {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print offload's version and exit.")) -> None:
+    from offload import owner_loop
+
+    owner_loop.install()  # every command that runs units honours `offload stop` and the dashboard's interrupt
+
+_VERBOSE = typer.Option(False, "--verbose", "-v", help="log engine activity to stderr")
+_RESUME = typer.Option(None, "--resume", "-r", metavar="SESSION", help="continue a stored session (id or 'last')")
+_DEMO_MODEL = typer.Option(False, "--demo-model", help="no API key: talk to the scripted offline demo server "
+                                                       "(canned answers, not a real model)")
+
+
+def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False,
+            wakeable: bool = False) -> SessionDriver:
+    from offload.driver import start_session
+    from offload.cli.views import Ui
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="offload: %(levelname)s: %(message)s")
+    ui = Ui()
+    endpoint = None
+    if demo_model:
+        from offload.cli.demo_model import start_demo_endpoint
+
+        endpoint = start_demo_endpoint(ui)
+    return start_session(resume, sync_delegation=sync, ui=ui, endpoint=endpoint, wakeable=wakeable)
+
+
+@app.command()
+def chat(resume: Optional[str] = _RESUME, demo_model: bool = _DEMO_MODEL, verbose: bool = _VERBOSE) -> None:
+    """Talk to the agent; background results appear as new turns when they land.
+
+    While you are idle, each landed result is shown and the agent answers it. In the chat:
+    /agents shows the live roster, /stop interrupts background subagents, /quit leaves."""
+    from offload.cli.chat import ChatLoop
+
+    raise typer.Exit(ChatLoop(_driver(verbose, resume, demo_model=demo_model)).run())
+
+
+@app.command()
+def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit with --resume to collect results"),
+        resume: Optional[str] = _RESUME,
+        sync: bool = typer.Option(False, "--sync", help="run delegations inside the turn instead of in the background"),
+        demo_model: bool = _DEMO_MODEL, verbose: bool = _VERBOSE) -> None:
+    """One turn, then wait for its background results (each a new turn) and exit.
+
+    With --sync the subagents run inside the turn instead; the output says which happened."""
+    if not prompt and not resume:
+        raise CliError("give a prompt (offload run \"...\"), or --resume SESSION to collect its pending results")
+    driver = _driver(verbose, resume, sync, demo_model, wakeable=True)  # one request; its session can be woken later
+    ui = driver.ui
+    ui.say(f"offload run — session {driver.session_id}", style="bold")
+    driver.deliver_ready()  # results replayed for a resumed session come before the new prompt
+    expected = 0
+    if prompt:
+        ui.answer(prompt, label="you")
+        turn = driver.user_turn(prompt)
+        expected = sum(len(h.get("units") or [h]) for h in turn.dispatched)
+    if sync:
+        ui.say("--sync: delegations ran synchronously inside the turn; nothing to wait for", style="yellow")
+    expected = max(expected, driver.live_count())
+    if expected:
+        ui.say(f"waiting for {expected} background result(s)… (Ctrl-C stops them)", style="yellow")
+    from offload.cli.progress import RosterView
+
+    with RosterView(driver, transient=True) as view:  # live on a terminal; nothing extra on a pipe
+        driver.wait_for_background(on_wait=view.refresh)
+    usage = driver.usage_line()
+    if usage:
+        ui.say(usage, style="dim")
+    ui.say(f"done; continue with: offload chat --resume {driver.session_id}", style="dim")
+    raise typer.Exit(int(driver.exit_code))
+
+
+app.command()(cli_ledger.agents)
+app.command()(cli_ledger.inbox)
+app.command()(cli_ledger.sessions)
+app.command()(cli_ledger.stop)
+
+
+@app.command()
+def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --token"),
+              port: int = typer.Option(8765, "--port", min=0, max=65535, help="port to listen on"),
+              token: Optional[str] = typer.Option(None, "--token", envvar="OFFLOAD_DASHBOARD_TOKEN",
+                                                  help="secret every request must carry (required off loopback)")) -> None:
+    """Web dashboard: live roster, history, one delegation's detail, interrupt/ack/drop, /metrics.
+
+    Reads the ledger, so it shows the work of every offload process using this $HERMES_HOME."""
+    try:
+        from offload.dashboard.server import DashboardServer
+    except ImportError as exc:
+        raise CliError(f"the dashboard needs its libraries ({exc.name} is missing): "
+                       "pip install 'offload[dashboard]'") from None
+
+    guard = "; every request must carry the token (open it once with ?token=SECRET)" if token else ""
+    DashboardServer(host, port, token).serve_until_stopped(
+        lambda url: typer.echo(f"offload dashboard on {url}/ (Ctrl-C stops it){guard}", err=True))
+
+
+@config_app.command("get")
+def config_get(key: str = typer.Argument(..., help="dotted key, e.g. model or delegation.max_concurrent_children")) -> None:
+    """Print the value offload uses for KEY (the file over the defaults)."""
+    from offload import config as config_mod
+
+    typer.echo(config_mod.format_value(config_mod.get_value(key)))
+    override = config_mod.ENV_OVERRIDES.get(key)
+    if override and os.environ.get(override, "").strip():
+        typer.echo(f"(overridden now by ${override}={os.environ[override].strip()})", err=True)
+
+
+@config_app.command("set", context_settings={"ignore_unknown_options": True})  # `set KEY -1` needs no `--`
+def config_set(key: str = typer.Argument(..., help="dotted key"),
+               value: str = typer.Argument(..., help="YAML value: 10, -1, true, null, \"text\", [a, b]")) -> None:
+    """Validate and write KEY = VALUE to config.yaml (comments and order kept); on any error the
+    file is left unchanged. Problems in other keys do not block this one; they are listed."""
+    from offload import config as config_mod
+    from offload.home import config_path
+
+    parsed, others = config_mod.set_value(key, value)
+    typer.echo(f"{key} = {config_mod.format_value(parsed)}  ({config_path()})")
+    for problem in others:
+        typer.echo(f"offload: config.yaml still has a problem: {problem}", err=True)
+
+
+@config_app.command("unset")
+def config_unset(key: str = typer.Argument(..., help="dotted key, known or not (e.g. a misspelt one)")) -> None:
+    """Remove KEY from config.yaml, so its default applies; repairs unknown and deprecated keys."""
+    from offload import config as config_mod
+    from offload.home import config_path
+
+    if not config_mod.unset_value(key):
+        raise CliError(f"{key} is not set in {config_path()}; `offload config show` prints the effective values")
+    typer.echo(f"removed {key} from {config_path()}")
+
+
+@config_app.command("show")
+def config_show(as_json: bool = typer.Option(False, "--json", help="print JSON (every key, effective values)")) -> None:
+    """Print the whole effective config (the file over the defaults) as YAML, or JSON."""
+    from offload import config as config_mod
+
+    values = config_mod.load_file_config().model_dump()
+    if as_json:
+        cli_ledger.emit_json(values)
+        return
+    typer.echo(config_mod.format_value(values))
+
+
+@config_app.command("path")
+def config_path_cmd() -> None:
+    """Print where config.yaml lives."""
+    from offload.home import config_path
+
+    typer.echo(str(config_path()))
+
+
+@app.command()
+def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", min=1,
+                                                    help="units run here at once (default: "
+                                                         "delegation.max_concurrent_children)"),
+           verbose: bool = _VERBOSE) -> None:
+    """Run background units queued in the shared PostgreSQL ledger, until Ctrl-C.
+
+    Parents queue their background work with `delegation.run_on: workers`; start this on any
+    host that points at the same ledger.url. Ctrl-C drains (running units finish), twice exits."""
+    from offload.config import load_config
+    from offload.worker import serve
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="offload: %(levelname)s: %(message)s")
+    raise typer.Exit(serve(load_config(), concurrency, lambda line: print(line, flush=True)))
+
+
+@app.command()
+def gateway(verbose: bool = _VERBOSE) -> None:
+    """Serve Telegram chats: one agent session per chat/thread, background results delivered back.
+
+    Needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
+    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN). See README "Chat gateway"."""
+    from offload.cli.gateway import run_gateway
+
+    raise typer.Exit(run_gateway(verbose))
+
+
+@app.command()
+def demo(keep: bool = typer.Option(False, "--keep", help="keep the demo's temporary data directory")) -> None:
+    """Offline demo, no API key: fan-out, live roster, results, crash and recovery.
+
+    Starts a scripted OpenAI-compatible server on 127.0.0.1 (a demo model, not a real one)."""
+    from offload.cli.demo import run_demo
+
+    raise typer.Exit(run_demo(keep=keep))
+
+
+def _fail(message: str, code: int) -> None:
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False).print(f"offload: {message}", markup=False, soft_wrap=True, style="red")
+    sys.exit(code)
+
+
+def _user_error(exc: Exception) -> str | None:
+    """The one-line message of an error the user can fix (all exit 2), else None.
+
+    Imported here, not at load time: a ConfigError or storage error can only have been raised
+    if its module was already imported, so this costs nothing on the way to --help."""
+    if isinstance(exc, CliError):
+        return str(exc)
+    from offload.config import ConfigError
+    from offload.storage_errors import describe
+
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    return describe(exc)
+
+
+def _install_tracing() -> None:
+    """OpenTelemetry traces when the standard OTEL_* variables ask for them (README: Dashboard and telemetry)."""
+    from offload.telemetry import install_tracing_from_env
+
+    install_tracing_from_env()
+
+
+def main() -> None:
+    from offload.exit_codes import ExitCode
+
+    try:
+        _install_tracing()
+        app(prog_name="offload")
+    except KeyboardInterrupt:
+        _fail("interrupted", ExitCode.INTERRUPTED)
+    except Exception as exc:
+        message = _user_error(exc)
+        if message is not None:
+            _fail(message, ExitCode.USAGE)
+        if os.environ.get("OFFLOAD_DEBUG"):
+            raise
+        _fail(f"unexpected error: {type(exc).__name__}: {exc} (set OFFLOAD_DEBUG=1 to see the traceback, "
+              "and please report it)", ExitCode.ERROR)

@@ -1,0 +1,132 @@
+"""``offload chat``: the REPL.
+
+ONE loop owns the agent. A reader thread turns stdin into lines on a queue (on a terminal
+through a line editor with history, up/down and Ctrl-R search; see ``chat_input``); the loop takes a
+line, or — when none arrives within ``POLL_S`` and no turn is running — polls the session's
+inbox and injects each landed background result as a new turn. So a result is never spliced
+into a running turn, and results appear while the user is idle.
+
+Slash commands: ``/agents`` (live roster) and ``/stop`` (interrupt this session's background
+subagents) are answered by the reader thread at once, even while a turn runs — both only read
+or signal the engine, which is thread-safe; ``/quit`` (or end of input) waits for this
+session's background results, then leaves; ``/new`` starts a fresh session in the loop itself,
+between turns and deliveries, and the previous session's results stay with it. Ctrl-C
+interrupts a running turn; at the prompt it leaves like ``/quit``.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import sys
+import threading
+from typing import IO, Iterator
+
+from offload.cli.chat_input import CTRL_C, line_source
+from offload.driver import POLL_S, SessionDriver
+from offload.home import get_hermes_home
+from offload.cli.views import live_roster
+
+HELP = ("commands: /agents (live roster of background subagents), /stop (interrupt them), "
+        "/show ID (a result in full, as the agent read it), /new (start a new session), "
+        "/quit (wait for their results, then leave), /help")
+_EOF = None
+HISTORY_FILE = "chat_history"
+
+
+class ChatLoop:
+    def __init__(self, driver: SessionDriver, stdin: IO[str] | None = None) -> None:
+        self.driver = driver
+        self.ui = driver.ui
+        self.source = line_source(stdin if stdin is not None else sys.stdin, get_hermes_home() / HISTORY_FILE)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._in_turn = threading.Event()
+
+    def run(self) -> int:
+        self._banner()
+        threading.Thread(target=self._read_input, name="offload-stdin", daemon=True).start()
+        try:
+            with self.source.output():
+                self._loop()
+        except KeyboardInterrupt:
+            self.ui.say("(leaving)", style="yellow")
+        live = self.driver.live_count()
+        if live:
+            self.ui.say(f"waiting for {live} background result(s) before leaving; Ctrl-C stops them", style="yellow")
+        self.driver.wait_for_background()
+        self.ui.say(f"session saved; resume it with: offload chat --resume {self.driver.session_id}")
+        return 0
+
+    def _banner(self) -> None:
+        agent = self.driver.conversation.agent
+        history = self.driver.conversation.history
+        resumed = f", resumed with {len(history)} stored message(s)" if history else ""
+        self.ui.say(f"offload chat — session {self.driver.session_id}{resumed}", style="bold")
+        self.ui.say(f"model {agent.model} at {agent.base_url}; background results appear here as they land. {HELP}",
+                    style="dim")
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                line = self._lines.get(timeout=POLL_S)
+            except queue.Empty:
+                with self._turn():
+                    self.driver.deliver_ready()  # idle: only now may a result become a turn
+                continue
+            if line is _EOF or line == "/quit":
+                return
+            if line == "/new":  # here, between turns and deliveries: never inside either
+                self.driver.new_session()
+                continue
+            with self._turn():
+                self.driver.user_turn(line)
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """Marks the time a turn may run: Ctrl-C at the prompt then interrupts it."""
+        self._in_turn.set()
+        try:
+            yield
+        finally:
+            self._in_turn.clear()
+
+    def _read_input(self) -> None:
+        for raw in self.source.lines():
+            if raw == CTRL_C:
+                if not self._in_turn.is_set():
+                    break  # Ctrl-C at an idle prompt leaves, like /quit
+                self.driver.conversation.agent.interrupt("stopped by the user (Ctrl-C)")
+                continue
+            line = raw.strip()
+            if line and not self._command(line):
+                self._lines.put(line)
+        self._lines.put(_EOF)
+
+    def _command(self, line: str) -> bool:
+        """Answer a slash command that must not wait for the running turn; False if not one."""
+        if line == "/agents":
+            self.ui.show(live_roster(self.driver.units()))
+        elif line == "/stop":
+            stopped = self.driver.stop_background()
+            self.ui.say(f"stopped {stopped} background delegation(s); their results will be reported here",
+                        style="yellow")
+        elif line.startswith("/show"):
+            self._show(line.removeprefix("/show").strip())
+        elif line in ("/help", "/?"):
+            self.ui.say(HELP)
+        elif line.startswith("/") and line not in ("/quit", "/new"):
+            self.ui.error(f"unknown command {line.split()[0]}; {HELP}")
+        else:
+            return False
+        return True
+
+    def _show(self, wanted: str) -> None:
+        from offload.cli.ledger import full_result
+        from offload.ledger_view import LedgerView
+
+        if not wanted:
+            self.ui.error("usage: /show ID (the id in the result's header; a unique prefix is enough)")
+            return
+        try:
+            self.ui.say(full_result(LedgerView(), wanted))
+        except Exception as exc:  # CliError, or a ledger problem: said here, the chat goes on
+            self.ui.error(str(exc))

@@ -1,0 +1,251 @@
+"""``offload agents``, ``inbox``, ``sessions`` and ``stop``: the ledger and the session store as
+any process sees them.
+
+Registered on the app by ``offload.cli.app``; like it, this module imports only typer at load time
+so ``offload --help`` stays fast. Listing works on a read-only ``$HERMES_HOME``
+(``offload.ledger_view``); anything that writes says so and exits 2 there. Ids may be
+abbreviated to a unique prefix (``offload.ids``).
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from offload.errors import CliError
+
+if TYPE_CHECKING:
+    from offload.ledger_view import LedgerView
+    from offload.cli.views import Ui
+
+_JSON = typer.Option(False, "--json", help="print JSON with stable keys (see the README) instead of text")
+SETTLED_SHOWN = 10
+
+
+def emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
+           interval_s: float = typer.Option(1.0, "--interval", min=0.2, help="seconds between refreshes"),
+           as_json: bool = _JSON) -> None:
+    """Background delegations as recorded in the ledger, from any process.
+
+    Shows running units (owner alive or not, each child done or running with its API calls,
+    current tool and seconds idle as its owner last published them), results awaiting
+    delivery and recently delivered ones."""
+    from rich.console import Group
+    from rich.live import Live
+
+    from offload import ledger_rows
+    from offload.ledger_view import LedgerView
+    from offload.cli.views import Ui, ledger_finished, ledger_running
+
+    ui = Ui()
+    view = LedgerView(on_read_only=ui.warn)
+    if as_json:
+        running = view.running()
+        live = view.activity(running)
+        emit_json({"running": [ledger_rows.record(r, live.get(r.delegation_id)) for r in running],
+                    "pending": [ledger_rows.record(r) for r in view.pending()],
+                    "recent": [ledger_rows.record(r) for r in view.settled(SETTLED_SHOWN)]})
+        return
+
+    def tables() -> Group:
+        running = view.running()
+        return Group(ledger_running(running, activity=view.activity(running)), ledger_finished(view.pending(), "finished, awaiting delivery"),
+                     ledger_finished(view.settled(SETTLED_SHOWN), "recently delivered or dropped"))
+    if not watch:
+        ui.show(tables())
+        return
+    with Live(tables(), console=ui.console, refresh_per_second=4) as live:
+        try:
+            while True:
+                time.sleep(interval_s)
+                live.update(tables())
+        except KeyboardInterrupt:
+            pass
+
+
+def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowledge a pending result (repeatable)"),
+          ack_all: bool = typer.Option(False, "--ack-all", help="acknowledge every pending result"),
+          show: Optional[str] = typer.Option(None, "--show", metavar="ID", help="print a result as the agent reads it"),
+          all_rows: bool = typer.Option(False, "--all", help="also list delivered and dropped results"),
+          as_json: bool = _JSON) -> None:
+    """Results waiting for delivery, including those recovered after a crash or restart.
+
+    `offload chat --resume SESSION` delivers them; --ack marks one handled without delivery.
+    IDs may be shortened to a unique prefix (deleg_eb85, or eb85)."""
+    from offload import ledger_rows
+    from offload.ledger_view import LedgerView
+    from offload.cli.views import Ui, ledger_finished
+
+    ui = Ui()
+    view = LedgerView(on_read_only=ui.warn)
+    _recover(ui, view, quiet=as_json)
+    if show:
+        _show(ui, view, show)
+        return
+    pending = view.pending()
+    targets = [row.delegation_id for row in pending] if ack_all else [_pending_id(view, i, pending) for i in ack]
+    if targets:
+        _acknowledge(ui, view, targets)
+        pending = view.pending()
+    if as_json:
+        data = {"pending": [ledger_rows.record(r) for r in pending]}
+        if all_rows:
+            data["settled"] = [ledger_rows.record(r) for r in view.settled(50)]
+        emit_json(data)
+        return
+    ui.show(ledger_finished(pending, "pending results"))
+    if pending:
+        ui.say("deliver them with `offload chat --resume SESSION` (or `offload run --resume SESSION`); "
+               "`offload inbox --ack ID` drops one without delivering it", style="dim")
+    if all_rows:
+        ui.show(ledger_finished(view.settled(50), "delivered or dropped"))
+        from offload.gateway.state import drop_reasons
+        for delegation_id, reason in drop_reasons().items():
+            ui.say(f"dropped by the gateway: {delegation_id}: {reason}", style="yellow")
+
+
+def _recover(ui: Ui, view: LedgerView, quiet: bool) -> None:
+    """Settle rows whose owner died (so they show as pending); skipped on a read-only home."""
+    from offload.default_runtime import engine
+    from offload.ledger import LedgerError
+
+    if not view.running():  # nothing to recover, and no write on a home that may be read-only
+        return
+    try:
+        recovered = engine.recover_abandoned_delegations()
+    except LedgerError as exc:
+        if exc.kind != "unwritable":
+            raise
+        view.use_read_only()
+        return
+    if recovered and not quiet:
+        ui.say(f"recovered {recovered} delegation(s) whose owner process had exited (finished children keep "
+               "their results; the rest are reported unknown)", style="yellow")
+
+
+def delegation_id(view: LedgerView, wanted: str, rows: list[Any] | None = None) -> str:
+    """The full id ``wanted`` abbreviates, among ``rows`` (default: every listed row)."""
+    from offload.ids import resolve
+
+    if rows is None:
+        exact = view.get(wanted)
+        if exact is not None:
+            return exact.delegation_id
+        rows = [*view.running(), *view.pending(), *view.settled(1000)]
+    return resolve(wanted, (r.delegation_id for r in rows), kind="delegation", id_prefix="deleg_",
+                   listing="offload agents")
+
+
+def _pending_id(view: LedgerView, wanted: str, pending: list[Any]) -> str:
+    try:
+        return delegation_id(view, wanted, pending)
+    except CliError as exc:
+        raise CliError(f"not pending: {wanted} ({exc}); `offload inbox` lists the pending ids") from None
+
+
+def _show(ui: Ui, view: LedgerView, wanted: str) -> None:
+    ui.say(full_result(view, wanted))
+
+
+def full_result(view: LedgerView, wanted: str) -> str:
+    """A finished delegation's result exactly as the agent reads it (``wanted``: an id or prefix)."""
+    from offload.render.bus_notifications import format_process_notification
+
+    row = view.get(delegation_id(view, wanted))
+    if row is None or not row.event:
+        raise CliError(f"delegation {wanted!r} has not finished yet; `offload agents` shows what runs")
+    return format_process_notification(row.event) or ""
+
+
+def _acknowledge(ui: Ui, view: LedgerView, ids: list[str]) -> None:
+    from offload.default_runtime import engine
+    from offload.home import get_hermes_home
+
+    if view.read_only:
+        raise CliError(f"cannot acknowledge: {get_hermes_home()} is read-only; make it writable first")
+    for full_id in ids:
+        engine.mark_completion_delivered(full_id)
+        ui.say(f"acknowledged {full_id}")
+
+
+def sessions(limit: int = typer.Option(20, "--limit", "-n", min=1, help="how many, most recent first"),
+             as_json: bool = _JSON) -> None:
+    """Stored chat sessions, most recent first: id, last use, messages, model, results pending.
+
+    Continue one with `offload chat --resume ID` (a unique prefix is enough)."""
+    from offload.agent.session_store import SessionStore
+    from offload.ledger_view import LedgerView
+    from offload.cli.views import Ui, sessions_table
+
+    ui = Ui()
+    with SessionStore() as store:
+        listed = store.list_sessions(limit=limit)
+    pending: dict[str, int] = {}
+    for row in LedgerView(on_read_only=ui.warn).pending():
+        session = row.parent_session_id or row.origin_session
+        pending[session] = pending.get(session, 0) + 1
+    if as_json:
+        emit_json([{"id": s.session_id, "created_at": s.created_at, "updated_at": s.updated_at, "model": s.model,
+                     "title": s.title, "messages": s.message_count, "pending_results": pending.get(s.session_id, 0)}
+                    for s in listed])
+        return
+    ui.show(sessions_table(listed, pending))
+
+
+STOP_WAIT_S = 15.0
+_POLL_S = 0.1
+
+
+def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegation (a unique prefix is enough)"),
+         wait_s: float = typer.Option(STOP_WAIT_S, "--wait", min=0, help="seconds to wait for it to stop")) -> None:
+    """Stop one running background delegation, in whichever process runs it (chat, run, gateway
+    or worker; on a shared PostgreSQL ledger, on any host).
+
+    Its partial result is still delivered to its session, as with /stop in the chat."""
+    from offload.ledger import LedgerError
+    from offload import control_requests
+    from offload.exit_codes import ExitCode
+    from offload.ledger_view import LedgerView
+    from offload.cli.views import Ui
+
+    ui, view = Ui(), LedgerView()
+    row = _running_row(view, wanted)
+    owner = control_requests.owner_label(row)
+    if control_requests.owner_gone(row):
+        raise CliError(f"{row.delegation_id} is not running any more: its owner ({owner}) exited; "
+                       "`offload inbox` recovers it")
+    try:
+        control_requests.request(row.delegation_id, ttl_s=wait_s + 1.0)
+    except LedgerError as exc:
+        raise CliError(f"{exc}; stop it in the process that runs it ({owner}) instead") from exc
+    try:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            now = view.get(row.delegation_id)
+            if now is None or now.state != "running":
+                ui.say(f"stopped {row.delegation_id}; its partial result goes to session "
+                       f"{row.parent_session_id or row.origin_session}")
+                return
+            time.sleep(_POLL_S)
+    finally:
+        control_requests.withdraw(row.delegation_id)
+    ui.error(f"{row.delegation_id} did not stop within {wait_s:g} s: its owner ({owner}) did not act on the "
+             "request; is it an offload older than this one? Stop it there.")
+    raise typer.Exit(ExitCode.ERROR)
+
+
+def _running_row(view: LedgerView, wanted: str) -> Any:
+    running = view.running()
+    try:
+        full_id = delegation_id(view, wanted, running)
+    except CliError:
+        finished = view.get(delegation_id(view, wanted))  # unknown everywhere: that error is the one to show
+        raise CliError(f"{finished.delegation_id if finished else wanted} is not running "
+                       f"(it is {finished.state if finished else 'unknown'}); nothing to stop") from None
+    return next(r for r in running if r.delegation_id == full_id)

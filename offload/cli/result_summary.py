@@ -1,0 +1,53 @@
+"""The short human summary of a landed background result, for the terminal.
+
+The model reads the full block (``format_process_notification``: instructions, every child's
+whole summary); a person wants one line per task: outcome, goal, time and the first words of
+the answer. Pure: reads only the event dict, no clock, no I/O. The full block is one command
+away (``/show ID`` in the chat, ``offload inbox --show ID`` anywhere).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from offload.engine.states import DONE_STATES
+
+_MARKS = {"completed": "✓", "success": "✓", "failed": "✗", "error": "✗", "interrupted": "■", "stalled": "■",
+          "timeout": "■", "unknown": "?"}
+GOAL_CHARS = 60
+ANSWER_CHARS = 100
+
+
+def _line(text: Any, limit: int) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _entries(event: dict[str, Any]) -> list[dict[str, Any]]:
+    results = event.get("results")
+    if isinstance(results, list) and results:
+        entries = [r for r in results if isinstance(r, dict)]
+        return sorted(entries, key=lambda r: r.get("task_index") if isinstance(r.get("task_index"), int) else 0)
+    return [event]  # a single-task unit carries its outcome at the top level
+
+
+def task_lines(event: dict[str, Any]) -> list[str]:
+    """One line per task: ``✓ 1/3 goal (completed, 1.2 s): first words of the answer``."""
+    goals = event.get("goals") if isinstance(event.get("goals"), list) else []
+    entries = _entries(event)
+    total = max(len(goals), len(entries))
+    lines = []
+    for position, entry in enumerate(entries):
+        index = entry.get("task_index") if isinstance(entry.get("task_index"), int) else position
+        goal = goals[index] if 0 <= index < len(goals) else entry.get("goal") or event.get("goal")
+        status = str(entry.get("status") or "unknown")
+        seconds = _number(entry.get("duration_seconds"))
+        timing = f", {seconds:.1f} s" if seconds is not None else ""
+        outcome = entry.get("summary") if status in DONE_STATES else entry.get("error") or entry.get("summary")
+        said = f": {_line(outcome, ANSWER_CHARS)}" if outcome else ""
+        number = f"{index + 1}/{total} " if total > 1 else ""
+        lines.append(f"{_MARKS.get(status, '•')} {number}{_line(goal, GOAL_CHARS)} ({status}{timing}){said}")
+    return lines

@@ -1,0 +1,250 @@
+"""What the CLI prints: agent answers, delegation handles, landed results, and the tables
+for ``/agents``, ``offload agents`` and ``offload inbox``.
+
+Pure presentation over rich: builders return renderables from plain data, ``Ui`` prints.
+Invariant: text that came from a model, a child or the ledger is never parsed as rich markup
+(it is wrapped in ``Text`` or printed with ``markup=False``), and long lines are not wrapped
+(``soft_wrap``), so ids and result lines stay intact in pipes and logs.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
+
+from offload.ledger import LedgerRow
+from offload import ledger_rows
+from offload.render.text import format_age
+from offload.cli.result_summary import task_lines
+from offload.default_runtime.engine import is_interim_delegation_event
+from offload.render.bus_notifications import async_delegation_display_text
+
+_GOAL_CHARS = 48
+
+
+def _clip(text: Any, limit: int = _GOAL_CHARS) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _age(since: float | None, now: float) -> str:
+    return format_age(max(0.0, now - since)) if since else "-"
+
+
+_CHILD_MARKS = {"completed": "✓", "success": "✓", "running": "…", "failed": "✗", "error": "✗", "unknown": "?"}
+
+
+# -- the live roster (in-process records) ---------------------------------------------------
+def live_roster(items: list[dict[str, Any]]) -> RenderableType:
+    """``list_async_delegations()`` as lines: one per unit, and while it runs one per child:
+    done (status, time; from ``children_finished``) or running (API calls, current tool,
+    seconds since its last activity)."""
+    if not items:
+        return Text("no background delegations in this session")
+    lines = [Text(f"background delegations ({len(items)})", style="bold")]
+    for item in items:
+        label = f"group {item['group']}" if item.get("group") else item.get("goal")
+        progress = item.get("seconds_since_progress")
+        # The monitor's clock: seconds since a sweep last saw progress, compared to the stall limits.
+        since = f"  (stall clock {_seconds(progress)} s)" if progress is not None else ""
+        goals = item.get("goals") or []
+        indexes = item.get("task_indexes") or list(range(len(goals))) or [0]
+        finished = item.get("children_finished") or {}
+        activities = item.get("children_activity") or []
+        done = f"  children done {len(finished)}/{len(indexes)}" if activities else ""
+        lines.append(Text(f"  {item.get('delegation_id')}  {item.get('status')}{done}  {_clip(label)}{since}"))
+        for position, activity in enumerate(activities):
+            index = indexes[position] if position < len(indexes) else position
+            goal = _clip(goals[index] if index < len(goals) else item.get("goal"))
+            lines.append(Text(f"      #{index + 1}  {_child_state(finished.get(index), activity)}  {goal}", style="dim"))
+    for line in lines:  # one row per line whatever the width: cut the end rather than wrap
+        line.no_wrap, line.overflow = True, "ellipsis"
+    return Group(*lines)
+
+
+def _child_state(entry: dict[str, Any] | None, activity: Any) -> str:
+    """A finished child's outcome (its idle clock would only count up), else its live activity."""
+    if entry is not None:
+        status = str(entry.get("status") or "unknown")
+        took = entry.get("duration_seconds")
+        return f"{_CHILD_MARKS.get(status, '■')} {status:<9} in {_seconds(took)} s"
+    activity = activity if isinstance(activity, dict) else {}
+    return (f"… running   api calls {activity.get('api_calls', '?')!s:<3} tool {activity.get('current_tool') or '-':<12} "
+            f"idle {_seconds(activity.get('seconds_since_activity')):>5} s")
+
+
+# -- ledger views (any process) ---------------------------------------------------------------
+def _child_lines(rec: dict[str, Any]) -> list[Text]:
+    lines = []
+    for child in rec["children"]:
+        took = f" {child['duration_seconds']:.1f} s" if child["duration_seconds"] is not None else ""
+        mark = _CHILD_MARKS.get(child["status"], "■")
+        doing = ""
+        if child.get("api_calls") is not None or child.get("current_tool"):  # published by its owner
+            doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "
+                     f"idle {_seconds(child.get('seconds_since_activity'))} s")
+        lines.append(Text(f"      #{child['task']} {mark} {child['status']}{took}{doing}  {_clip(child['goal'])}",
+                          style="dim"))
+    return lines
+
+
+def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[str, Any]], str],
+                 activity: dict[str, dict[str, Any]] | None = None) -> RenderableType:
+    """Per row: id and ``status(record)``; its session and task; one line per child."""
+    records = [ledger_rows.record(row, (activity or {}).get(row.delegation_id)) for row in rows]
+    if not records:
+        return Text(f"{title}: none")
+    lines = [Text(f"{title} ({len(records)})", style="bold")]
+    for rec in records:
+        lines.append(Text(f"  {rec['id']}  {status(rec)}"))
+        lines.append(Text(f"      session {rec['session'] or '-'}  ·  {_clip(rec['label'])}", style="dim"))
+        lines.extend(_child_lines(rec))
+    return Group(*lines)
+
+
+def _done(rec: dict[str, Any]) -> str:
+    children = rec["children"]
+    return f"{sum(1 for c in children if c['status'] != 'running')}/{len(children)}"
+
+
+def ledger_running(rows: Iterable[LedgerRow], now: float | None = None,
+                   activity: dict[str, dict[str, Any]] | None = None) -> RenderableType:
+    """Running rows: age, owner (alive, or dead: it exited before the unit finished), children
+    done; with ``activity`` (what owners published) the stall clock and how old that is."""
+    now = time.time() if now is None else now
+
+    def status(rec: dict[str, Any]) -> str:
+        owner = {"running": "alive", "exited": "dead: `offload inbox` recovers it"}.get(rec["owner"] or "", "-")
+        host = f" on {rec['owner_host']}" if rec.get("owner_host") else ""
+        clock = ""
+        if rec.get("activity_age_s") is not None:
+            clock = (f"  stall clock {_seconds(rec['stall_clock_s'])} s"
+                     f" (activity as of {_seconds(rec['activity_age_s'])} s ago)")
+        return (f"running {_age(rec['dispatched_at'], now)}  owner {rec['owner_pid'] or '-'}{host} ({owner})  "
+                f"children done {_done(rec)}{clock}")
+    return _ledger_rows(rows, "running", status, activity)
+
+
+def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = None) -> RenderableType:
+    """Finished rows: state, when, delivery state and attempts; for a pending one, who delivers it."""
+    now = time.time() if now is None else now
+
+    def status(rec: dict[str, Any]) -> str:
+        text = (f"{rec['state']}  finished {_age(rec['completed_at'], now)} ago  "
+                f"{rec['delivery_state']} (attempts {rec['delivery_attempts']})")
+        if rec["delivery_state"] != "pending":
+            return text
+        if rec["owner"] == "running":
+            return f"{text}  owner {rec['owner_pid']} still runs and delivers it"
+        return f"{text}  deliver with `offload chat --resume {rec['session'] or 'SESSION'}`"
+    return _ledger_rows(rows, title, status)
+
+
+def sessions_table(listed: Iterable[Any], pending: dict[str, int], now: float | None = None) -> RenderableType:
+    """``offload sessions``: one line per stored session."""
+    now = time.time() if now is None else now
+    listed = list(listed)
+    if not listed:
+        return Text("no sessions yet; start one with `offload chat`")
+    lines = [Text(f"sessions ({len(listed)}, most recent first)", style="bold")]
+    for info in listed:
+        waiting = f"  {pending[info.session_id]} result(s) pending" if pending.get(info.session_id) else ""
+        lines.append(Text(f"  {info.session_id}  used {_age(info.updated_at, now)} ago  {info.message_count} "
+                          f"message(s)  model {info.model or '-'}{waiting}"))
+    return Group(*lines)
+
+
+# -- printing ----------------------------------------------------------------------------------
+def make_console(**options: Any) -> Console:
+    """A console that is 160 columns wide when not a terminal, so tables stay readable in logs."""
+    console = Console(highlight=False, **options)
+    if not console.is_terminal and "width" not in options:
+        console = Console(highlight=False, width=160, **options)
+    return console
+
+
+class Ui:
+    """Console output of chat, run and the demo."""
+
+    def __init__(self, console: Console | None = None, err_console: Console | None = None) -> None:
+        self.console = console or make_console()
+        self.err_console = err_console or make_console(stderr=True)
+
+    def say(self, text: str, style: str | None = None) -> None:
+        self.console.print(Text(text, style=style or ""), soft_wrap=True)
+
+    def answer(self, text: str | None, label: str = "agent") -> None:
+        self.console.print(Text.assemble((f"{label}> ", "bold cyan"), text or "(no answer)"), soft_wrap=True)
+
+    def handles(self, handles: list[dict[str, Any]]) -> None:
+        for handle in handles:
+            self.say(_describe_handle(handle), style="magenta")
+
+    def result(self, event: dict[str, Any], text: str, full: bool = False) -> None:
+        """A landed background result: a header, one line per task, and where the full text is.
+
+        ``full`` prints exactly what the agent reads instead of the per-task lines."""
+        delegation_id = event.get("delegation_id")
+        origin = " (replayed from the ledger)" if event.get("restored") else ""
+        if event.get("type") != "async_delegation":
+            self.say(f"⇠ background {event.get('type')} landed{origin}", style="bold green")
+            self.console.print(Text(text, style="dim"), soft_wrap=True)
+            return
+        if is_interim_delegation_event(event):
+            self._failure_notice(event)
+            return
+        title = async_delegation_display_text(event)
+        self.say(f"⇠ background result {delegation_id} landed{origin}: {title}", style="bold green")
+        if full:
+            self.console.print(Text(text, style="dim"), soft_wrap=True)
+            return
+        notices = [line for line in text.splitlines() if line.startswith("⚠ ")]  # child text cannot forge one
+        for line in [*notices, *task_lines(event)]:
+            self.console.print(Text("  " + line), soft_wrap=True)
+        self.say(f"  (the agent reads the full result; see it with /show {delegation_id} in the chat or "
+                 f"`offload inbox --show {delegation_id}`)", style="dim")
+
+    def _failure_notice(self, event: dict[str, Any]) -> None:
+        """An early warning (once per unit): one task failed while its siblings still run."""
+        self.say(f"⚠ background {event.get('delegation_id')}: a task failed while the others still run; "
+                 "the full result follows when all are done", style="bold yellow")
+        for line in task_lines(event):
+            self.console.print(Text("  " + line), soft_wrap=True)
+
+    def error(self, text: str) -> None:
+        """A failure: on stderr, so scripts reading stdout get only answers and results."""
+        self.err_console.print(Text(text, style="bold red"), soft_wrap=True)
+
+    def warn(self, text: str) -> None:
+        """Something the user should know that is not an answer (an interrupt, a stop): stderr."""
+        self.err_console.print(Text(text, style="yellow"), soft_wrap=True)
+
+    def show(self, renderable: RenderableType) -> None:
+        self.console.print(renderable)
+
+
+def _unit_label(unit: dict[str, Any]) -> str:
+    numbers = ", ".join(str(i + 1) for i in unit.get("task_indexes") or [])
+    what = f"group {unit['group']}: task {numbers}" if unit.get("group") else f"task {numbers}"
+    return f"{unit.get('delegation_id')} ({what})"
+
+
+def _describe_handle(handle: dict[str, Any]) -> str:
+    status = handle.get("status")
+    if status == "dispatched":
+        units = handle.get("units") or []
+        if len(units) > 1:  # each unit reports on its own
+            return (f"↳ delegated {handle.get('count', '?')} task(s) in the background, reporting in {len(units)} "
+                    f"parts: {', '.join(_unit_label(u) for u in units)}")
+        return f"↳ delegated {handle.get('count', '?')} task(s) in the background: {handle.get('delegation_id')}"
+    if status == "error":
+        return f"↳ delegate_task refused: {handle.get('error')}"
+    count = len(handle.get("results") or [])
+    note = f" ({handle['note']})" if handle.get("note") else ""
+    return f"↳ delegate_task ran {count} task(s) synchronously{note}"

@@ -1,0 +1,36 @@
+"""Which session the running turn belongs to, as seen by tools (approvals, delegate_task).
+
+Owns the ``approval_session_key`` ContextVar. A frontend that runs one turn at a time binds it
+with ``set_current_session_key`` and restores it with ``reset_current_session_key``; tools read
+it with ``get_current_session_key``.
+
+Invariant: an explicitly bound, non-empty key wins; otherwise the key comes from the session
+env (``HERMES_SESSION_KEY`` via ``offload.context.session_env.get_session_env``: ContextVar if ever set,
+then ``os.environ``), then the caller's default. The fallback reads tools/session_env.py, not
+gateway/, because tools never import gateway.
+"""
+from __future__ import annotations
+
+from contextvars import ContextVar, Token
+
+from offload.context.session_env import get_session_env
+
+_approval_session_key: ContextVar[str] = ContextVar("approval_session_key", default="")
+
+
+def set_current_session_key(key: str | None) -> Token:
+    """Bind *key* (None becomes "") for this context; pass the token to reset."""
+    return _approval_session_key.set(key or "")
+
+
+def reset_current_session_key(token: Token) -> None:
+    """Restore the key that was bound before the matching ``set_current_session_key``."""
+    _approval_session_key.reset(token)
+
+
+def get_current_session_key(default: str = "default") -> str:
+    """The session key of the running turn (``delegate_task`` passes ``default=""``)."""
+    key = _approval_session_key.get()
+    if key:
+        return key
+    return get_session_env("HERMES_SESSION_KEY", default)

@@ -1,0 +1,215 @@
+"""Facade: the background-delegation engine under its hermes-compatible names.
+
+The engine is ``offload.engine.engine.Delegations``; this module owns the one process-wide
+instance and keeps the names the acceptance suite reads and patches:
+
+- the module constants (``_STALE_*``, ``_STALL_GRACE_SECONDS``, ``_MAX_RETAINED_COMPLETED``,
+  the delivery policy) are read at call time through ``_policy()``;
+- ``_records``, ``_records_lock`` and ``_active_slots`` are the instance's own dict, lock and
+  counter; ``_executor`` and ``_monitor_thread`` read the instance's pool and stall thread;
+- ``_new_delegation_id``, ``_get_executor`` and ``_persist_completion`` are looked up here on
+  every use, so a patch of any of them takes effect;
+- the restore/ack functions are re-exported from ``async_delegation_delivery``.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from offload.engine.engine import Delegations, new_delegation_id
+from offload.engine.events import is_interim as is_interim_delegation_event  # noqa: F401 - re-exported
+from offload.ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
+from offload.ledger.sqlite import initialize_schema as _initialize_schema  # noqa: F401 - re-exported
+from offload.ledger.sqlite import open_connection
+from offload.engine.policy import DEFAULTS, Policy
+from offload.engine.pool import DaemonThreadPool
+from offload.engine.roster import session_selected
+from offload.engine.states import ACTIVE_STATES as _ACTIVE_STATES  # noqa: F401 - re-exported
+from offload.engine.states import LIVE_STATES as _LIVE_STATES  # noqa: F401 - re-exported
+from offload.engine.units import UnitSpec, batch_label
+from offload.default_runtime import delivery as _delivery
+from offload.default_runtime.delivery import (  # noqa: F401 - re-exported facade
+    claim_completion_delivery, claim_event_delivery, complete_completion_delivery, complete_event_delivery,
+    defer_completion_delivery, drop_completion_delivery, get_durable_delegation, mark_completion_delivered,
+    maybe_sweep_orphaned_completions, recover_abandoned_delegations, release_completion_delivery,
+    release_event_delivery, restore_undelivered_completions,
+)
+from offload.home import state_db_path
+from offload.engine.bus import process_registry
+
+_DEFAULT_MAX_ASYNC_CHILDREN = 3
+_MAX_RETAINED_COMPLETED = DEFAULTS.max_retained_completed
+_STALE_CHECK_INTERVAL = DEFAULTS.stall_check_interval_s
+_STALE_IDLE_SECONDS = DEFAULTS.stall_idle_s
+_STALE_IN_TOOL_SECONDS = DEFAULTS.stall_in_tool_s
+_STALL_GRACE_SECONDS = DEFAULTS.stall_grace_s
+_MAX_DELIVERY_ATTEMPTS = DEFAULTS.max_delivery_attempts
+_MAX_COMPLETION_REPLAY_AGE_S = DEFAULTS.max_replay_age_s
+_CLAIM_LEASE_S = DEFAULTS.claim_lease_s
+_DURABLE_RETENTION_SECONDS = DEFAULTS.settled_retention_s
+_MAX_RETAINED_SETTLED = DEFAULTS.max_retained_settled
+_DURABLE_PRUNE_INTERVAL_S = DEFAULTS.prune_interval_s
+_ORPHAN_SWEEP_INTERVAL_S = DEFAULTS.orphan_sweep_interval_s
+
+_records: dict[str, dict[str, Any]] = {}
+_records_lock = threading.Lock()
+_active_slots: Counter[str] = Counter()  # slot_key -> number of running/stalling units
+
+
+_POLICY_FIELDS = ("max_retained_completed", "stall_check_interval_s", "stall_idle_s", "stall_in_tool_s",
+                  "stall_grace_s", "max_delivery_attempts", "max_replay_age_s", "claim_lease_s",
+                  "settled_retention_s", "max_retained_settled", "prune_interval_s", "orphan_sweep_interval_s")
+_policy_cache: tuple[tuple[Any, ...], Policy] | None = None
+
+
+def _policy() -> Policy:
+    """The policy from this module's constants, as they are now (tests and the app set them).
+
+    Called several times per delegation: the ``Policy`` is rebuilt only when a constant changed."""
+    global _policy_cache
+    values = (_MAX_RETAINED_COMPLETED, _STALE_CHECK_INTERVAL, _STALE_IDLE_SECONDS, _STALE_IN_TOOL_SECONDS,
+              _STALL_GRACE_SECONDS, _MAX_DELIVERY_ATTEMPTS, _MAX_COMPLETION_REPLAY_AGE_S, _CLAIM_LEASE_S,
+              _DURABLE_RETENTION_SECONDS, _MAX_RETAINED_SETTLED, _DURABLE_PRUNE_INTERVAL_S, _ORPHAN_SWEEP_INTERVAL_S)
+    cached = _policy_cache
+    if cached is not None and cached[0] == values:
+        return cached[1]
+    policy = Policy(**dict(zip(_POLICY_FIELDS, values)))
+    _policy_cache = (values, policy)
+    return policy
+
+
+class _Engine(Delegations):
+    """Routes ids, the pool and the terminal write through this module's patchable names."""
+
+    def new_id(self) -> str:
+        return _new_delegation_id()
+
+    def pool_for(self, max_workers: int) -> DaemonThreadPool:
+        return _get_executor(max_workers)
+
+    def persist(self, evt: dict[str, Any], result: dict[str, Any], snapshot: dict[str, Any] | None) -> None:
+        _persist_completion(evt, result, snapshot)
+
+
+_engine = _Engine(ledger=lambda: _delivery.current_ledger(),
+                  publish=lambda evt: process_registry.completion_queue.put(evt),
+                  policy=lambda: _policy(), health=_delivery.health,
+                  records=_records, lock=_records_lock, slots=_active_slots)
+_delivery.policy_source = lambda: _policy()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_executor":
+        return _engine.executor
+    if name == "_monitor_thread":
+        return _engine.stalls.thread
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _new_delegation_id() -> str:
+    return new_delegation_id()
+
+
+def _connect():
+    """A new connection to the current home's ``state.db`` (schema ready, files 0o600)."""
+    return open_connection(state_db_path())
+
+
+def _get_executor(max_workers: int) -> DaemonThreadPool:
+    return _engine.get_executor(max_workers)
+
+
+def _persist_completion(evt: dict[str, Any], result: dict[str, Any], snapshot: dict[str, Any] | None = None) -> None:
+    _engine.persist_completion(evt, result, snapshot)
+
+
+# -- dispatch --------------------------------------------------------------------------------
+def dispatch_async_delegation(*, goal, context, toolsets, role, model, session_key, runner,
+                              parent_session_id=None, origin_ui_session_id="", origin_session_id="",
+                              interrupt_fn=None, max_async_children=_DEFAULT_MAX_ASYNC_CHILDREN,
+                              progress_fn=None, origin: dict | None = None,
+                              subagent_config: dict | None = None) -> dict[str, Any]:
+    """Run ONE subagent in the background; returns ``{"status": "dispatched", "delegation_id"}``
+    at once, or ``{"status": "rejected", "error"}``. ``subagent_config``: see
+    ``offload.render.model_rejection.subagent_stamp``."""
+    spec = UnitSpec(goal, context, toolsets, role, model, session_key, parent_session_id, origin_ui_session_id,
+                    origin_session_id, origin, subagent_config=subagent_config)
+    return _engine.dispatch(spec, runner, max_async_children, interrupt_fn=interrupt_fn, progress_fn=progress_fn)
+
+
+def dispatch_async_delegation_batch(*, goals, context, toolsets, role, model, session_key, runner,
+                                    parent_session_id=None, origin_ui_session_id="", origin_session_id="",
+                                    interrupt_fn=None, max_async_children=_DEFAULT_MAX_ASYNC_CHILDREN,
+                                    delegation_id=None, progress_fn=None, slot_key=None, task_indexes=None,
+                                    task_transcripts=None, group=None, origin: dict | None = None,
+                                    hold_slot: bool = False, subagent_config: dict | None = None) -> dict[str, Any]:
+    """Run a fan-out unit (a whole call, or one group of it). ``goals`` is the whole call's
+    goal list; ``task_indexes`` names the subset this unit runs. ``hold_slot`` keeps the
+    unit's slot taken until ``release_slot_hold``, while the caller dispatches the call's
+    other units."""
+    goals = list(goals or [])
+    unit_goals = [goals[i] for i in task_indexes if 0 <= i < len(goals)] if task_indexes else goals
+    spec = UnitSpec(batch_label(unit_goals), context, toolsets, role, model, session_key, parent_session_id,
+                    origin_ui_session_id, origin_session_id, origin, delegation_id, is_batch=True, goals=goals,
+                    slot_key=slot_key, task_indexes=task_indexes, task_transcripts=task_transcripts, group=group,
+                    subagent_config=subagent_config)
+    return _engine.dispatch(spec, runner, max_async_children, interrupt_fn=interrupt_fn, progress_fn=progress_fn,
+                            hold_slot=hold_slot)
+
+
+def release_slot_hold(slot_key: str) -> None:
+    _engine.release_slot_hold(slot_key)
+
+
+def _finalize(delegation_id: str, result, status: str) -> bool:
+    return _engine.finalize(delegation_id, result, status)
+
+
+def record_unit_child(delegation_id: str, entry: dict[str, Any]) -> bool:
+    return _engine.record_unit_child(delegation_id, entry)
+
+
+def _prune_completed_locked() -> None:
+    _engine.prune_completed_locked()
+
+
+# -- queries, interrupts and the stall check -----------------------------------------------------
+def active_count() -> int:
+    return _engine.active_count()
+
+
+def active_task_count() -> int:
+    return _engine.active_task_count()
+
+
+def has_live_for_session(session_key: str = "", origin_ui_session_id: str = "", parent_session_id: str = "") -> bool:
+    return _engine.has_live_for_session(session_key, origin_ui_session_id, parent_session_id)
+
+
+def list_async_delegations() -> list[dict[str, Any]]:
+    return _engine.list()
+
+
+def interrupt_all(reason: str = "shutdown") -> int:
+    return _engine.interrupt(lambda r: True, reason)
+
+
+def interrupt_delegation(delegation_id: str, reason: str = "user") -> int:
+    """Ask one running/stalling unit of this process to stop; 1 if signalled, else 0."""
+    return _engine.interrupt(lambda r: r.get("delegation_id") == delegation_id, reason)
+
+
+def interrupt_for_session(session_key: str = "", origin_ui_session_id: str = "", parent_session_id: str = "",
+                          reason: str = "session_end") -> int:
+    return _engine.interrupt(lambda r: session_selected(r, session_key, origin_ui_session_id, parent_session_id),
+                             reason)
+
+
+def _check_stalls(now: float) -> bool:
+    return _engine.stalls.check(now)
+
+
+def _reset_for_tests() -> None:
+    _engine.reset()
+    _delivery.reset_for_tests()

@@ -1,0 +1,265 @@
+"""``Deliveries``: the durable side of delivery — replay after a restart, the orphan sweep,
+and the claim protocol — over whatever ledger ``ledger()`` returns.
+
+Delivery is at-least-once and deduplicated by delegation id: a consumer claims a row with a
+lease, injects the result, and completes the claim only after the new turn is stored. Two
+consumers never both hold a live claim, and a consumer that dies mid-delivery leaves the row
+claimable again once the lease expires.
+
+Replay never creates a ledger, runs only when a consumer asks (never at import), skips rows
+whose owner process is still alive (the owner delivers them itself), recovers rows whose
+owner died, and drops rows past the replay age cap or the attempt budget (they stay
+queryable). Ledger failures are logged once per kind (``LedgerHealth``), never raised.
+Policy numbers come from ``policy()`` on every use.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from offload.engine.events import is_interim
+from offload.engine.health import LedgerHealth
+from offload.ledger import DelegationLedger, LedgerError, LedgerRow
+from offload.engine.log import logger
+from offload.engine.observers import notify
+from offload.engine.policy import DEFAULTS, Policy
+from offload.engine.recovery import git_state_hint, recovered_event
+
+OwnerAlive = Callable[[int | None, int | None], bool]
+
+
+class Deliveries:
+    def __init__(self, *, ledger: Callable[[], DelegationLedger], owner_alive: OwnerAlive,
+                 policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None) -> None:
+        self.ledger, self.owner_alive, self.policy = ledger, owner_alive, policy
+        self.health = health or LedgerHealth()
+        self._last_sweep: dict[str, float] = {}
+        self._offered: dict[tuple[str, str], float] = {}  # (ledger location, delegation id) -> last offer
+        self._offer_lock = threading.Lock()  # a listener thread and a scan may look at one row at once
+        self._listened: dict[tuple[str, str], queue.Queue] = {}  # the queue a listener/sweep last offered it to
+
+    # -- restart: recovery and replay ---------------------------------------------------------
+    def recover_abandoned(self, now: float | None = None) -> int:
+        """Settle ``running`` rows whose owner process died as ``unknown``; returns how many."""
+        ledger = self.ledger()
+        if not ledger.exists():
+            return 0
+        now = time.time() if now is None else now
+        hints: dict[str, str | None] = {}
+        settled = 0
+        for row in ledger.running_rows():
+            if not ledger.is_abandoned(row, self.owner_alive):
+                continue
+            cwd = (row.task or {}).get("owner_cwd")
+            if cwd not in hints:
+                hints[cwd] = git_state_hint(cwd)
+            event, result = recovered_event(row, now, hints[cwd])
+            if ledger.settle_abandoned(row.delegation_id, event, result, now):
+                settled += 1
+                notify("recovered", row.delegation_id, row=row, event=event)
+                logger.warning("Recovered delegation %s whose owner (pid %s) exited mid-run: %s",
+                               row.delegation_id, row.owner_pid, event["error"])
+        return settled
+
+    def restore(self, target_queue: queue.Queue, now: float | None = None) -> int:
+        """Recover abandoned rows, then put every deliverable pending event on ``target_queue``.
+
+        Replayed events are stamped ``restored=True`` (in memory only), so a drain without an
+        ownership filter leaves them for a consumer that can prove it owns them.
+        """
+        return self._offer_orphans(target_queue, time.time() if now is None else now, only_new=False)
+
+    def maybe_sweep(self, target_queue: queue.Queue, now: float | None = None) -> int:
+        """While running, offer rows that became deliverable here since the last offer: their
+        owner died after our restore, or a consumer died holding a claim that has now expired.
+        At most once per ``orphan_sweep_interval_s`` per store; never raises."""
+        now = time.time() if now is None else now
+        try:
+            key = self.ledger().location
+            if now - self._last_sweep.get(key, 0.0) < self.policy().orphan_sweep_interval_s:
+                return 0
+            self._last_sweep[key] = now
+            return self._offer_orphans(target_queue, now, only_new=True)
+        except Exception:
+            logger.debug("orphan sweep failed", exc_info=True)
+            return 0
+
+    def _offer_orphans(self, target_queue: queue.Queue, now: float, *, only_new: bool) -> int:
+        ledger = self.ledger()
+        if not only_new:
+            self._watch(ledger, target_queue)  # listen first: a row settled during the scan still wakes us
+        if not ledger.exists():
+            return 0  # replay never creates a ledger
+        offered = 0
+        try:
+            self.recover_abandoned(now)
+            offered = self._offer(ledger, target_queue, ledger.pending_rows(), now, only_new)
+        except LedgerError as exc:
+            # An unreadable or locked ledger must not take the consumer down with it; what it
+            # holds stays there and is replayed by the first start after it is repaired.
+            self.health.report(ledger, "restoring undelivered completions", exc,
+                               "Undelivered results recorded there are replayed once it is readable again.")
+        return offered
+
+    def _offer(self, ledger: DelegationLedger, target_queue: queue.Queue, rows: list[LedgerRow], now: float,
+               only_new: bool) -> int:
+        offered = 0
+        with self._offer_lock:
+            for row in rows:
+                key = (ledger.location, row.delegation_id)
+                if not only_new and self._listened.get(key) is target_queue and self._offered.get(key, 0.0) > now:
+                    continue  # the listener put it on this very queue while this scan ran
+                if not self._should_offer(ledger, row, now, only_new):
+                    continue
+                if only_new:
+                    self._listened[key] = target_queue
+                event = dict(row.event or {})
+                event["restored"] = True
+                target_queue.put(event)
+                self._offered[key] = now
+                offered += 1
+        return offered
+
+    def _watch(self, ledger: DelegationLedger, target_queue: queue.Queue) -> None:
+        """On a ledger shared across hosts, offer rows settled anywhere as they settle
+        (PostgreSQL LISTEN/NOTIFY) instead of at the next orphan sweep."""
+        if getattr(type(ledger), "watch", None) is None:
+            return
+
+        def on_rows(rows: list[LedgerRow] | None) -> None:
+            now = time.time()
+            try:
+                if rows is None:  # the listener reconnected: it may have missed some
+                    self._offer_orphans(target_queue, now, only_new=True)
+                else:
+                    self._offer(ledger, target_queue, rows, now, only_new=True)
+            except LedgerError as exc:
+                self.health.report(ledger, "offering a notified result", exc, "The orphan sweep offers it later.")
+        try:
+            ledger.watch(on_rows)  # type: ignore[attr-defined]
+        except LedgerError as exc:
+            self.health.report(ledger, "listening for results of other hosts", exc,
+                               "Their results arrive with the orphan sweep instead.")
+
+    def _should_offer(self, ledger: DelegationLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
+        if ledger.delivers_itself(row, self.owner_alive):
+            return False  # its owner is running here and delivers it itself
+        claim_live = row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - self.policy().claim_lease_s
+        last_offer = self._offered.get((ledger.location, row.delegation_id))
+        reclaimable = not claim_live and (row.delivery_claimed_at or 0.0) > (last_offer or 0.0)
+        if only_new and last_offer is not None and not reclaimable:
+            return False  # still on our queue, or being delivered right now
+        # A row someone holds a live claim on is offered but never dropped for its attempt count.
+        return claim_live or self._still_deliverable(ledger, row, now)
+
+    def _still_deliverable(self, ledger: DelegationLedger, row: LedgerRow, now: float) -> bool:
+        policy = self.policy()
+        age_s = now - (row.completed_at or row.dispatched_at)
+        if age_s > policy.max_replay_age_s:
+            reason = f"{age_s / 3600:.1f}h old (cap {policy.max_replay_age_s / 3600:.1f}h)"
+        elif row.delivery_attempts >= policy.max_delivery_attempts:
+            reason = f"it exhausted its {policy.max_delivery_attempts} delivery attempts"
+        elif not row.event:
+            reason = "its stored event is unreadable"
+        else:
+            return True
+        ledger.drop_delivery(row.delegation_id, None, now)
+        logger.warning("Not replaying delegation %s: %s; dropped (the result remains queryable with "
+                       "`offload inbox --all`).", row.delegation_id, reason)
+        return False
+
+    # -- claims ---------------------------------------------------------------------------------
+    def _guarded(self, op: str, default: Any, fn: Callable[[DelegationLedger], Any]) -> Any:
+        ledger = self.ledger()
+        try:
+            outcome = fn(ledger)
+        except LedgerError as exc:
+            self.health.report(ledger, op, exc, "Delivery continues in memory.")
+            return default
+        self.health.ok(ledger)
+        return outcome
+
+    def claim(self, delegation_id: str, claim_id: str) -> bool:
+        """Claim a row for delivery. True also when there is no row (nothing durable to guard)."""
+        def claim(ledger: DelegationLedger) -> bool:
+            got = ledger.claim_delivery(delegation_id, claim_id, time.time(), self.policy().claim_lease_s)
+            return True if got is None else got
+        return _told(delegation_id, "claimed", self._guarded("claim", True, claim))
+
+    def complete(self, delegation_id: str, claim_id: str) -> bool:
+        return _told(delegation_id, "delivered", self._guarded(
+            "complete delivery", False, lambda l: l.complete_delivery(delegation_id, claim_id, time.time())))
+
+    def release(self, delegation_id: str, claim_id: str) -> str:
+        budget = self.policy().max_delivery_attempts
+        state = self._guarded("release delivery", "", lambda l: l.release_delivery(
+            delegation_id, claim_id, time.time(), budget))
+        _told(delegation_id, "released", bool(state))
+        if state == "dropped":
+            _told(delegation_id, "dropped", True)
+            logger.warning("Delegation %s exhausted its %d delivery attempts and was dropped; the result remains "
+                           "queryable with `offload inbox --all`.", delegation_id, budget)
+        return state
+
+    def defer(self, delegation_id: str, claim_id: str) -> bool:
+        return self._guarded("defer delivery", False, lambda l: l.defer_delivery(delegation_id, claim_id, time.time()))
+
+    def drop(self, delegation_id: str, claim_id: str | None = None) -> bool:
+        return _told(delegation_id, "dropped", self._guarded(
+            "drop delivery", False, lambda l: l.drop_delivery(delegation_id, claim_id, time.time())))
+
+    def mark_delivered(self, delegation_id: str) -> bool:
+        """Acknowledge unconditionally (no claim needed). True iff the row changed."""
+        return _told(delegation_id, "acknowledged", self._guarded(
+            "acknowledge", False, lambda l: l.mark_delivered(delegation_id, time.time())))
+
+    def claim_event(self, evt: dict[str, Any], consumer: str) -> str | None:
+        """Claim id to pass to complete/release, ``""`` if no claim is needed, None if another
+        consumer holds the event."""
+        if not _claimable(evt):
+            return ""
+        claim_id = f"{consumer}:{os.getpid()}:{uuid.uuid4().hex}"
+        return claim_id if self.claim(evt["delegation_id"], claim_id) else None
+
+    def complete_event(self, evt: dict[str, Any], claim_id: str | None) -> bool:
+        if not claim_id or not _claimable(evt):
+            return False
+        return self.complete(evt["delegation_id"], claim_id)
+
+    def release_event(self, evt: dict[str, Any], claim_id: str | None) -> str:
+        if not claim_id or not _claimable(evt):
+            return ""
+        return self.release(evt["delegation_id"], claim_id)
+
+    # -- queries ----------------------------------------------------------------------------------
+    def get(self, delegation_id: str) -> dict[str, Any] | None:
+        if not self.ledger().exists():
+            return None
+        row = self._guarded("read", None, lambda l: l.get(delegation_id))
+        if row is None:
+            return None
+        return {"delegation_id": row.delegation_id, "origin_session": row.origin_session, "state": row.state,
+                "dispatched_at": row.dispatched_at, "completed_at": row.completed_at, "result": row.result,
+                "event": row.event, "delivery_state": row.delivery_state, "delivery_attempts": row.delivery_attempts,
+                "origin_session_id": row.origin_session_id, "parent_session_id": row.parent_session_id}
+
+    def reset(self) -> None:
+        self.health.reset()
+        self._last_sweep.clear()
+        self._offered.clear()
+        self._listened.clear()
+
+
+def _told(delegation_id: str, outcome: str, changed: Any) -> Any:
+    """Tell observers about a delivery step that changed the row; returns ``changed``."""
+    if changed:
+        notify("delivery", delegation_id, outcome=outcome)
+    return changed
+
+
+def _claimable(evt: dict[str, Any]) -> bool:
+    return evt.get("type") == "async_delegation" and bool(evt.get("delegation_id")) and not is_interim(evt)

@@ -1,0 +1,385 @@
+"""``Delegations``: the owner of background delegation units — records, capacity slots, the
+worker pool, dispatch and finalize; the roster, interrupts and the stall loop hang off it.
+
+It is given where to record (``ledger()``, called per use: the home may change), where to
+announce a finished unit (``publish(event)``, the completion bus) and its numbers
+(``policy()``, read per use). It runs any zero-argument ``runner`` and samples any
+``progress_fn``; it knows nothing of models, the CLI or the gateway.
+
+Invariants:
+- capacity check and record insert happen under one hold of ``lock``; the units of one call
+  share one slot (``slot_key``), and ``finalizing`` holds no slot;
+- a unit is finalized exactly once: ``running``/``stalling`` → ``finalizing`` → terminal,
+  guarded by the record status, so a late runner return after a forced stall is ignored;
+- the event is persisted, then published, then the record turns terminal; a failing durable
+  write is logged and never blocks delivery or the slot;
+- a batch unit publishes at most one interim failure notice (its first failed child while
+  siblings still run); it is never persisted and the unit's final event still follows;
+- no lock is held across I/O or a callback: collect under the lock, act outside it.
+"""
+from __future__ import annotations
+
+import contextvars
+import os
+import random
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from offload.engine import roster
+from offload.engine.events import ROUTING_KEYS, batch_status, build_event, crash_result, failure_notice, unit_task_indexes
+from offload.engine.health import LedgerHealth
+from offload.ledger import DelegationLedger, DispatchRow
+from offload.engine.liveness import current_owner
+from offload.engine.log import logger
+from offload.engine.observers import notify
+from offload.engine.policy import DEFAULTS, Policy
+from offload.engine.pool import DaemonThreadPool
+from offload.engine.stall import StallLoop
+from offload.engine.states import ACTIVE_STATES, FAILED_STATES, LIVE_STATES
+from offload.engine.units import UnitSpec, capacity_error, invalid_dispatch, new_record
+
+Record = dict[str, Any]
+FULL_ACROSS_HOSTS = object()  # _persist_dispatch: a ledger shared by several hosts has no free slot
+
+
+_ids = random.Random(os.urandom(32))
+# A forked child must not repeat its parent's ids: it reseeds from the OS.
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
+def new_delegation_id() -> str:
+    # 48 random bits: with 32 (the reference's 8 hex digits) two of 10,000 delegations share an
+    # id about once in a hundred runs, and the ledger row of the older one is replaced. Drawn
+    # from this module's own generator, seeded by the OS: os.urandom per dispatch is a syscall
+    # that gives up the GIL, a thread switch under load; a uuid4 object costs 5x more again.
+    return "deleg_%012x" % _ids.getrandbits(48)
+
+
+class Delegations:
+    def __init__(self, *, ledger: Callable[[], DelegationLedger], publish: Callable[[dict[str, Any]], None],
+                 policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
+                 records: dict[str, Record] | None = None, lock: threading.Lock | None = None,
+                 slots: Counter[str] | None = None) -> None:
+        self.ledger, self.publish, self.policy = ledger, publish, policy
+        self.health = health or LedgerHealth()
+        self.records: dict[str, Record] = {} if records is None else records
+        self.lock = lock or threading.Lock()
+        self.slots: Counter[str] = Counter() if slots is None else slots  # slot_key -> running/stalling units
+        # Terminal records in the order finalize retired them (oldest first): retention drops
+        # from the front, so a finalize prunes without scanning every record.
+        self._retired: dict[str, Record] = {}
+        self.executor: DaemonThreadPool | None = None
+        self._executor_lock = threading.Lock()
+        self.stalls = StallLoop(self)
+
+    # -- hooks a facade may route through patchable names ----------------------------------------
+    def new_id(self) -> str:
+        return new_delegation_id()
+
+    def pool_for(self, max_workers: int) -> DaemonThreadPool:
+        return self.get_executor(max_workers)
+
+    def persist(self, evt: dict[str, Any], result: dict[str, Any], snapshot: Record | None) -> None:
+        self.persist_completion(evt, result, snapshot)
+
+    # -- pool ---------------------------------------------------------------------------------------
+    def get_executor(self, max_workers: int) -> DaemonThreadPool:
+        with self._executor_lock:
+            if self.executor is None:
+                self.executor = DaemonThreadPool(max(1, max_workers), thread_name_prefix="async-delegate")
+            else:
+                self.executor.ensure_workers(max_workers)
+            return self.executor
+
+    # -- dispatch -----------------------------------------------------------------------------------
+    def dispatch(self, spec: UnitSpec, runner: Callable[[], Any], cap: int, *, interrupt_fn=None,
+                 progress_fn=None, hold_slot: bool = False) -> dict[str, Any]:
+        """Start one unit; ``{"status": "dispatched", "delegation_id"}`` or ``{"status": "rejected", "error"}``.
+
+        ``hold_slot`` keeps the unit's slot taken even if it finishes at once, until
+        ``release_slot_hold``: the caller is still dispatching the other units of one call."""
+        invalid = invalid_dispatch(runner, cap)
+        if invalid:
+            return {"status": "rejected", "error": invalid}
+        record = new_record(spec, spec.delegation_id or self.new_id())
+        record["interrupt_fn"], record["progress_fn"] = interrupt_fn, progress_fn
+        did, slot = record["delegation_id"], record["slot_key"]
+        holds = 2 if hold_slot else 1
+        with self.lock:
+            if did in self.records:
+                return {"status": "rejected", "error": f"delegation_id {did!r} is already in use; pass a new id or none"}
+            opens_slot = slot not in self.slots
+            if opens_slot and len(self.slots) >= cap:
+                return {"status": "rejected", "error": capacity_error(record["is_batch"], cap)}
+            self.records[did] = record
+            self.slots[slot] += holds
+            # The pool is sized by live units only when they may outnumber the cap; counting
+            # them is a scan of every record, so skip it when the records alone cannot.
+            live_units = (0 if len(self.records) <= cap
+                          else sum(1 for r in self.records.values() if r["status"] in LIVE_STATES))
+        notify("dispatching", did, record=record)
+        warning = self._persist_dispatch(record, cap if opens_slot else None)
+        if warning is FULL_ACROSS_HOSTS:
+            self._abandon_unscheduled(record, holds)
+            return {"status": "rejected",
+                    "error": capacity_error(record["is_batch"], cap, " on all hosts sharing the ledger")}
+        # The worker runs in the dispatcher's context (session variables, profile). A Context can
+        # be entered by one thread at a time, so the monitor's forced finalize uses a copy.
+        context = record["_context"] = contextvars.copy_context()
+        try:
+            pool = self.pool_for(max(cap, live_units))
+            # Nobody waits on the unit's future: the daemon pool can skip making one.
+            (pool.start if isinstance(pool, DaemonThreadPool) else pool.submit)(
+                lambda: context.run(self._work, did, runner))
+        except Exception as exc:  # the pool refused (shut down): undo everything
+            self._abandon_unscheduled(record, holds)
+            kind = " batch" if record["is_batch"] else ""
+            return {"status": "rejected", "error": f"Failed to schedule async delegation{kind}: {exc}"}
+        if progress_fn is not None:
+            self.stalls.ensure_running()
+        logger.info("Dispatched async delegation %s (session_key=%s): %s", did, record["session_key"] or "<cli>",
+                    str(record["goal"])[:80])
+        handle = {"status": "dispatched", "delegation_id": did}
+        notify("dispatched", did, record=record)
+        if warning:
+            handle["warning"] = warning
+        return handle
+
+    def _persist_dispatch(self, record: Record, cap: int | None = None) -> str | object | None:
+        """Write the ``running`` row. On failure the unit still runs, delivered in memory only.
+        ``cap``: the unit opens a new slot; a ledger shared by several hosts admits it only if
+        a slot is free on all of them (else ``FULL_ACROSS_HOSTS``, nothing written)."""
+        ledger = self.ledger()
+        pid, started = current_owner()
+        task = {k: record[k] for k in ("goal", "context", "toolsets", "role", "model", "is_batch")}
+        task.update({k: record[k] for k in ("goals", "task_indexes", "task_transcripts", "group", "trace_context",
+                                            "subagent_config", *ROUTING_KEYS)
+                     if record.get(k)})
+        task["owner_cwd"] = os.getcwd()
+        if record["slot_key"] != record["delegation_id"]:
+            task["slot_key"] = record["slot_key"]  # a shared ledger counts the call's units as one slot
+        row = DispatchRow(record["delegation_id"], record["session_key"], record["dispatched_at"], task,
+                          record["origin_ui_session_id"], record["origin_session_id"], record["parent_session_id"],
+                          pid, started)
+        record["_ledger"], record["_ledger_row"] = ledger, row
+        within = getattr(ledger, "persist_dispatch_within", None) if cap is not None else None
+        try:
+            if within is None:
+                ledger.persist_dispatch(row, time.time())
+            elif not within(row, time.time(), cap):
+                return FULL_ACROSS_HOSTS
+        except Exception as exc:  # any backend failure: the slot is taken, so the unit must run
+            self.health.report(ledger, "recording a dispatch", exc,
+                               "The unit runs and its result is delivered in memory only.")
+            return f"not recorded durably ({exc}); a restart before delivery would lose this result"
+        self.health.ok(ledger)
+        return None
+
+    def _abandon_unscheduled(self, record: Record, holds: int) -> None:
+        with self.lock:
+            if self.records.pop(record["delegation_id"], None) is not None:
+                for _ in range(holds):
+                    self._release_slot_locked(record["slot_key"])
+        try:
+            record["_ledger"].forget(record["delegation_id"])
+        except Exception as exc:
+            self.health.report(record["_ledger"], "forgetting an unscheduled unit", exc, "")
+
+    def release_slot_hold(self, slot_key: str) -> None:
+        """Give back the extra hold a ``hold_slot=True`` dispatch took on ``slot_key``."""
+        with self.lock:
+            self._release_slot_locked(slot_key)
+
+    def _release_slot_locked(self, slot: str) -> None:
+        if slot not in self.slots:
+            return
+        self.slots[slot] -= 1
+        if self.slots[slot] <= 0:
+            del self.slots[slot]
+
+    # -- worker and finalize ------------------------------------------------------------------------
+    def _work(self, delegation_id: str, runner: Callable[[], Any]) -> None:
+        with self.lock:
+            record = self.records.get(delegation_id)
+            if record is None:
+                return
+            record["_started"], record["_progress_ts"] = True, time.monotonic()
+            is_batch = record["is_batch"]
+        notify("started", delegation_id, record=record)
+        started = time.monotonic()
+        try:
+            result = runner() or {}
+            if not isinstance(result, dict):
+                raise TypeError(f"runner returned {type(result).__name__}, expected a result dict")
+            status = batch_status(result) if is_batch else (result.get("status") or "completed")
+        except BaseException as exc:  # the worker never dies with its runner
+            logger.exception("Async delegation %s runner crashed", delegation_id)
+            result, status = crash_result(exc, is_batch=is_batch, elapsed_s=time.monotonic() - started), "error"
+        self.finalize(delegation_id, result, status)
+
+    def finalize(self, delegation_id: str, result, status: str) -> bool:
+        """Finalize exactly once. ``result`` is a dict, or a callable of the record snapshot."""
+        with self.lock:
+            record = self.records.get(delegation_id)
+            if record is None or record["status"] not in ACTIVE_STATES:
+                return False  # already finalized (e.g. forced stall, then the runner returned)
+            record.update(status="finalizing", completed_at=time.time(), interrupt_fn=None, progress_fn=None)
+            self._release_slot_locked(record["slot_key"])
+            snapshot = dict(record)
+        if callable(result):
+            result = result(snapshot)
+        self._announce(snapshot, result, status)
+        notify("finalized", delegation_id, record=snapshot, status=status)
+        with self.lock:
+            record["status"] = status
+            self._retired[delegation_id] = record
+            self._prune_retired_locked()
+        if snapshot.get("_ledger") is not None:
+            self.health.maybe_prune(snapshot["_ledger"], self.policy)
+        return True
+
+    def _announce(self, snapshot: Record, result: dict[str, Any], status: str) -> None:
+        evt = build_event(snapshot, result, status)
+        try:
+            self.persist(evt, result, snapshot)
+        except Exception:
+            logger.exception("Async delegation %s: durable completion write failed; delivering in-memory only "
+                             "(a restart may report this unit as unknown)", evt["delegation_id"])
+        try:
+            self.publish(evt)
+        except Exception:
+            logger.exception("Async delegation %s: could not queue the completion; result lost", evt["delegation_id"])
+
+    def persist_completion(self, evt: dict[str, Any], result: dict[str, Any], snapshot: Record | None = None) -> None:
+        record = snapshot or self.records.get(evt["delegation_id"]) or {}
+        ledger, row = record.get("_ledger"), record.get("_ledger_row")
+        if ledger is None or row is None:
+            return
+        try:
+            ledger.persist_completion(row, evt, result, time.time())
+        except Exception as exc:
+            self.health.report(ledger, "recording a completion", exc, "The result is delivered in memory only.")
+            return
+        self.health.ok(ledger)
+
+    def record_unit_child(self, delegation_id: str, entry: dict[str, Any]) -> bool:
+        """Record one finished child of a running unit, in memory and durably, right away."""
+        with self.lock:
+            record = self.records.get(delegation_id)
+            if record is None or record["status"] not in ACTIVE_STATES:
+                return False
+            partial = [e for e in record.get("_partial_results", []) if e.get("task_index") != entry.get("task_index")]
+            record["_partial_results"] = [*partial, entry]
+            ledger = record.get("_ledger")
+            notice = self._failure_notice_locked(record, entry)
+        if notice is not None:
+            self._publish_notice(notice)
+        if ledger is None:
+            return False
+        notify("child_recorded", delegation_id, entry=entry)
+        try:
+            return ledger.record_unit_child(delegation_id, entry, time.time())
+        except Exception as exc:  # best effort: a failing record must never fail the unit runner
+            self.health.report(ledger, "recording a finished child", exc,
+                               "A crash before the unit ends would report this child as unknown.")
+            return False
+
+    def _failure_notice_locked(self, record: Record, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """The unit's interim notice if ``entry`` is its first failed child and siblings still run.
+
+        Once per unit: a rejected model fails every child at once, and one warning says it all."""
+        if (not record.get("is_batch") or record.get("_failure_noticed")
+                or entry.get("status") not in FAILED_STATES
+                or len(record["_partial_results"]) >= len(unit_task_indexes(record))):
+            return None
+        record["_failure_noticed"] = True
+        return failure_notice(dict(record), entry)
+
+    def _publish_notice(self, notice: dict[str, Any]) -> None:
+        try:
+            self.publish(notice)  # in memory only: the final event is what the ledger keeps
+        except Exception:
+            logger.exception("Async delegation %s: could not queue the interim failure notice",
+                             notice.get("delegation_id"))
+            return
+        notify("failure_notice", notice["delegation_id"], event=notice)
+
+    def _prune_retired_locked(self) -> None:
+        """Drop the records finalize retired longest ago beyond the retention count.
+
+        O(1) per finalize, where a scan of every record cost ~17 us at 50 retained. Only
+        records this engine retired are counted; ``prune_completed_locked`` also sees any
+        terminal record put in ``records`` by hand."""
+        retained, retired = self.policy().max_retained_completed, self._retired
+        while len(retired) > max(0, retained):
+            did = next(iter(retired))
+            record = retired.pop(did)
+            if self.records.get(did) is record:  # not already pruned or replaced
+                del self.records[did]
+
+    def prune_completed_locked(self) -> None:
+        """Drop the oldest terminal records beyond the retention count; never a live one.
+
+        A full scan: one pass that builds (age, position, id) tuples inline, and a C-level
+        ``min`` for the usual single excess record, not a sort with a Python key."""
+        retained = self.policy().max_retained_completed
+        if len(self.records) <= retained:
+            return
+        done = [(r.get("completed_at") or r.get("dispatched_at") or 0.0, i, did)
+                for i, (did, r) in enumerate(self.records.items()) if r.get("status") not in LIVE_STATES]
+        excess = len(done) - retained
+        if excess <= 0:
+            return
+        oldest = [min(done)] if excess == 1 else sorted(done)[:excess]
+        for _, _, did in oldest:
+            self.records.pop(did, None)
+            self._retired.pop(did, None)
+
+    # -- roster and interrupts ------------------------------------------------------------------------
+    def active_count(self) -> int:
+        """Units still live (running, stalling or finalizing)."""
+        with self.lock:
+            return sum(1 for r in self.records.values() if r.get("status") in LIVE_STATES)
+
+    def active_task_count(self) -> int:
+        """Child subagents in running or finalizing units."""
+        with self.lock:
+            return roster.task_count(self.records.values())
+
+    def has_live_for_session(self, session_key: str = "", origin_ui_session_id: str = "",
+                             parent_session_id: str = "") -> bool:
+        with self.lock:
+            return any(r.get("status") in LIVE_STATES
+                       and roster.session_selected(r, session_key, origin_ui_session_id, parent_session_id)
+                       for r in self.records.values())
+
+    def list(self) -> list[dict[str, Any]]:
+        """Snapshot of every record for /agents UIs: no callables, no private keys."""
+        with self.lock:
+            listing = roster.snapshot(self.records.values(), time.monotonic())
+        return listing.finish()
+
+    def interrupt(self, selected: Callable[[Record], bool], reason: str) -> int:
+        """Ask each selected running/stalling unit to stop; each still reports through finalize."""
+        with self.lock:
+            targets = [(r["delegation_id"], r.get("interrupt_fn")) for r in self.records.values()
+                       if r.get("status") in ACTIVE_STATES and selected(r)]
+        signalled = sum(roster.call_interrupt(did, fn, reason) for did, fn in targets)
+        if targets:
+            logger.info("Interrupted %d of %d background delegation(s): %s", signalled, len(targets), reason)
+        return signalled
+
+    def reset(self) -> None:
+        """Forget every unit and stop the pool and the stall loop (tests and embedding apps)."""
+        with self._executor_lock:
+            if self.executor is not None:
+                self.executor.shutdown(wait=False)
+            self.executor = None
+        self.stalls.stop()
+        with self.lock:
+            self.records.clear()
+            self.slots.clear()
+            self._retired.clear()
+        self.health.reset()

@@ -1,0 +1,144 @@
+"""Completion events and synthetic results, built from a record snapshot. Pure functions.
+
+An event is the one thing that leaves the engine: it goes on ``completion_queue`` and into
+the ledger's ``event_json``, and a renderer turns it into the parent's next turn. So it must
+be self-contained (the task source travels with the result) and JSON-serializable.
+
+An interim event (``task_failure_notice``: one child of a still-running unit failed) is an
+early warning, not the result: it is never persisted, claimed, acknowledged or deduplicated
+against the unit's row, and the unit's final event still follows. ``is_interim`` is the one
+test every consumer uses to tell the two apart.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from offload.engine.states import DONE_STATES
+
+ROUTING_KEYS = ("scope_id", "user_id", "user_name")
+STALL_META_KEYS = ("stalled_after_quiet_seconds", "stall_threshold_seconds", "stall_phase", "stall_grace_seconds")
+_COMMON = ("delegation_id", "session_key", "origin_ui_session_id", "origin_session_id", "parent_session_id",
+           "goal", "context", "toolsets", "role", "dispatched_at", "completed_at")
+
+
+def is_interim(evt: dict[str, Any]) -> bool:
+    """True for an early-warning event that is not the unit's result (see the module docstring)."""
+    return bool(evt.get("task_failure_notice"))
+
+
+def failure_notice(snapshot: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The interim event for one failed child of the running batch unit ``snapshot``."""
+    evt = build_event(snapshot, {"results": [entry]}, "running")
+    evt.update(task_failure_notice=True, is_batch=True, n_tasks=len(evt.get("goals") or []) or 1,
+               completed_at=None)
+    if entry.get("live_transcript"):
+        evt["live_transcript"] = entry["live_transcript"]
+    return evt
+
+
+def batch_status(result: dict[str, Any]) -> str:
+    """A unit failed only if it has results and none of them succeeded."""
+    results = result.get("results") or []
+    if results and not any(isinstance(r, dict) and r.get("status") in DONE_STATES for r in results):
+        return "error"
+    if not results and result.get("error"):
+        return "error"
+    return "completed"
+
+
+def crash_result(exc: BaseException, *, is_batch: bool, elapsed_s: float) -> dict[str, Any]:
+    error = f"{type(exc).__name__}: {exc}"
+    if is_batch:
+        return {"results": [], "error": error, "total_duration_seconds": round(elapsed_s, 2)}
+    return {"status": "error", "summary": None, "error": error, "api_calls": 0, "duration_seconds": round(elapsed_s, 2)}
+
+
+def event_base(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
+    """What every event of a unit carries: its identity, origin, task source, times and routing
+    (the completion events below and recovery's ``unknown`` event alike)."""
+    evt: dict[str, Any] = {"type": "async_delegation", **{k: snapshot.get(k) for k in _COMMON}, "status": status}
+    evt["session_key"] = evt["session_key"] or ""
+    evt["origin_ui_session_id"] = evt["origin_ui_session_id"] or ""
+    evt["origin_session_id"] = evt["origin_session_id"] or ""
+    for key in (*ROUTING_KEYS, "subagent_config"):
+        if snapshot.get(key):
+            evt[key] = snapshot[key]
+    return evt
+
+
+def build_event(snapshot: dict[str, Any], result: dict[str, Any], status: str) -> dict[str, Any]:
+    evt = event_base(snapshot, status)
+    for key in STALL_META_KEYS:
+        if key in result:
+            evt[key] = result[key]
+    if snapshot.get("is_batch"):
+        _add_batch_fields(evt, snapshot, result)
+    else:
+        _add_single_fields(evt, snapshot, result)
+    return evt
+
+
+def _add_single_fields(evt: dict[str, Any], snapshot: dict[str, Any], result: dict[str, Any]) -> None:
+    evt["model"] = result.get("model") or snapshot.get("model")
+    evt["summary"] = result.get("summary")
+    evt["error"] = result.get("error")
+    evt["api_calls"] = result.get("api_calls") or 0
+    duration = result.get("duration_seconds")
+    if duration is None and snapshot.get("completed_at") and snapshot.get("dispatched_at"):
+        duration = round(snapshot["completed_at"] - snapshot["dispatched_at"], 2)
+    evt["duration_seconds"] = duration
+    for key in ("exit_reason", "truncated"):
+        if key in result:
+            evt[key] = result[key]
+
+
+def _add_batch_fields(evt: dict[str, Any], snapshot: dict[str, Any], result: dict[str, Any]) -> None:
+    evt["is_batch"] = True
+    evt["goals"] = snapshot.get("goals") or []
+    evt["model"] = snapshot.get("model")
+    evt["results"] = list(result.get("results") or [])
+    evt["error"] = result.get("error")
+    evt["total_duration_seconds"] = result.get("total_duration_seconds")
+    for key in ("group", "live_transcripts", "task_indexes"):
+        if result.get(key) is not None or snapshot.get(key) is not None:
+            evt[key] = result.get(key, snapshot.get(key))
+
+
+def stall_message(goal: str | None, quiet_s: float) -> str:
+    label = re.sub(r"\s+", " ", goal or "").strip()[:120]
+    after = f" after {round(quiet_s / 60)} min of no progress" if quiet_s >= 60 else ""
+    return (f'Background task "{label}" stopped responding{after} and was cancelled. '
+            "Nothing else was affected; ask me to run it again if you still need it.")
+
+
+def stalled_result(snapshot: dict[str, Any], *, grace_s: float, now: float) -> dict[str, Any]:
+    """The synthetic result of a unit the monitor force-finalized.
+
+    Children of a batch unit that had already finished keep their real results; the rest
+    are reported ``stalled``.
+    """
+    quiet = float(snapshot.get("_stall_quiet_seconds") or 0.0)
+    meta = {
+        "stalled_after_quiet_seconds": quiet,
+        "stall_threshold_seconds": snapshot.get("_stall_threshold_seconds"),
+        "stall_phase": "in_tool" if snapshot.get("_stall_in_tool") else "idle",
+        "stall_grace_seconds": grace_s,
+    }
+    elapsed = round(now - (snapshot.get("dispatched_at") or now), 2)
+    error = stall_message(snapshot.get("goal"), quiet)
+    if not snapshot.get("is_batch"):
+        return {"status": "stalled", "exit_reason": "stalled", "summary": None, "api_calls": 0,
+                "duration_seconds": elapsed, "error": error, **meta}
+    finished = {r.get("task_index"): r for r in snapshot.get("_partial_results") or []}
+    indexes = unit_task_indexes(snapshot)
+    results = [finished.get(i) or {"task_index": i, "status": "stalled", "summary": None, "error": error}
+               for i in indexes] if finished else []
+    return {"results": results, "error": error, "total_duration_seconds": elapsed, **meta}
+
+
+def unit_task_indexes(record: dict[str, Any]) -> list[int]:
+    indexes = record.get("task_indexes")
+    if indexes:
+        return list(indexes)
+    return list(range(len(record.get("goals") or []) or 1))

@@ -1,0 +1,131 @@
+"""The stall loop of a ``Delegations``: one daemon thread (``async-delegate-stale-monitor``)
+that waits ``policy().stall_check_interval_s`` and calls :meth:`StallLoop.check`.
+
+``check(now)`` samples the watched records under the lock, decides with the pure
+``monitor.sweep`` and acts outside the lock: a stalled unit is interrupted, and one whose
+grace window expired is force-finalized ``stalled``. The thread exits when nothing is left
+to watch; the next monitored dispatch starts it again. Tests call ``check`` with a chosen
+monotonic ``now``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from offload.engine.events import stalled_result
+from offload.engine.log import logger
+from offload.engine.observers import notify
+from offload.engine.monitor import UNREADABLE, Decisions, Observation, Thresholds, sweep
+
+if TYPE_CHECKING:
+    from offload.engine.engine import Delegations
+
+
+def _watched(record: dict[str, Any]) -> bool:
+    return record.get("status") == "stalling" or (record.get("status") == "running" and bool(record.get("progress_fn")))
+
+
+class StallLoop:
+    def __init__(self, engine: Delegations) -> None:
+        self.engine = engine
+        self.thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def ensure_running(self) -> None:
+        with self._lock:
+            if self.thread is not None and self.thread.is_alive():
+                return
+            self._stop.clear()
+            self.thread = threading.Thread(target=self._loop, name="async-delegate-stale-monitor", daemon=True)
+            self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2)
+        self.thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.engine.policy().stall_check_interval_s):
+            try:
+                keep_going = self.check(time.monotonic())
+            except Exception:  # the monitor outlives any bug in one sweep
+                logger.exception("stall check failed")
+                keep_going = True
+            if not keep_going:
+                with self._lock:
+                    if not self._has_watched():  # re-checked under the lock a dispatch takes to start us
+                        self.thread = None
+                        return
+
+    def _has_watched(self) -> bool:
+        with self.engine.lock:
+            return any(_watched(r) for r in self.engine.records.values())
+
+    def check(self, now: float) -> bool:
+        """One sweep at monotonic time ``now``. Returns whether anything is left to watch."""
+        with self.engine.lock:
+            watched = [(r["delegation_id"], r["status"], r.get("_started"), r.get("progress_fn"),
+                        r.get("_progress_token"), r.get("_progress_ts", now), r.get("_interrupted_at"))
+                       for r in self.engine.records.values() if _watched(r)]
+        observations = [Observation(did, status, bool(started), *_sample(fn, status, started, last), last, ts, at)
+                        for did, status, started, fn, last, ts, at in watched]
+        policy = self.engine.policy()
+        limits = Thresholds(policy.stall_idle_s, policy.stall_in_tool_s, policy.stall_grace_s)
+        decisions = sweep(observations, now, limits)
+        for delegation_id, interrupt_fn in self._apply(decisions, now):
+            _signal_stalled(delegation_id, interrupt_fn)
+        for delegation_id in decisions.expired:
+            self._force_stalled(delegation_id, limits.grace_s)
+        return decisions.monitorable
+
+    def _apply(self, decisions: Decisions, now: float) -> list[tuple[str, Any]]:
+        interrupts = []
+        with self.engine.lock:
+            for delegation_id, token in decisions.progressed.items():
+                record = self.engine.records.get(delegation_id)
+                if record is not None and record["status"] == "running":
+                    record["_progress_token"], record["_progress_ts"] = token, now
+            for stall in decisions.stalled:
+                record = self.engine.records.get(stall.delegation_id)
+                if record is None or record["status"] != "running":
+                    continue  # finished while we sampled
+                record.update(status="stalling", _interrupted_at=now, _stall_quiet_seconds=stall.quiet_s,
+                              _stall_threshold_seconds=stall.threshold_s, _stall_in_tool=stall.in_tool)
+                interrupts.append((stall.delegation_id, record.get("interrupt_fn")))
+        return interrupts
+
+    def _force_stalled(self, delegation_id: str, grace_s: float) -> None:
+        with self.engine.lock:
+            record = self.engine.records.get(delegation_id)
+            context = record.get("_context") if record else None
+
+        def finalize() -> None:
+            self.engine.finalize(delegation_id, lambda snap: stalled_result(snap, grace_s=grace_s, now=time.time()),
+                                 "stalled")
+
+        context.copy().run(finalize) if context is not None else finalize()
+
+
+def _sample(progress_fn, status: str, started: bool, last: Any) -> tuple[Any, bool]:
+    if status != "running" or not started or progress_fn is None:
+        return last, False
+    try:
+        token, in_tool = progress_fn()
+        return token, bool(in_tool)
+    except Exception:
+        return UNREADABLE, False  # an unreadable child must never look permanently healthy
+
+
+def _signal_stalled(delegation_id: str, interrupt_fn) -> None:
+    logger.warning("Async delegation %s made no progress past its threshold; interrupting it", delegation_id)
+    notify("stalled", delegation_id)
+    if interrupt_fn is None:
+        return
+    try:
+        interrupt_fn()
+    except Exception:
+        logger.debug("interrupt_fn of stalled %s raised", delegation_id, exc_info=True)

@@ -1,0 +1,85 @@
+"""What a dispatch asks for (``UnitSpec``) and the in-memory record the engine keeps for it.
+Pure: no clock but the record's own timestamps, no I/O.
+
+A record is a dict because the hermes-compatible surface exposes it (``_records`` is patched
+and read by the acceptance suite); its public keys are what ``/agents`` lists, and keys
+starting with ``_`` are the engine's private bookkeeping.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from offload.engine.events import ROUTING_KEYS
+
+
+@dataclass
+class UnitSpec:
+    goal: str  # the unit's label: its one goal, or a summary of its goals
+    context: Any = None
+    toolsets: list[str] | None = None
+    role: Any = None
+    model: Any = None
+    session_key: str = ""
+    parent_session_id: str | None = None
+    origin_ui_session_id: str = ""
+    origin_session_id: str = ""
+    origin: dict[str, Any] | None = None  # routing identity (scope_id, user_id, user_name)
+    delegation_id: str | None = None  # None: the engine makes one
+    is_batch: bool = False
+    goals: list[Any] = field(default_factory=list)  # a batch unit: the whole call's goals
+    slot_key: str | None = None  # units of one call share a slot; default: the unit's own id
+    task_indexes: list[int] | None = None  # the subset of ``goals`` this unit runs
+    task_transcripts: dict[Any, Any] | None = None
+    group: str | None = None
+    subagent_config: dict[str, Any] | None = None  # the model-rejection notice's subject, stamped at dispatch
+
+
+def batch_label(unit_goals: list[Any]) -> str:
+    if len(unit_goals) == 1:
+        return unit_goals[0]
+    return f"{len(unit_goals)} parallel subagents: " + "; ".join(str(g)[:40] for g in unit_goals)
+
+
+def new_record(spec: UnitSpec, delegation_id: str) -> dict[str, Any]:
+    now = time.time()
+    record: dict[str, Any] = {
+        "delegation_id": delegation_id, "goal": spec.goal, "context": spec.context,
+        "toolsets": list(spec.toolsets or []) or None, "role": spec.role, "model": spec.model,
+        "session_key": spec.session_key or "", "parent_session_id": spec.parent_session_id,
+        "origin_ui_session_id": spec.origin_ui_session_id or "", "origin_session_id": spec.origin_session_id or "",
+        "status": "running", "dispatched_at": now, "completed_at": None, "is_batch": spec.is_batch,
+        "slot_key": delegation_id, "interrupt_fn": None, "progress_fn": None,
+        "_progress_token": None, "_progress_ts": time.monotonic(), "_interrupted_at": None, "_started": False,
+    }
+    for key in ROUTING_KEYS:
+        if (spec.origin or {}).get(key):
+            record[key] = spec.origin[key]
+    if spec.subagent_config:
+        record["subagent_config"] = dict(spec.subagent_config)
+    if spec.is_batch:
+        record.update(goals=list(spec.goals), slot_key=spec.slot_key or delegation_id)
+        for key in ("task_indexes", "task_transcripts", "group"):
+            value = getattr(spec, key)
+            if value:
+                record[key] = list(value) if key == "task_indexes" else value
+    return record
+
+
+def invalid_dispatch(runner: Any, cap: Any) -> str | None:
+    if not callable(runner):
+        return f"runner must be a zero-argument callable, got {type(runner).__name__}; pass a function"
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        return f"max_async_children must be an integer of at least 1, got {cap!r}; raise it in the caller"
+    return None
+
+
+def capacity_error(is_batch: bool, cap: int, where: str = "") -> str:
+    """``where``: how far the count reached, e.g. " on all hosts sharing the ledger"."""
+    head = f"Async delegation capacity reached ({cap} running{where}). Wait for one to finish (its result will re-enter the chat)"
+    if is_batch:
+        return (f"{head}, run this task synchronously (background=false), or raise "
+                "delegation.max_concurrent_children in config.yaml to allow more concurrent background units.")
+    return (f"{head}, or run this task synchronously (background=false). Raise delegation.max_concurrent_children "
+            "in config.yaml to allow more concurrent background subagents.")

@@ -1,0 +1,147 @@
+"""``GatewayApp``: serves every allowed chat of one platform until stopped.
+
+The poll loop reads incoming messages, refuses chats not on the allow-list (once per chat,
+remembered in the gateway state, and nothing runs for them), answers chat commands at once
+(/agents, /stop, /new, /help) and queues anything else as a user turn of that chat's
+``ChatSession``. A watcher thread delivers background results (see ``gateway/watcher.py``).
+
+Invariant: one ``ChatSession`` per session key per process, and that chat's session id lives
+in the gateway state, so after a restart a chat continues the same stored session and its
+results still route to it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable
+
+from offload.agent.session_store import SessionStore, new_session_id
+from offload.gateway.chat_session import ChatSession
+from offload.gateway.config import GatewayConfig
+from offload.gateway.platform import Incoming, Platform, Route, SendFailed, session_key
+from offload.gateway.roster import RosterBubble, roster_text
+from offload.gateway.state import GatewayState
+from offload.gateway.watcher import DeliveryWatcher
+from offload.default_runtime.engine import interrupt_for_session, list_async_delegations
+from offload.engine.bus import process_registry
+
+if TYPE_CHECKING:  # the app builds conversations through ``build``; it never imports the CLI layer
+    from offload.runtime import Conversation
+
+logger = logging.getLogger(__name__)
+
+HELP = ("I run an agent for this chat. Ask anything; background work reports back here.\n"
+        "/agents live roster of this chat's background agents\n/stop stop this chat's background agents\n"
+        "/new start a new session\n/help this text")
+REFUSAL = "This bot only serves allowed chats; ask its owner to add chat id {chat} to gateway.telegram.allowed_chat_ids."
+
+BuildConversation = Callable[[str, str], "Conversation"]  # (session id, session key) -> Conversation
+
+
+class GatewayApp:
+    def __init__(self, platform: Platform, cfg: GatewayConfig, allowed: set[str], build: BuildConversation,
+                 store: SessionStore, state: GatewayState, stop: threading.Event | None = None) -> None:
+        self.platform, self.cfg, self.allowed, self.build = platform, cfg, allowed, build
+        self.store, self.state = store, state
+        self.stop = stop or threading.Event()
+        self.chats: dict[str, ChatSession] = {}
+        self._chats_lock = threading.Lock()
+        self.watcher = DeliveryWatcher(platform.name, process_registry, self.chat_for,
+                                       consumer=f"gateway-{platform.name}", backoff_s=cfg.retry_backoff_s,
+                                       allowed=lambda chat_id: chat_id in self.allowed)
+
+    def chat_for(self, key: str, route: Route, chat_type: str) -> ChatSession:
+        with self._chats_lock:
+            chat = self.chats.get(key)
+            if chat is None:
+                chat = self.chats[key] = ChatSession(
+                    key, route, chat_type, self.platform, self._open_conversation,
+                    lambda batch, outcome, key=key: self.watcher.batch_done(key, batch, outcome),
+                    self.cfg.on_new_session)
+            return chat
+
+    def _open_conversation(self, key: str, fresh: bool) -> Conversation:
+        def pick(data: dict) -> str:
+            sessions = data.setdefault("sessions", {})
+            if fresh or not sessions.get(key):
+                sessions[key] = new_session_id()
+            else:  # context compression continues a session under a new id: follow it
+                sessions[key] = self.store.live_tip(sessions[key]) or sessions[key]
+            return sessions[key]
+        session_id = self.state.update(pick)
+        if not self.store.session_exists(session_id):
+            self.store.create_session(session_id)
+        return self.build(session_id, key)
+
+    def run(self) -> None:
+        """Serve until ``stop`` is set; polling runs on a daemon thread so a stop never waits
+        out a long poll. A fatal polling error (bad token, corrupt state) stops the gateway and
+        is raised here."""
+        failure: list[BaseException] = []
+        watcher = threading.Thread(target=self.watcher.run, args=(self.stop,), name="gateway-watcher", daemon=True)
+        poller = threading.Thread(target=self._poll_loop, args=(failure,), name="gateway-poll", daemon=True)
+        watcher.start()
+        poller.start()
+        # A timed wait, not stop.wait(): a signal delivered to another thread does not interrupt
+        # the main thread's untimed lock wait, so the SIGTERM handler would never get to run.
+        while not self.stop.wait(0.5):
+            pass
+        watcher.join(timeout=5)
+        if failure:
+            raise failure[0]
+
+    def _poll_loop(self, failure: list[BaseException]) -> None:
+        while not self.stop.is_set():
+            try:
+                self.platform.poll(self.cfg.telegram.poll_timeout_s, self.handle)
+            except SendFailed as exc:
+                logger.warning("polling %s failed: %s; polling again", self.platform.name, exc)
+            except BaseException as exc:
+                failure.append(exc)
+                self.stop.set()
+
+    def handle(self, message: Incoming) -> None:
+        if message.route.chat_id not in self.allowed:
+            self._refuse(message.route)
+            return
+        key = session_key(self.platform.name, message)
+        chat = self.chat_for(key, message.route, message.chat_type)
+        command = message.text.strip().split("@")[0].split()[0] if message.text.strip().startswith("/") else ""
+        if command == "/help" or command == "/start":
+            chat.say(HELP)
+        elif command == "/agents":
+            self._agents(chat)
+        elif command == "/stop":
+            stopped = interrupt_for_session(session_key=key, reason="stopped from the chat (/stop)")
+            chat.say(f"stopping {stopped} background delegation(s) of this chat; their partial results will arrive here")
+        elif command == "/new":
+            chat.new_session()
+        elif command:
+            chat.say(f"unknown command {command}.\n{HELP}")
+        else:
+            chat.submit_user(message)
+
+    def _agents(self, chat: ChatSession) -> None:
+        def units() -> list[dict]:
+            return [i for i in list_async_delegations() if i.get("session_key") == chat.key]
+        if not self.cfg.live_roster:
+            chat.say(roster_text(units()), header="Background agents")
+            return
+        try:
+            RosterBubble(self.platform, chat.route, units, self.cfg.roster_interval_s, self.stop).start()
+        except Exception as exc:
+            logger.warning("roster for chat %s failed: %s", chat.route.chat_id, exc)
+
+    def _refuse(self, route: Route) -> None:
+        def first_time(data: dict) -> bool:
+            refused = data.setdefault("refused", [])
+            if route.chat_id in refused:
+                return False
+            refused.append(route.chat_id)
+            return True
+        if self.state.update(first_time):
+            logger.warning("refused chat %s: not in gateway.telegram.allowed_chat_ids", route.chat_id)
+            try:
+                self.platform.send(route, REFUSAL.format(chat=route.chat_id))
+            except Exception as exc:
+                logger.warning("refusal to chat %s not sent: %s", route.chat_id, exc)

@@ -1,0 +1,51 @@
+"""The gateway's consumer of the completion bus, with durable delivery claims.
+
+One tick: drain the events the gateway can route (a parseable chat session key), claim each
+in the ledger (an event another consumer holds is put back untouched), hand the claimed ones
+to ``GatewayRunner.deliver_pending``, then complete the claims of what an adapter accepted
+and release (and requeue) the rest. So a result is delivered at least once, never by two
+consumers at once, and a gateway that dies mid-delivery leaves it claimable after the lease.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from offload.gateway.runner import GatewayRunner, enrich_async_delegation_routing
+from offload.gateway.session_keys import parse_session_key
+from offload.default_runtime import delivery
+from offload.engine.bus import CompletionBus
+
+logger = logging.getLogger(__name__)
+Event = dict[str, Any]
+
+
+def _routable(evt: Event) -> bool:
+    return evt.get("type") == "async_delegation" and (
+        bool(evt.get("platform")) or parse_session_key(evt.get("session_key")) is not None)
+
+
+class GatewayBus:
+    def __init__(self, runner: GatewayRunner, registry: CompletionBus, consumer: str = "gateway") -> None:
+        self.runner, self.registry, self.consumer = runner, registry, consumer
+
+    def tick(self) -> int:
+        """Deliver what is ready; returns how many results an adapter accepted."""
+        claims: dict[int, str] = {}
+        claimed: list[tuple[Event, str | None]] = []
+        for evt, text in self.registry.drain_notifications(owns_event=_routable):
+            claim = delivery.claim_event_delivery(evt, self.consumer)
+            if claim is None:
+                self.registry.completion_queue.put(evt)  # another consumer is delivering it
+                continue
+            enrich_async_delegation_routing(evt)
+            claims[id(evt)] = claim
+            claimed.append((evt, text))
+        outcome = self.runner.deliver_pending(lambda: claimed)
+        for evt in outcome.delivered:
+            delivery.complete_event_delivery(evt, claims.get(id(evt)))
+        for evt in outcome.undelivered:
+            state = delivery.release_event_delivery(evt, claims.get(id(evt)))
+            if state != "dropped":
+                self.registry.completion_queue.put(evt)
+        return outcome.delivered_count

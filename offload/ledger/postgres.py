@@ -1,0 +1,358 @@
+"""PostgreSQL implementation of the delegation ledger, for several processes on several hosts.
+
+Selected by ``ledger.url: postgresql://…`` in config.yaml or ``OFFLOAD_LEDGER_URL``. One
+instance per process and URL, over one pool of connections (``postgres_connections``: a server
+restart or a terminated backend costs one reconnect, not an error).
+
+Invariants beyond the ledger contract:
+- every claim is one conditional ``UPDATE`` (PostgreSQL re-checks the condition after a row
+  lock wait, so of N racing consumers exactly one wins); multi-row claims use
+  ``FOR UPDATE SKIP LOCKED``; nothing is read-then-written without a row lock;
+- each process holds an owner lease (``async_delegation_postgres_lease``); terminal writes and
+  per-child records are fenced by its token, recovery of another host's rows needs its lease
+  to have expired on the database clock;
+- the store is never created by a read: reads of a database without the table return nothing;
+- a failure is a ``LedgerError`` with one kind per cause (see ``_errors``); an operation that
+  lost its connection mid-flight is retried once on a fresh one;
+- a durable write that fails because the server is unreachable is kept in order in memory and
+  replayed, idempotent and fenced, once it is back (``postgres_outbox``); reads first write
+  what waits.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any, Callable, TypeVar
+
+from offload.ledger.delivery_sql import with_child
+from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
+from offload.ledger.postgres_lease import OwnerLease
+from offload.ledger.postgres_listen import CompletionListener
+from offload.ledger.postgres_connections import MISSING as _MISSING, PostgresConnections
+from offload.ledger.postgres_side import PostgresSideTables
+from offload.ledger.postgres_outbox import WriteOutbox, no_payload
+from offload.ledger import postgres_replay as replays
+from offload.ledger import postgres_capacity as capacity
+from offload.ledger import postgres_queue as work_queue
+from offload.ledger.postgres_sql import (
+    COMPLETE_REPLAYED, DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, LOCK_RUNNING_RESULTS, SELECT,
+    SETTLE_ABANDONED, TABLE_EXISTS, UPDATE_COMPLETION, completion_values, decode, dispatch_values, notify_channel,
+)
+from offload.ledger.postgres_sql import SQL as _SQL
+from offload.ledger.sqlite_rows import dumps
+
+logger = logging.getLogger("offload.engine")
+_T = TypeVar("_T")
+LISTEN_WAIT_S = 2.0
+
+
+def default_host_id() -> str:
+    return socket.gethostname() or "localhost"
+
+
+class PostgresLedger(PostgresConnections, PostgresSideTables):
+    """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
+
+    def __init__(self, url: str, *, host_id: str | None = None, lease_s: float = 60.0, heartbeat_s: float = 10.0,
+                 owner: Callable[[], tuple[int, int | None]] | None = None) -> None:
+        """``owner()``: this process's (pid, start-time fingerprint), stamped on lease rows and
+        claimed units, for the same-host pid check (default: the pid alone)."""
+        super().__init__(url)
+        self.host_id = host_id or default_host_id()
+        self.owner = owner or (lambda: (os.getpid(), None))
+        self.lease = OwnerLease(self._run, self.host_id, lease_s, heartbeat_s, self.owner)
+        self._tokens: dict[str, int] = {}  # delegation id -> the lease token it was dispatched under
+        self._claimed: set[str] = set()  # ids claimed from the work queue, not yet started here
+        self._listener: CompletionListener | None = None
+        self.outbox = WriteOutbox(self.location)
+
+    def exists(self) -> bool:
+        return bool(self._run(lambda conn: conn.execute(TABLE_EXISTS).fetchone()[0]))
+
+    def watch(self, on_rows: Callable[[list[LedgerRow] | None], None]) -> None:
+        """Call ``on_rows(rows)`` from a listener thread with rows that just became deliverable
+        on any host (``None``: some may have been missed, look at everything pending). One
+        listener per ledger; a second call replaces the callback."""
+        if self._bad_url is not None:
+            raise self._bad_url
+
+        def on_ids(ids: list[str] | None) -> None:
+            on_rows(None if ids is None else self._select(
+                f"WHERE d.delegation_id = ANY(%s) AND {_SQL.pending_filter}", (ids,)))
+        with self._pool_lock:
+            if self._listener is None:
+                self._listener = CompletionListener(self.url, self.location, on_ids).start()
+            else:
+                self._listener.on_ids = on_ids
+            listener = self._listener
+        # The caller scans what is pending right after this; listening first means nothing
+        # settled in between is missed. A server that is down does not hold the caller up long.
+        listener.listening.wait(timeout=LISTEN_WAIT_S)
+
+    def close(self) -> None:
+        with self._pool_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+        self.outbox.close()
+        self.lease.release()
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    # -- writes of the running engine ------------------------------------------------
+    def persist_dispatch(self, row: DispatchRow, now: float, write: Callable[[Any], None] | None = None) -> None:
+        def insert(conn: Any) -> None:
+            token = self.lease.token(conn, verify=True)  # never stamp a row with a revoked lease
+            conn.execute(INSERT_DISPATCH, dispatch_values(row, now, self.host_id, token))
+            self._tokens[row.delegation_id] = token
+
+        def replay(conn: Any) -> None:
+            # Never replaces a row: one that exists was written by this very dispatch before its
+            # acknowledgement was lost, and may since have been recovered under a revoked lease.
+            token = self.lease.token(conn, verify=True)
+            self._tokens[row.delegation_id] = replays.dispatch_once(
+                conn, dispatch_values(row, now, self.host_id, token), row.delegation_id)
+        self._write("recording a dispatch", row.delegation_id, write or insert, replay, lambda: len(dumps(row.task)),
+                    create=True)
+
+    def persist_dispatch_within(self, row: DispatchRow, now: float, max_running: int) -> bool:
+        """``persist_dispatch`` of a unit that opens a new capacity slot, only if fewer than
+        ``max_running`` slots run on all hosts together (``postgres_capacity``); False if not.
+        A unit this process claimed from the work queue is not asked again: its claim took its
+        slot (counting it now would count it against itself). While the server is unreachable
+        the capacity cannot be asked: the row is kept for replay like any dispatch and the
+        caller's own (per process) limit decides."""
+        if row.delegation_id in self._claimed:
+            self._claimed.discard(row.delegation_id)
+            values = dispatch_values(row, now, self.host_id, self._tokens[row.delegation_id])
+            self.persist_dispatch(row, now, write=lambda conn: work_queue.start_claimed(conn, values))
+            return True
+        admitted = [True]
+
+        def write(conn: Any) -> None:
+            token = self.lease.token(conn, verify=True)
+            admitted[0] = capacity.dispatch_within(conn, dispatch_values(row, now, self.host_id, token), max_running)
+            if admitted[0]:
+                self._tokens[row.delegation_id] = token
+        self.persist_dispatch(row, now, write=write)
+        return admitted[0]
+
+    def forget(self, delegation_id: str) -> None:
+        self._tokens.pop(delegation_id, None)
+        self._claimed.discard(delegation_id)
+
+        def delete(conn: Any) -> None:
+            conn.execute(_SQL.delete_row, (delegation_id,))
+        self._write("forgetting an unscheduled unit", delegation_id, delete, delete, no_payload, missing=None)
+
+    def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        def write(conn: Any) -> bool:
+            token = self._tokens.get(delegation_id)  # read when written: a replayed dispatch sets it
+            with conn.transaction():
+                if not self._lease_held(conn, token):
+                    return False
+                found = conn.execute(LOCK_RUNNING_RESULTS, (delegation_id, token)).fetchone()
+                if found is None:
+                    return False
+                conn.execute(_SQL.write_results, (with_child(found[0], entry), now, delegation_id))
+                return True
+        return self._write("recording a finished child", delegation_id, write, write, lambda: len(dumps(entry)),
+                           missing=False)
+
+    def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
+        state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
+        event_json, result_json = dumps(event), dumps(result)
+
+        def write(conn: Any) -> None:
+            token = self._tokens.get(row.delegation_id) or self.lease.token(conn)
+            with conn.transaction():
+                if not self._lease_held(conn, token):
+                    raise self._fenced(row.delegation_id, token)
+                moved = conn.execute(UPDATE_COMPLETION, (state, completed_at, now, event_json, result_json,
+                                                         row.delegation_id, token)).rowcount
+                if not moved:
+                    conn.execute(INSERT_COMPLETION, completion_values(
+                        row, state, completed_at, now, event_json, result_json, self.host_id, token))
+                self._notify(conn, row.delegation_id, row.origin_session)
+            self._tokens.pop(row.delegation_id, None)
+        self._write("recording a completion", row.delegation_id, write, write,
+                    lambda: len(event_json) + len(result_json), create=True)
+
+    def _lease_held(self, conn: Any, token: int | None) -> bool:
+        """Lock our lease row against revocation for this transaction; False if it is gone."""
+        return token is None or conn.execute(LOCK_LEASE, (token,)).fetchone() is not None
+
+    def _fenced(self, delegation_id: str, token: int) -> LedgerError:
+        return LedgerError(
+            f"the lease (token {token}) under which this process ran delegation {delegation_id} on {self.location} "
+            "expired and was revoked by a recovering host, so its row was settled there; this result is "
+            "delivered in memory only and the recovered row stands — keep heartbeats within ledger.lease_seconds",
+            kind="fenced")
+
+    def _notify(self, conn: Any, delegation_id: str, origin_session: str) -> None:
+        if self._schema is not None:
+            conn.execute("SELECT pg_notify(%s, %s)", (notify_channel(self._schema), delegation_id))
+
+    # -- the work queue of ``delegation.run_on: workers`` ----------------------------------
+    def enqueue_unit(self, row: DispatchRow, now: float) -> bool:
+        """Queue a unit for ``offload worker`` (any host); False if the id already exists."""
+        def write(conn: Any) -> bool:
+            with conn.transaction():
+                queued = work_queue.enqueue(conn, row, now, self.host_id)
+                self._notify(conn, row.delegation_id, row.origin_session)
+                return queued
+        return self._run(write, create=True)
+
+    def claim_queued_unit(self, now: float, max_running: int) -> LedgerRow | None:
+        """The oldest queued unit, now running under this process's lease, if fewer than
+        ``max_running`` units run on all hosts together; else None."""
+        def take(conn: Any) -> LedgerRow | None:
+            token = self.lease.token(conn, verify=True)
+            row = work_queue.claim(conn, now, self.host_id, self.owner(), token, max_running)
+            if row is not None:
+                self._tokens[row.delegation_id] = token
+                self._claimed.add(row.delegation_id)
+            return row
+        return self._run(take, create=True)
+
+    def listen(self, on_ids: Callable[[list[str] | None], None]) -> CompletionListener:
+        """A started listener calling ``on_ids`` for every notification of this ledger (results
+        settled, units queued); the caller stops it."""
+        if self._bad_url is not None:
+            raise self._bad_url
+        return CompletionListener(self.url, self.location, on_ids).start()
+
+    # -- recovery and replay ------------------------------------------------------------
+    def running_rows(self) -> list[LedgerRow]:
+        return self._select(_SQL.running_where, ())
+
+    def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is gone: its lease expired or was revoked, or it ran on this
+        host and its process is dead (the pid check is only meaningful on the same host)."""
+        extra = row.extra or {}
+        if not extra.get("lease_live"):
+            return True
+        return extra.get("owner_host") == self.host_id and not alive(row.owner_pid, row.owner_started_at)
+
+    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is a live process on this host, which delivers it itself."""
+        extra = row.extra or {}
+        return (extra.get("owner_host") == self.host_id and bool(extra.get("lease_live"))
+                and alive(row.owner_pid, row.owner_started_at))
+
+    def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        event_json, result_json = dumps(event), dumps(result)
+
+        def settle(conn: Any) -> bool:
+            with conn.transaction():
+                found = conn.execute("SELECT owner_token FROM async_delegations WHERE delegation_id=%s"
+                                     " AND state='running'", (delegation_id,)).fetchone()
+                if found is None:
+                    return False
+                if found[0] is not None and not self._revoke_expired(conn, found[0]):
+                    return False
+                # delivery_state is left alone: an acknowledged row stays acknowledged.
+                settled = conn.execute(SETTLE_ABANDONED,
+                                       (now, now, event_json, result_json, delegation_id, found[0])).fetchone()
+                if settled is not None:
+                    self._notify(conn, delegation_id, settled[0])
+                return settled is not None
+        return self._run(settle, missing=False)
+
+    def _revoke_expired(self, conn: Any, token: int) -> bool:
+        """Delete the owner's lease so it is fenced out, unless it is live on another host.
+        The lease row is locked first: the owner's fenced writes take it in the same order."""
+        lease = conn.execute(f"SELECT host_id, expires_at > {DB_NOW} FROM async_delegation_owners WHERE token=%s"
+                             " FOR UPDATE", (token,)).fetchone()
+        if lease is None:
+            return True
+        host_id, live = lease
+        if live and host_id != self.host_id:
+            return False  # live elsewhere: only the same host may judge its owner by pid
+        conn.execute("DELETE FROM async_delegation_owners WHERE token=%s", (token,))
+        return True
+
+    def pending_rows(self) -> list[LedgerRow]:
+        return self._select(_SQL.pending_where, ())
+
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        return self._select(_SQL.settled_where, (int(limit),))
+
+    def get(self, delegation_id: str) -> LedgerRow | None:
+        rows = self._select(_SQL.by_id_where, (delegation_id,))
+        return rows[0] if rows else None
+
+    # -- delivery claims ------------------------------------------------------------------
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        self._catch_up()  # a claim is granted only on a row this process's kept writes are in
+
+        def claim_row(conn: Any) -> bool | None:
+            if conn.execute(_SQL.claim, (claim, now, delegation_id, now - lease_s)).rowcount:
+                return True
+            found = conn.execute(_SQL.claim_holder, (delegation_id,)).fetchone()
+            if found is None:
+                return None
+            return found[0] == claim  # our own claim: the first try committed but its answer was lost
+        return self._run(claim_row, missing=None)
+
+    def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        # Replayed, the claim itself may never have reached the server (it was granted in memory
+        # while the server was down), so a row nobody else has claimed is completed too.
+        return self._write("completing a delivery", delegation_id,
+                           _updating(_SQL.complete, (now, now, delegation_id, claim)),
+                           _updating(COMPLETE_REPLAYED, (now, now, delegation_id, claim)), no_payload, missing=False)
+
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+        def release(conn: Any) -> Any:
+            return conn.execute(_SQL.release, (max_attempts, max_attempts, now, delegation_id, claim)).fetchone()
+        state = self._write("releasing a delivery", delegation_id, release, release, no_payload, missing=None)
+        return state[0] if state else ""
+
+    def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update(_SQL.defer, (now, delegation_id, claim), "deferring a delivery", delegation_id)
+
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+        if claim is None:
+            return self._update(_SQL.drop, (now, delegation_id), "dropping a delivery", delegation_id)
+        return self._update(_SQL.drop_claimed, (now, delegation_id, claim), "dropping a delivery", delegation_id)
+
+    def mark_delivered(self, delegation_id: str, now: float) -> bool:
+        return self._update(_SQL.mark_delivered, (now, now, delegation_id), "acknowledging a delivery",
+                            delegation_id)
+
+    # -- housekeeping -----------------------------------------------------------------------
+    def prune(self, now: float, retention_s: float, max_settled: int) -> int:
+        def prune_rows(conn: Any) -> int:
+            with conn.transaction():
+                deleted = conn.execute(_SQL.prune_expired, (now - retention_s,)).rowcount
+                return deleted + conn.execute(_SQL.prune_over_cap, (max_settled,)).rowcount
+        return self._run(prune_rows, missing=0)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _update(self, statement: str, params: tuple[Any, ...], what: str, delegation_id: str) -> bool:
+        update = _updating(statement, params)
+        return self._write(what, delegation_id, update, update, no_payload, missing=False)
+
+    def _write(self, what: str, delegation_id: str, write: Callable[[Any], _T], replay: Callable[[Any], Any],
+               measure: Callable[[], int], *, create: bool = False, missing: Any = _MISSING) -> _T:
+        """A durable write through the outbox: made now, or kept in order while the server is
+        unreachable and replayed (``replay``: the idempotent, fenced form) once it is back."""
+        return self.outbox.submit(what, delegation_id, lambda: self._run(write, create=create, missing=missing),
+                                  lambda: self._run(replay, create=create, missing=missing), measure)
+
+    def _catch_up(self) -> None:
+        """Write what waits in the outbox first: a read then sees this process's writes in order."""
+        if len(self.outbox):
+            self.outbox.flush()
+
+    def _select(self, tail: str, params: tuple[Any, ...]) -> list[LedgerRow]:
+        self._catch_up()
+        return self._run(lambda conn: [decode(r) for r in conn.execute(f"{SELECT} {tail}", params).fetchall()],
+                         missing=[])
+
+
+def _updating(statement: str, params: tuple[Any, ...]) -> Callable[[Any], bool]:
+    return lambda conn: conn.execute(statement, params).rowcount > 0

@@ -1,0 +1,137 @@
+"""The PostgreSQL ledger's connections: one ``psycopg_pool`` pool of autocommit connections
+per ledger, each checked before use, and the schema made on the first write.
+
+Owns ``PostgresConnections._run(fn)``, the one way the ledger touches the server. Invariants:
+a server restart or a terminated backend costs one reconnect, not an error (an operation that
+lost its connection mid-flight is retried once on a fresh one); every failure is a
+``LedgerError`` with one kind per cause; while the server is down, one direct connection
+attempt per ``PROBE_INTERVAL_S`` names the real cause and other callers fail at once instead of
+each waiting out the pool's timeout; a read never creates the tables.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from offload.ledger.protocol import LedgerError
+from offload.ledger.postgres_errors import classify, error_kind, redact
+from offload.ledger.postgres_sql import _COLUMNS, SCHEMA, SCHEMA_LOCK_KEY
+
+_T = TypeVar("_T")
+MISSING = object()  # "no ``missing`` value given": a read of absent tables raises
+POOL_TIMEOUT_S = 10.0  # a checkout waits this long: on a loaded host a SCRAM login alone takes seconds
+POOL_MAX_SIZE = 8
+PROBE_TIMEOUT_S = 10
+PROBE_INTERVAL_S = 1.0  # while the server is down, one connection attempt per interval; others fail fast
+
+
+class PostgresConnections:
+    """The connection pool and schema of one ledger URL; ``PostgresLedger`` builds on it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.location = redact(url)  # the label log lines and log-once bookkeeping use
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
+        self._schema: str | None = None  # set once the tables are known to exist
+        self._down: LedgerError | None = None  # why the server was unusable at the last attempt
+        self._down_at = 0.0
+        try:
+            conninfo_to_dict(url)
+            self._bad_url: LedgerError | None = None
+        except psycopg.Error as exc:
+            self._bad_url = classify(self.location, exc)
+
+    def _get_pool(self) -> ConnectionPool:
+        if self._bad_url is not None:
+            raise self._bad_url
+        with self._pool_lock:
+            if self._pool is None or self._down is not None:
+                self._probe()
+            if self._pool is None:
+                # The pool logs every failed reconnect; we log one line per cause instead.
+                logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+                self._pool = ConnectionPool(self.url, min_size=1, max_size=POOL_MAX_SIZE, open=False,
+                                            timeout=POOL_TIMEOUT_S, kwargs={"autocommit": True},
+                                            check=ConnectionPool.check_connection, name="offload-ledger")
+                self._pool.open(wait=False)
+            return self._pool
+
+    def _run(self, fn: Callable[[Any], _T], *, create: bool = False, missing: Any = MISSING) -> _T:
+        """``fn(conn)`` on a pooled connection. ``create``: make the tables first; ``missing``:
+        what a read returns when the tables do not exist (it never creates them)."""
+        for attempt in (1, 2):
+            try:
+                with self._get_pool().connection() as conn:
+                    if create:
+                        self._ensure_schema(conn)
+                    return fn(conn)
+            except psycopg.errors.UndefinedTable as exc:
+                self._schema = None
+                if not create and missing is not MISSING:
+                    return missing
+                if attempt == 2:
+                    raise classify(self.location, exc) from exc
+            except PoolTimeout as exc:
+                self._down, self._down_at = self._why_unreachable(exc), time.monotonic()
+                raise self._down from exc
+            except (psycopg.Error, OSError) as exc:
+                # the connection died under us (server restart, terminated backend): once more on a fresh one
+                if attempt == 2 or error_kind(exc) != "unreachable":
+                    error = classify(self.location, exc)
+                    if error.kind == "unreachable":
+                        self._down, self._down_at = error, time.monotonic()
+                    raise error from exc
+            except (ValueError, OverflowError) as exc:
+                # a value PostgreSQL cannot store (a lone surrogate in a session key): a failed
+                # write like any other, never a crash of the caller
+                raise classify(self.location, exc) from exc
+        raise AssertionError("unreachable")
+
+    def _probe(self) -> None:
+        """Connect once directly: a server that is down, or refuses us, fails here in
+        milliseconds with its real cause instead of after the pool's timeout. While it stays
+        down, callers within ``PROBE_INTERVAL_S`` of the last attempt fail at once."""
+        if self._down is not None and time.monotonic() - self._down_at < PROBE_INTERVAL_S:
+            raise self._down
+        try:
+            psycopg.connect(self.url, connect_timeout=PROBE_TIMEOUT_S).close()
+        except (psycopg.Error, OSError) as exc:
+            self._down, self._down_at = classify(self.location, exc), time.monotonic()
+            raise self._down from exc
+        self._down = None
+
+    def _why_unreachable(self, exc: PoolTimeout) -> LedgerError:
+        """The pool only says it timed out; one direct attempt names the real cause."""
+        try:
+            psycopg.connect(self.url, connect_timeout=PROBE_TIMEOUT_S).close()
+        except psycopg.Error as direct:
+            return classify(self.location, direct)
+        return classify(self.location, exc)
+
+    def _ensure_schema(self, conn: Any) -> None:
+        if self._schema is not None:
+            return
+        if not _schema_complete(conn):
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))", (SCHEMA_LOCK_KEY,))
+                for statement in SCHEMA:
+                    conn.execute(statement)
+        self._schema = conn.execute("SELECT current_schema()").fetchone()[0]
+
+
+def _schema_complete(conn: Any) -> bool:
+    """Whether the tables, every column and the indexes exist (a read; DDL only when not)."""
+    present = {r[0] for r in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = 'async_delegations'").fetchall()}
+    if any(name not in present for name, _ in _COLUMNS):
+        return False
+    return conn.execute("SELECT to_regclass('async_delegation_owners') IS NOT NULL"
+                        " AND to_regclass('idx_async_delegations_live') IS NOT NULL").fetchone()[0]

@@ -1,0 +1,102 @@
+"""The owner lease of one process on a PostgreSQL ledger: acquire, renew on a heartbeat, release.
+
+A lease is a row in ``async_delegation_owners`` with a token from a sequence and an expiry on
+the database's clock (so hosts with skewed clocks agree). Every row this process dispatches
+carries the token; every terminal write locks the lease row ``FOR SHARE`` and is refused if it
+is gone. A recovering host deletes an expired lease (``FOR UPDATE``) before it settles the
+owner's rows, so an owner that was paused or partitioned past its lease can never overwrite
+the recovery when it resumes: its token no longer exists, and it takes a new lease for new work.
+
+``renew_once`` is the pure step (tests call it directly); the heartbeat thread only waits and
+calls it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from offload.ledger.postgres_sql import DB_NOW
+
+logger = logging.getLogger("offload.engine")
+
+_ACQUIRE = (f"INSERT INTO async_delegation_owners (token, host_id, pid, started_at, expires_at)"
+            f" VALUES (nextval('async_delegation_lease_tokens'), %s, %s, %s, {DB_NOW} + %s) RETURNING token")
+_RENEW = f"UPDATE async_delegation_owners SET expires_at = {DB_NOW} + %s WHERE token = %s"
+_RELEASE = "DELETE FROM async_delegation_owners WHERE token = %s"
+
+
+class OwnerLease:
+    """This process's lease on one ledger. ``run(fn)`` runs ``fn(conn)`` on a pooled connection."""
+
+    def __init__(self, run: Callable[[Callable[[Any], Any]], Any], host_id: str, lease_s: float,
+                 heartbeat_s: float, owner: Callable[[], tuple[int, int | None]]) -> None:
+        self._run, self.host_id, self.lease_s, self.heartbeat_s = run, host_id, lease_s, heartbeat_s
+        self._owner = owner
+        self._token: int | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def token(self, conn: Any, *, verify: bool = False) -> int:
+        """The current lease token, acquiring a lease on ``conn`` first if there is none (or,
+        with ``verify``, if ours was revoked and the heartbeat has not noticed yet)."""
+        with self._lock:
+            if self._token is not None and verify and conn.execute(
+                    "SELECT 1 FROM async_delegation_owners WHERE token=%s", (self._token,)).fetchone() is None:
+                self._token = None
+            if self._token is None:
+                pid, started = self._owner()
+                self._token = conn.execute(_ACQUIRE, (self.host_id, pid, started, self.lease_s)).fetchone()[0]
+                self._ensure_heartbeat()
+            return self._token
+
+    def current(self) -> int | None:
+        return self._token
+
+    def renew_once(self) -> bool | None:
+        """Extend the lease. False if it was revoked (a recovering host took it; the next
+        dispatch takes a new one), None if there is none or the database is unreachable."""
+        token = self._token
+        if token is None:
+            return None
+        try:
+            renewed = self._run(lambda conn: conn.execute(_RENEW, (self.lease_s, token)).rowcount > 0)
+        except Exception as exc:  # unreachable: keep the token, the next beat tries again
+            logger.debug("lease renewal failed: %s", exc)
+            return None
+        if renewed:
+            return True
+        with self._lock:
+            if self._token == token:
+                self._token = None
+        logger.error("Delegation ledger: this process's lease (host %s, pid %s, token %s) expired and was revoked "
+                     "by a recovering host; units it was running are reported by that host as recovered, and their "
+                     "results here are delivered in memory only. New work takes a new lease.",
+                     self.host_id, os.getpid(), token)
+        return False
+
+    def _ensure_heartbeat(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._beat, name="offload-ledger-lease", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            self.renew_once()
+
+    def release(self) -> None:
+        """Stop the heartbeat and delete the lease: rows still running become recoverable now."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        with self._lock:
+            token, self._token = self._token, None
+        if token is not None:
+            try:
+                self._run(lambda conn: conn.execute(_RELEASE, (token,)))
+            except Exception as exc:
+                logger.debug("lease release failed (it expires by itself): %s", exc)

@@ -1,0 +1,213 @@
+"""The durable ledger of background delegations: one interface, in domain terms.
+
+The engine talks only to this interface; ``open_ledger()`` (``delegation/ledger/factory.py``)
+is the one place that names a backend. SQLite (``sqlite.py``, its table in ``sqlite_rows.py``)
+and an in-process ``MemoryLedger`` (``memory.py``) implement it; every backend must pass
+``tests/ledger/test_contract.py``. Nothing here assumes a file: a ledger names where its rows
+live with ``location``, for messages and as the identity of its store.
+
+Invariants every backend keeps:
+- a row is written ``running`` at dispatch and moves to a terminal state exactly once per
+  writer (terminal writes are upserts, so a ledger file that vanished mid-run is refilled);
+- ``delivery_state`` goes ``pending`` → ``delivered`` | ``dropped`` and never back;
+- at most one live claim per row: a claim is granted only to a pending row whose previous
+  claim is absent or older than the lease, so two consumers never both deliver one row;
+- policy numbers (lease, attempt budget, ages) are arguments, never backend constants.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+# ``alive(pid, started_at)``: is that process running on this host (the local pid check)?
+OwnerCheck = Callable[[int | None, int | None], bool]
+
+from offload.engine.errors import OffloadError
+
+
+class LedgerError(OffloadError):
+    """A ledger operation failed. The message names the file, the cause and the fix."""
+
+    def __init__(self, message: str, *, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind  # locked | corrupt | full | unwritable | error: one log line per kind
+
+
+@dataclass(frozen=True)
+class DispatchRow:
+    delegation_id: str
+    origin_session: str
+    dispatched_at: float
+    task: dict[str, Any]
+    origin_ui_session_id: str = ""
+    origin_session_id: str = ""
+    parent_session_id: str | None = None
+    owner_pid: int | None = None
+    owner_started_at: int | None = None
+
+
+def parse_json(raw: str | None) -> Any:
+    """A stored JSON column; None when empty or unreadable (one bad column never fails a row)."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+class StoredJson(str):
+    """JSON text as read from a row, not parsed yet (see ``LazyJson``)."""
+
+
+# Taken only on a column's first read: two threads reading one fresh row must get one object,
+# or a change one of them makes to it would be lost.
+_FIRST_READ = threading.Lock()
+
+
+class LazyJson:
+    """A ``LedgerRow`` JSON field that parses its ``StoredJson`` text on first read, once.
+
+    Replay reads every pending row and needs only its ``event``; recovery needs ``task`` and
+    ``result`` only of rows whose owner died. Any other value is stored and read as is, so rows
+    built in code, ``==``, ``repr`` and ``dataclasses.replace`` behave as before."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, row: Any, owner: type | None = None) -> Any:
+        if row is None:
+            return None  # the dataclass field's default
+        value = row.__dict__[self.name]
+        if type(value) is StoredJson:
+            with _FIRST_READ:
+                value = row.__dict__[self.name]
+                if type(value) is StoredJson:
+                    value = row.__dict__[self.name] = parse_json(value)
+        return value
+
+    def __set__(self, row: Any, value: Any) -> None:
+        row.__dict__[self.name] = value
+
+
+@dataclass
+class LedgerRow:
+    """A decoded row. ``event``/``result``/``task`` are the parsed JSON columns (or None),
+    parsed when first read."""
+
+    delegation_id: str
+    origin_session: str
+    state: str
+    dispatched_at: float
+    completed_at: float | None = None
+    updated_at: float | None = None
+    origin_ui_session_id: str = ""
+    origin_session_id: str = ""
+    parent_session_id: str | None = None
+    task: dict[str, Any] | None = LazyJson()  # type: ignore[assignment]
+    event: dict[str, Any] | None = LazyJson()  # type: ignore[assignment]
+    result: dict[str, Any] | None = LazyJson()  # type: ignore[assignment]
+    delivery_state: str = "pending"
+    delivery_attempts: int = 0
+    delivered_at: float | None = None
+    delivery_claim: str | None = None
+    delivery_claimed_at: float | None = None
+    owner_pid: int | None = None
+    owner_started_at: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class DelegationLedger(Protocol):
+    location: str
+    """Where the rows live, for messages a user acts on and as the identity of the store (a
+    file path, a URL without its password). Two instances on one store have equal locations."""
+
+    def exists(self) -> bool:
+        """Whether the ledger's store exists. Read paths never create it."""
+
+    def persist_dispatch(self, row: DispatchRow, now: float) -> None: ...
+
+    def forget(self, delegation_id: str) -> None:
+        """Remove a row whose unit was never scheduled."""
+
+    def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        """Add one finished child's entry to a running row's partial results."""
+
+    def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
+        """Write the terminal event; upsert so a vanished row is written whole again."""
+
+    def running_rows(self) -> list[LedgerRow]:
+        """Rows still marked running: candidates for owner-death recovery."""
+
+    def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is gone, so any process may recover the row. ``alive`` is the
+        local pid check, meaningful only for owners on this host (a shared ledger judges
+        owners elsewhere by their lease)."""
+
+    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is a live process on this host, which delivers it itself."""
+
+    def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        """Mark a running row ``unknown`` with its recovered event; False if it moved meanwhile."""
+
+    def pending_rows(self) -> list[LedgerRow]:
+        """Terminal rows awaiting delivery, oldest first."""
+
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        """True if claimed, False if not claimable, None if the row does not exist."""
+
+    def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool: ...
+
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+        """Clear the claim; returns the new delivery state ('' if the claim did not match)."""
+
+    def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        """Clear the claim and give back the attempt it cost."""
+
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+        """Pending → dropped (with a matching claim, or unconditionally when claim is None)."""
+
+    def mark_delivered(self, delegation_id: str, now: float) -> bool: ...
+
+    def prune(self, now: float, retention_s: float, max_settled: int) -> int:
+        """Delete settled (delivered/dropped) rows past retention or beyond the newest max_settled."""
+
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        """Delivered or dropped rows, most recently updated first."""
+
+    def get(self, delegation_id: str) -> LedgerRow | None: ...
+
+    # -- control requests and live activity, across processes and hosts (``*_side.py``) --------
+    def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:
+        """Ask whichever process owns ``delegation_id`` to act (``"interrupt"``) before ``expires_at``;
+        a repeated request replaces the previous one."""
+
+    def withdraw_control(self, delegation_id: str) -> None: ...
+
+    def requested_controls(self, now: float) -> list[str]:
+        """Ids with an unexpired request: an owner's cheap poll (a read) before it looks at its units."""
+
+    def take_control(self, delegation_ids: list[str], now: float) -> list[tuple[str, str]]:
+        """Remove and return ``(id, action)`` of unexpired requests for these (owned) units; drop
+        expired requests. Of two racing takers only one gets a request. Nothing requested: no write."""
+
+    def write_activity(self, snapshots: dict[str, dict[str, Any]], gone: list[str], now: float) -> None:
+        """Store each unit's activity snapshot as written at ``now``. With ``gone`` units, remove
+        theirs and every snapshot whose unit is no longer running (left by an owner that exited)."""
+
+    def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
+        """``id -> (written_at, snapshot)`` for the units that have one."""
+
+    def close(self) -> None: ...
+
+
+class SingleHostOwners:
+    """Owner liveness for a ledger only one host uses: the pid check alone decides."""
+
+    def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        return not alive(row.owner_pid, row.owner_started_at)
+
+    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        return alive(row.owner_pid, row.owner_started_at)

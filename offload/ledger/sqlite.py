@@ -1,0 +1,375 @@
+"""SQLite implementation of the delegation ledger: table ``async_delegations`` in ``state.db``.
+
+The ledger is a guest in ``state.db``: the session store owns the file and its journal mode,
+so nothing here ever sets ``journal_mode``. The database and its sidecars are owner-only
+(0o600) whatever the umask, because they hold conversation content.
+
+Speed: one connection per ledger (per process and file), opened once with the schema checked
+once, reused under a lock; a lone write runs in autocommit. Writes from many threads that
+arrive together share one transaction and one sync (``group_commit``: leader/follower, no
+timer), and each caller still returns only once its own write is committed. Every use re-checks the
+file's identity (device, inode) so a ``state.db`` deleted or replaced while units run is
+noticed and reopened instead of silently writing into an unlinked file.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sqlite3
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+from offload.ledger.delivery_sql import with_child
+from offload.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
+from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
+from offload.ledger.sqlite_errors import error_kind, is_locked  # noqa: F401 - is_locked: part of this API
+from offload.ledger.sqlite_side import SqliteSideTables
+from offload.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
+    _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
+    _row_values, dumps,
+)
+from offload.ledger.sqlite_rows import SQL as _SQL
+
+logger = logging.getLogger("offload.engine")
+
+BUSY_TIMEOUT_S = 10.0
+# A failed write: ValueError/OverflowError are values sqlite3 cannot bind (a lone surrogate in
+# a session key) -- a failed write like any other, never a crash of the caller.
+_DB_ERRORS = (sqlite3.Error, OSError, ValueError, OverflowError)
+_OPEN_RETRY_S = 0.02
+_T = TypeVar("_T")
+
+def secure_files(path: Path, *, create_main: bool = False) -> None:
+    """Make the database and any sidecar owner-only; optionally create the main file 0o600."""
+    if create_main and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    for candidate in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal"))):
+        try:
+            if candidate.stat().st_mode & 0o777 != 0o600:
+                os.chmod(candidate, 0o600)
+        except FileNotFoundError:
+            continue
+
+
+def initialize_schema(conn: sqlite3.Connection) -> None:
+    """Create or reconcile the table and indexes. Never changes the journal mode."""
+    if sys.platform == "darwin":
+        # macOS fsync does not order writes; without these a checkpoint at shutdown can corrupt.
+        conn.execute("PRAGMA checkpoint_fullfsync=1")
+        conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(_SCHEMA[0])
+    if _missing_columns(conn):  # a ledger written by an older version
+        # Processes that start together all find the same columns missing; re-read under the
+        # write lock so only the first adds them and the others see them added.
+        own = not conn.in_transaction
+        if own:
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            for name, decl in _missing_columns(conn):
+                conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
+        except BaseException:
+            if own:
+                conn.execute("ROLLBACK")
+            raise
+        if own:
+            conn.execute("COMMIT")
+    for statement in _SCHEMA[1:]:
+        conn.execute(statement)
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
+    return [(name, decl) for name, decl in _COLUMNS if name not in present]
+
+
+def retry_while_locked(step: Callable[[], _T], timeout_s: float | None = None) -> _T:
+    """Run ``step``, retrying while another connection holds the file, up to ``timeout_s``
+    (default: ``BUSY_TIMEOUT_S``, read at call time).
+
+    Opening must never fail merely because another thread or process writes: the busy
+    handler alone is not enough, because SQLite answers some lock conflicts (a journal-mode
+    switch, a schema read racing a commit under load) with "locked" at once, without waiting.
+    Any other error, or a lock held past the deadline, is raised.
+    """
+    deadline = time.monotonic() + (BUSY_TIMEOUT_S if timeout_s is None else timeout_s)
+    delay_s = _OPEN_RETRY_S
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay_s)
+        delay_s = min(delay_s * 2, 0.5)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A raw autocommit connection whose busy timeout is set before any statement runs."""
+    return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+
+
+def open_connection(path: Path) -> sqlite3.Connection:
+    """A new connection to ``path`` with the schema in place and file modes secured."""
+    secure_files(path, create_main=True)
+    conn = connect(path)
+    try:
+        retry_while_locked(lambda: initialize_schema(conn))
+    except BaseException:
+        conn.close()
+        raise
+    secure_files(path)
+    return conn
+
+
+def classify_error(path: Path, exc: BaseException) -> LedgerError:
+    """Turn a raw sqlite/OS error into one that names the file, the cause and the fix."""
+    if isinstance(exc, LedgerError):
+        return exc
+    kind = error_kind(exc)
+    if kind == "locked":
+        return LedgerError(
+            f"{path} stayed locked by another process for more than {BUSY_TIMEOUT_S:g} s; "
+            "stop the process holding it (e.g. a long-running sqlite3 shell) — results are kept in memory meanwhile",
+            kind="locked")
+    if kind == "corrupt":
+        return LedgerError(
+            f"{path} is not a readable SQLite database ({exc}); move it aside "
+            f"(mv {shlex.quote(str(path))} {shlex.quote(f'{path}.corrupt')}) and offload will start a fresh ledger",
+            kind="corrupt")
+    if kind == "full":
+        return LedgerError(f"the disk or database holding {path} is full ({exc}); free space to resume durable records",
+                           kind="full")
+    if kind == "unwritable":
+        return LedgerError(f"cannot write {path} ({exc}); make {path.parent} a directory writable by this user",
+                           kind="unwritable")
+    return LedgerError(f"ledger operation on {path} failed: {type(exc).__name__}: {exc}")
+
+
+class SqliteLedger(SqliteSideTables, SingleHostOwners):
+    """The ledger in one ``state.db``. Thread-safe; one instance per process and file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.location = str(self.path)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
+        self._known: tuple[int, int] | None = None  # the file last opened; survives a dropped connection
+        self._group = GroupCommit(lambda batch: self._commit_batch(batch))  # late-bound: a seam for tests
+
+    # -- connection -------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def _connection(self, create: bool) -> sqlite3.Connection | None:
+        try:
+            st = os.stat(self.path)
+            identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            identity = None
+        if self._known is not None and identity != self._known:
+            self._file_changed(identity)
+        if self._conn is not None and identity == self._identity and identity is not None:
+            return self._conn
+        self._drop_connection()
+        if identity is None and not create:
+            return None
+        self._conn = open_connection(self.path)
+        st = os.stat(self.path)
+        self._identity = self._known = (st.st_dev, st.st_ino)
+        return self._conn
+
+    def _file_changed(self, identity: tuple[int, int] | None) -> None:
+        """Say once that the file under us changed: a deleted ledger silently loses rows."""
+        self._known = None
+        if identity is None:
+            logger.error("Delegation ledger: %s was deleted while this process was using it; the rows recorded "
+                         "there (undelivered results, running units, finished children) are lost. Units still "
+                         "running are delivered in memory and written to a new ledger when they finish.", self.path)
+        else:
+            logger.warning("Delegation ledger: %s was replaced by another file while in use; using the new file "
+                           "from now on.", self.path)
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        self._conn, self._identity = None, None
+
+    @contextmanager
+    def _use(self, *, create: bool = False, transaction: bool = False) -> Iterator[sqlite3.Connection | None]:
+        with self._lock:
+            try:
+                conn = self._connection(create)
+                if conn is None:
+                    yield None
+                    return
+                if not transaction:
+                    yield conn
+                    return
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except _DB_ERRORS as exc:
+                self._drop_connection()  # reopen next time: the file may have been repaired
+                raise classify_error(self.path, exc) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_connection()
+
+    # -- group commit ---------------------------------------------------------------------
+    def _write(self, fn: Callable[[sqlite3.Connection | None], _T], *, create: bool = False,
+               transaction: bool = False) -> _T:
+        """Run ``fn(conn)`` in the next commit, shared with writes of other threads queued meanwhile."""
+        return self._group.submit(fn, create=create, transaction=transaction)
+
+    def _commit_batch(self, batch: list[Write]) -> None:
+        if len(batch) > 1 and self._commit_together(batch):
+            return
+        for write in batch:  # a lone write, or a batch whose transaction failed as a whole
+            self._run_alone(write)
+
+    def _run_alone(self, write: Write) -> None:
+        try:
+            with self._use(create=write.create, transaction=write.transaction) as conn:
+                result = write.fn(conn)
+        except Exception as exc:  # LedgerError, or a bug: the caller gets it as before
+            write.fail(exc)
+        else:
+            write.succeed(result)
+
+    def _commit_together(self, batch: list[Write]) -> bool:
+        """One transaction for the whole batch; False if nothing of it was committed."""
+        with self._lock:
+            if not all(write.create for write in batch) and not self.path.exists():
+                return False  # writes that must not create the file: each alone answers "no ledger"
+            try:
+                conn = self._connection(create=True)
+            except _DB_ERRORS:
+                self._drop_connection()
+                return False
+            some_failed = run_in_one_transaction(conn, batch, _DB_ERRORS, lambda exc: classify_error(self.path, exc),
+                                                 self._commit_transaction)
+            if some_failed is not False:
+                self._drop_connection()  # reopen next time, as after any failed write
+            return some_failed is not None
+
+    def _commit_transaction(self, conn: sqlite3.Connection, batch: list[Write]) -> None:
+        conn.execute("COMMIT")  # a method, so the kill-fuzz owner can die around a batched commit
+
+    # -- writes of the running engine ------------------------------------------------
+    def persist_dispatch(self, row: DispatchRow, now: float) -> None:
+        values = _row_values(row, "running", None, now, None, None)  # serialized before taking the lock
+        self._write(lambda conn: conn.execute(_INSERT_DISPATCH, values), create=True)
+
+    def forget(self, delegation_id: str) -> None:
+        self._write(lambda conn: conn and conn.execute(_SQL.delete_row, (delegation_id,)))
+
+    def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        return self._write(lambda conn: self._record_child(conn, delegation_id, entry, now), transaction=True)
+
+    @staticmethod
+    def _record_child(conn: sqlite3.Connection | None, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+        if conn is None:
+            return False
+        found = conn.execute(_SQL.running_results, (delegation_id,)).fetchone()
+        if found is None:
+            return False
+        conn.execute(_SQL.write_results, (with_child(found[0], entry), now, delegation_id))
+        return True
+
+    def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
+        state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
+        event_json, result_json = dumps(event), dumps(result)  # serialized before taking the lock
+
+        def write(conn: sqlite3.Connection) -> None:
+            # The dispatch row is normally there: move only the terminal fields. If it vanished
+            # (state.db deleted or replaced mid-run), write the whole row again.
+            moved = conn.execute(_UPDATE_COMPLETION, (state, completed_at, now, event_json, result_json,
+                                                      row.delegation_id)).rowcount
+            if not moved:
+                conn.execute(_UPSERT_COMPLETION, _row_values(row, state, completed_at, now, event_json, result_json))
+        self._write(write, create=True)
+
+    # -- recovery and replay ------------------------------------------------------------
+    def running_rows(self) -> list[LedgerRow]:
+        return self._select(_SQL.running_where, ())
+
+    def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
+        # delivery_state is left alone: a running row is pending unless its in-memory event
+        # was already acknowledged (its terminal write had failed), and then it stays delivered.
+        return self._update(_SQL.settle_abandoned, (now, now, dumps(event), dumps(result), delegation_id))
+
+    def pending_rows(self) -> list[LedgerRow]:
+        return self._select(_SQL.pending_where, ())
+
+    def settled_rows(self, limit: int) -> list[LedgerRow]:
+        return self._select(_SQL.settled_where, (int(limit),))
+
+    def get(self, delegation_id: str) -> LedgerRow | None:
+        rows = self._select(_SQL.by_id_where, (delegation_id,))
+        return rows[0] if rows else None
+
+    # -- delivery claims ------------------------------------------------------------------
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        return self._write(lambda conn: self._claim(conn, delegation_id, claim, now, lease_s))
+
+    @staticmethod
+    def _claim(conn: sqlite3.Connection | None, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+        if conn is None:
+            return None
+        if conn.execute(_SQL.claim, (claim, now, delegation_id, now - lease_s)).rowcount:
+            return True
+        exists = conn.execute(_SQL.claim_holder, (delegation_id,)).fetchone()
+        return False if exists else None
+
+    def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update(_SQL.complete, (now, now, delegation_id, claim))
+
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+        # fetchall: SQLite finishes a RETURNING statement (and frees its lock) only when stepped to the end
+        rows = self._write(lambda conn: conn.execute(
+            _SQL.release, (max_attempts, max_attempts, now, delegation_id, claim)).fetchall() if conn else [])
+        return rows[0][0] if rows else ""
+
+    def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
+        return self._update(_SQL.defer, (now, delegation_id, claim))
+
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+        if claim is None:
+            return self._update(_SQL.drop, (now, delegation_id))
+        return self._update(_SQL.drop_claimed, (now, delegation_id, claim))
+
+    def mark_delivered(self, delegation_id: str, now: float) -> bool:
+        return self._update(_SQL.mark_delivered, (now, now, delegation_id))
+
+    # -- housekeeping -----------------------------------------------------------------------
+    def prune(self, now: float, retention_s: float, max_settled: int) -> int:
+        with self._use(transaction=True) as conn:
+            if conn is None:
+                return 0
+            deleted = conn.execute(_SQL.prune_expired, (now - retention_s,)).rowcount
+            return deleted + conn.execute(_SQL.prune_over_cap, (max_settled,)).rowcount
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _update(self, statement: str, params: tuple[Any, ...]) -> bool:
+        return self._write(lambda conn: conn is not None and conn.execute(statement, params).rowcount > 0)
+
+    def _select(self, tail: str, params: tuple[Any, ...]) -> list[LedgerRow]:
+        with self._use() as conn:
+            if conn is None:
+                return []
+            return [_decode(row) for row in conn.execute(f"{_SELECT} {tail}", params).fetchall()]

@@ -1,0 +1,120 @@
+"""The SQLite ledger's side tables: control requests and live activity snapshots.
+
+- ``async_delegation_controls``: one row per delegation some process asked to stop
+  (``offload stop``, the dashboard), with an expiry; the owning process takes (deletes) it and
+  interrupts the unit through its engine. Keyed by delegation id, so the requester need not
+  know which process owns the unit.
+- ``async_delegation_activity``: per running unit, the owner's latest activity snapshot (per
+  child API calls, current tool, last activity; the stall clock) and when it was written, so
+  processes that do not run the unit can show it.
+
+Both tables are created on first write (a ledger written by an older version has neither);
+reads of a ledger without them return nothing and never create them. Invariant: a poll by
+an owner with nothing requested is one indexed read, never a write.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from offload.ledger.codec import dumps, loads
+
+_TABLES = (
+    "CREATE TABLE IF NOT EXISTS async_delegation_controls (delegation_id TEXT PRIMARY KEY,"
+    " action TEXT NOT NULL, requested_at REAL NOT NULL, expires_at REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS async_delegation_activity (delegation_id TEXT PRIMARY KEY,"
+    " written_at REAL NOT NULL, snapshot_json TEXT NOT NULL)",
+)
+
+_DELETE_ORPHANS = ("DELETE FROM async_delegation_activity WHERE delegation_id NOT IN"
+                   " (SELECT delegation_id FROM async_delegations WHERE state='running')")
+
+
+def _missing_table(exc: sqlite3.OperationalError) -> bool:
+    return "no such table" in str(exc)
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    for statement in _TABLES:
+        conn.execute(statement)
+
+
+def _marks(ids: list[str]) -> str:
+    return ",".join("?" * len(ids))
+
+
+class SqliteSideTables:
+    """Mixed into ``SqliteLedger``: uses its ``_write`` (group commit) and ``_use`` (reads)."""
+
+    def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:
+        def write(conn: sqlite3.Connection | None) -> None:
+            _create(conn)
+            conn.execute("INSERT OR REPLACE INTO async_delegation_controls VALUES (?,?,?,?)",
+                         (delegation_id, action, now, expires_at))
+        self._write(write, create=True)
+
+    def withdraw_control(self, delegation_id: str) -> None:
+        self._side_delete("async_delegation_controls", [delegation_id])
+
+    def requested_controls(self, now: float) -> list[str]:
+        return [r[0] for r in self._side_read(
+            "SELECT delegation_id FROM async_delegation_controls WHERE expires_at > ?", (now,))]
+
+    def take_control(self, delegation_ids: list[str], now: float) -> list[tuple[str, str]]:
+        requested = self._side_read("SELECT delegation_id, action, expires_at FROM async_delegation_controls", ())
+        if not requested:
+            return []  # the common case: a read, no write lock
+        owned = set(delegation_ids)
+        wanted = [(did, action) for did, action, expires_at in requested if did in owned and expires_at > now]
+
+        def write(conn: sqlite3.Connection | None) -> list[tuple[str, str]]:
+            if conn is None:
+                return []
+            conn.execute("DELETE FROM async_delegation_controls WHERE expires_at<=?", (now,))
+            # Only what this call deleted is ours: another process may have taken it first.
+            return [(did, action) for did, action in wanted if conn.execute(
+                "DELETE FROM async_delegation_controls WHERE delegation_id=?", (did,)).rowcount]
+        if not wanted and all(expires_at > now for _did, _action, expires_at in requested):
+            return []  # requests for other processes' units: theirs to take
+        return self._write(write)
+
+    def write_activity(self, snapshots: dict[str, dict[str, Any]], gone: list[str], now: float) -> None:
+        def write(conn: sqlite3.Connection | None) -> None:
+            if conn is None:
+                return  # no ledger file: nothing to describe the units to
+            _create(conn)
+            conn.executemany("INSERT OR REPLACE INTO async_delegation_activity VALUES (?,?,?)",
+                             [(did, now, dumps(snap)) for did, snap in snapshots.items()])
+            if gone:
+                conn.execute(f"DELETE FROM async_delegation_activity WHERE delegation_id IN ({_marks(gone)})", gone)
+                conn.execute(_DELETE_ORPHANS)
+        self._write(write, transaction=True)  # one commit (one sync) for the whole batch
+
+    def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
+        if not delegation_ids:
+            return {}
+        found = self._side_read("SELECT delegation_id, written_at, snapshot_json FROM async_delegation_activity"
+                                f" WHERE delegation_id IN ({_marks(delegation_ids)})", tuple(delegation_ids))
+        return {did: (written_at, loads(snapshot) or {}) for did, written_at, snapshot in found}
+
+    def _side_read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._use() as conn:
+            if conn is None:
+                return []
+            try:
+                return conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                if _missing_table(exc):
+                    return []  # a ledger from before these tables: nothing requested, nothing published
+                raise
+
+    def _side_delete(self, table: str, ids: list[str]) -> None:
+        def write(conn: sqlite3.Connection | None) -> None:
+            if conn is None:
+                return
+            try:
+                conn.execute(f"DELETE FROM {table} WHERE delegation_id IN ({_marks(ids)})", ids)
+            except sqlite3.OperationalError as exc:
+                if not _missing_table(exc):
+                    raise
+        self._write(write)

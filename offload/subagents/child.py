@@ -1,0 +1,101 @@
+"""One delegate_task unit (``Batch``) and what happens to one child of it: built by the parent
+(``build_child_agent``), run to the end (``run_single_child``), or described without running
+(``fabricated_entry``). The lowest layer of the delegate_task modules: ``delegate_children``
+and ``delegate_tool_dispatch`` import it, it imports neither them nor ``delegate_tool``.
+
+A unit carries its child seams (``build_child``, ``run_child``); the defaults are the functions
+here, and ``delegate_tool`` passes ones that look up its hermes-compatible names
+(``_build_child_agent``, ``_run_single_child``) at call time, so a patch there reaches every
+unit. Invariant: a child that raised is ``error``, one that ran and did not succeed ``failed``.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from offload.subagents.args import TaskArgs
+from offload.subagents.config import DelegationConfig
+from offload.subagents.usage import entry_usage_fields
+
+
+def str_attr(obj: Any, name: str) -> str | None:
+    value = getattr(obj, name, None)
+    return value if isinstance(value, str) and value else None
+
+
+def build_child_agent(*, task_index: int, goal: str, context: str | None, toolsets: list[str] | None, role: str,
+                      creds: dict[str, Any], max_iterations: int, parent_agent: Any) -> Any:
+    """The parent builds its own child, so tools/ never imports the agent runtime."""
+    return parent_agent.build_child(task_index=task_index, goal=goal, context=context, toolsets=toolsets, role=role,
+                                    model=creds.get("model"), base_url=creds.get("base_url"),
+                                    api_key=creds.get("api_key"), max_iterations=max_iterations,
+                                    subagent_id=f"sa-{task_index}-{os.urandom(3).hex()}")
+
+
+def child_prompt(goal: str, context: str | None) -> str:
+    return f"{goal}\n\nContext from the parent agent:\n{context}" if context else goal
+
+
+def run_single_child(task_index: int, goal: str, child: Any = None, parent_agent: Any = None,
+                     context: str | None = None, **_: Any) -> dict[str, Any]:
+    """Run one child to the end and describe the outcome as a result entry."""
+    started = time.monotonic()
+    try:
+        out = child.run_conversation(child_prompt(goal, context))
+    except Exception as exc:  # raised, as opposed to ran and failed: status "error"
+        return fabricated_entry(task_index, "error", f"{type(exc).__name__}: {exc}", child, started)
+    summary = out.get("final_response")
+    usable = isinstance(summary, str) and summary.strip() not in ("", "(empty)")
+    if out.get("interrupted") or out.get("exit_reason") == "interrupted":
+        status, exit_reason = "interrupted", "interrupted"
+    elif out.get("error") or out.get("exit_reason") == "error":
+        status, exit_reason = "failed", "error"
+    else:
+        exit_reason = "completed" if out.get("completed") else "max_iterations"
+        status = "completed" if usable else "failed"
+    entry = {"task_index": task_index, "status": status, "summary": summary if usable else None,
+             "api_calls": int(out.get("api_calls") or 0), "duration_seconds": round(time.monotonic() - started, 2),
+             "model": out.get("model") or str_attr(child, "model"), "exit_reason": exit_reason,
+             "truncated": exit_reason == "max_iterations", **entry_usage_fields(out)}
+    if out.get("error"):
+        entry["error"] = str(out["error"])
+    elif status == "failed":
+        entry["error"] = "the subagent ended without a usable summary"
+    return entry
+
+
+def fabricated_entry(task_index: int, status: str, error: str, child: Any, started: float) -> dict[str, Any]:
+    return {"task_index": task_index, "status": status, "summary": None, "api_calls": 0, "error": error,
+            "duration_seconds": round(time.monotonic() - started, 2), "model": str_attr(child, "model"),
+            "exit_reason": "interrupted" if status == "interrupted" else "error", "truncated": False}
+
+
+@dataclass
+class Batch:
+    """One delegate_task call (or one completion unit of it): its tasks and where results go.
+
+    ``children`` holds one slot per task this batch runs, ``None`` until the worker that runs
+    the task has built its child; ``cancelled`` is set when the batch is stopped.
+    """
+
+    tasks: list[TaskArgs]
+    children: list[Any]
+    parent: Any
+    cfg: DelegationConfig
+    creds: dict[str, Any]
+    context: str | None = None
+    role: str = "leaf"
+    indexes: list[int] = field(default_factory=list)  # task indexes this batch (or unit) runs
+    group: str | None = None
+    child_max_iterations: int = 50
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # The child seams: ``delegate_tool`` passes ones that look its patchable names up at call time.
+    build_child: Callable[..., Any] = build_child_agent
+    run_child: Callable[..., dict[str, Any]] = run_single_child
+
+    @property
+    def goals(self) -> list[str]:
+        return [t.goal for t in self.tasks]

@@ -1,0 +1,164 @@
+"""Building and running the children of one delegate_task unit, on worker threads.
+
+Each child is BUILT on the thread that runs it, never on the caller's: a slow or failing build
+cannot block the parent's turn (background) or its interrupt (sync). A unit's ``stop``
+(``interrupt_fn`` of a background unit, or the parent's interrupt in sync mode) sets the
+unit's ``cancelled`` flag and interrupts every child built so far; a build still in progress
+is honoured when it returns — the new child is interrupted and never run. Invariant: every
+task of the unit yields exactly one entry: real, ``error`` (the build or the run raised),
+or ``interrupted``.
+"""
+from __future__ import annotations
+
+import contextvars
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from offload.engine.observers import span
+from offload.subagents.child import Batch, fabricated_entry
+
+UNWIND_S = 10.0  # after a parent interrupt, children get this long to return their partial work
+_POLL_S = 0.2
+
+
+def run_children(unit: Batch, on_entry: Callable[[dict], Any] | None,
+                 honor_parent_interrupt: bool = False) -> list[dict[str, Any]]:
+    """Build and run the unit's children in parallel; hand each entry to ``on_entry`` as it lands.
+
+    ``honor_parent_interrupt`` (sync mode): the children belong to the parent's turn, so they
+    are attached to it as they are built and a parent interrupt stops them.
+    """
+    done: queue.Queue[dict[str, Any]] = queue.Queue()
+    positions = list(enumerate(unit.indexes))
+    if len(positions) == 1 and not honor_parent_interrupt:  # already on a worker: no extra thread
+        _run_one(unit, *positions[0], done, attach=False)
+    else:
+        for pos, index in positions:
+            # Each child thread runs in a copy of the unit's context (session variables, the trace).
+            threading.Thread(target=contextvars.copy_context().run,
+                             args=(_run_one, unit, pos, index, done, honor_parent_interrupt),
+                             name=f"delegate-child-{index}", daemon=True).start()
+    try:
+        return _collect(unit, done, on_entry, honor_parent_interrupt)
+    finally:
+        if honor_parent_interrupt:
+            detach(unit)
+
+
+def _run_one(unit: Batch, pos: int, index: int, done: queue.Queue, attach: bool) -> None:
+    task = unit.tasks[index]
+    with span("offload.subagent", task_index=index, goal=task.goal[:200]) as traced:
+        entry = _build_and_run(unit, pos, index, attach)
+        traced.set(status=entry.get("status"), api_calls=entry.get("api_calls"))
+    done.put(entry)
+
+
+def _build_and_run(unit: Batch, pos: int, index: int, attach: bool) -> dict[str, Any]:
+    task = unit.tasks[index]
+    started = time.monotonic()
+    child = None
+    try:
+        if unit.cancelled.is_set():
+            entry = fabricated_entry(index, "interrupted", "stopped before the subagent was built", None, started)
+        else:
+            child = _build(unit, pos, index, attach)
+            if unit.cancelled.is_set():  # a stop that arrived while we were building
+                _interrupt(child)
+                entry = fabricated_entry(index, "interrupted", "stopped before the subagent started", child, started)
+            else:
+                entry = unit.run_child(index, task.goal, child=child, parent_agent=unit.parent,
+                                       context=task.context or unit.context)
+    except BaseException as exc:  # a build or run that raised is an "error" task, not a dead unit
+        what = "running" if child is not None else "building"
+        entry = fabricated_entry(index, "error", f"{type(exc).__name__}: {exc}", child, started)
+        entry["failure_reason"] = f"{what} the subagent raised"
+    return entry
+
+
+def _build(unit: Batch, pos: int, index: int, attach: bool) -> Any:
+    task = unit.tasks[index]
+    child = unit.build_child(task_index=index, goal=task.goal, context=task.context or unit.context,
+                             toolsets=task.toolsets, role=unit.role, creds=unit.creds,
+                             max_iterations=unit.child_max_iterations, parent_agent=unit.parent)
+    unit.children[pos] = child
+    if attach:
+        _with_children_list(unit.parent, lambda kids: kids.append(child))
+    return child
+
+
+def _collect(unit: Batch, done: queue.Queue, on_entry, honor_parent_interrupt: bool) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    deadline = None
+    while len(entries) < len(unit.indexes):
+        try:
+            entry = done.get(timeout=_POLL_S)
+        except queue.Empty:
+            if honor_parent_interrupt and deadline is None and getattr(unit.parent, "_interrupt_requested", False) is True:
+                stop(unit)
+                deadline = time.monotonic() + UNWIND_S
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            continue
+        entries.append(entry)
+        if on_entry is not None:
+            on_entry(entry)
+    seen = {e.get("task_index") for e in entries}
+    for index, child in zip(unit.indexes, unit.children):
+        if index not in seen:
+            entries.append(fabricated_entry(index, "interrupted", "the parent was interrupted", child,
+                                                time.monotonic()))
+    return entries
+
+
+def stop(unit: Batch) -> None:
+    """Stop the unit: no child starts from now on, and every built child is interrupted."""
+    unit.cancelled.set()
+    for child in list(unit.children):
+        if child is not None:
+            _interrupt(child)
+
+
+def _interrupt(child: Any) -> None:
+    try:
+        child.interrupt("Async delegation cancelled")
+    except Exception:
+        pass  # one broken child must not keep its siblings running
+
+
+def progress_token(children: list[Any]) -> Callable[[], tuple[tuple, bool]]:
+    """The stall monitor's sampler: one entry per child (None while unbuilt or unreadable)."""
+    def sample() -> tuple[tuple, bool]:
+        token, in_tool = [], False
+        for child in list(children):
+            try:
+                summary = child.get_activity_summary() if child is not None else None
+            except Exception:
+                summary = None
+            if not isinstance(summary, dict):
+                token.append(None)
+                continue
+            tool = summary.get("current_tool")
+            in_tool = in_tool or bool(tool)
+            token.append((summary.get("api_call_count"), tool, summary.get("last_activity_ts")))
+        return tuple(token), in_tool
+    return sample
+
+
+def detach(unit: Batch) -> None:
+    def drop(kids: list) -> None:
+        kids[:] = [c for c in kids if not any(c is b for b in unit.children)]
+    _with_children_list(unit.parent, drop)
+
+
+def _with_children_list(parent: Any, change: Callable[[list], Any]) -> None:
+    kids = getattr(parent, "_active_children", None)
+    if not isinstance(kids, list):
+        return
+    lock = getattr(parent, "_active_children_lock", None)
+    if lock is None:
+        change(kids)
+        return
+    with lock:
+        change(kids)

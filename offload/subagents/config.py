@@ -1,0 +1,115 @@
+"""The ``delegation:`` section of ``$HERMES_HOME/config.yaml``, validated.
+
+A bad file or key never crashes a turn and never silently falls back: ``ConfigError`` names
+the file, the key, what is wrong and how to fix it, and ``delegate_task`` hands that text to
+the model (and so to the user).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from offload.engine.errors import OffloadError
+from offload.engine.policy import DEFAULTS as STALL
+from offload.home import config_path
+
+logger = logging.getLogger(__name__)
+
+
+class ConfigError(OffloadError):
+    """The config file cannot be used as it is. The message says where and how to fix it."""
+
+
+class DelegationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrent_children: int = Field(10, ge=1, le=256, description="tasks per call, and background slots")
+    independent_completions: bool = Field(False, description="one completion per group / ungrouped task")
+    background: bool = Field(True, description="top-level delegate_task calls run in the background by default")
+    model: str | None = Field(None, description="subagent model; default: the parent's")
+    provider: str | None = Field(None, description="label of the subagent provider, shown in notices")
+    base_url: str | None = Field(None, description="subagent endpoint; default: the parent's")
+    api_key_env: str | None = Field(None, description="environment variable holding the subagent API key")
+    max_iterations: int = Field(50, ge=1, le=10_000, description="API calls per subagent")
+    max_spawn_depth: int = Field(1, ge=0, le=5, description="how deep subagents may delegate")
+    max_summary_chars: int = Field(24_000, ge=200, description="cap on a subagent's summary")
+    fallback_providers: list[Any] = Field(default_factory=list)
+    max_async_children: int | None = Field(None, description="deprecated and ignored")
+    run_on: Literal["local", "workers"] = Field("local", description="local: background units run in this process; "
+                                                "workers: queued in the PostgreSQL ledger for `offload worker`")
+    # Stall monitor tuning; a frontend applies these to the engine when it starts.
+    stall_idle_seconds: float = Field(STALL.stall_idle_s, gt=0, description="no progress this long (not in a tool) = stalled")
+    stall_in_tool_seconds: float = Field(STALL.stall_in_tool_s, gt=0,
+                                         description="no progress this long inside a tool = stalled")
+    stall_grace_seconds: float = Field(STALL.stall_grace_s, ge=0,
+                                       description="after the interrupt, wait this long, then report it")
+    stall_check_interval_seconds: float = Field(STALL.stall_check_interval_s, gt=0,
+                                                description="how often the stall monitor looks")
+
+
+def _format_validation(path: Path, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        key = "delegation." + ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(DelegationConfig.model_fields)
+            problems.append(f"{key}: unknown key; remove it (known keys: {known})")
+        else:
+            problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+    return f"{path}: " + "; ".join(problems) + ". Fix the file or run `offload config set KEY VALUE`."
+
+
+def read_config_file(path: Path | None = None) -> dict[str, Any]:
+    """The whole config file as a mapping; ``{}`` when it does not exist."""
+    path = path or config_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}; check its permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 or move the file aside") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML ({exc}); fix the syntax or move the file aside") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path} nests too deeply to read; flatten it or move the file aside") from exc
+    except Exception as exc:  # a YAML tag or scalar the loader cannot build: !!timestamp 2001-13-45, huge ints
+        raise ConfigError(f"{path} has a value YAML cannot read ({type(exc).__name__}: {exc}); "
+                          "fix or quote that value, or move the file aside") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of settings at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_delegation_config(path: Path | None = None) -> DelegationConfig:
+    path = path or config_path()
+    section = read_config_file(path).get("delegation") or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: `delegation` must be a mapping of keys, got {type(section).__name__}")
+    try:
+        cfg = DelegationConfig.model_validate(section)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(path, exc)) from exc
+    return _apply_env(cfg)
+
+
+def _apply_env(cfg: DelegationConfig) -> DelegationConfig:
+    if cfg.max_async_children is not None:
+        logger.warning("delegation.max_async_children is deprecated and ignored; "
+                       "delegation.max_concurrent_children now caps background delegations too")
+    raw = os.environ.get("DELEGATION_MAX_CONCURRENT_CHILDREN", "").strip()
+    if raw and "max_concurrent_children" not in cfg.model_fields_set:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ConfigError(f"DELEGATION_MAX_CONCURRENT_CHILDREN must be a whole number of at least 1, got {raw!r}")
+        cfg = cfg.model_copy(update={"max_concurrent_children": int(raw)})
+    return cfg

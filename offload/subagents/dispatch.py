@@ -1,0 +1,157 @@
+"""Running a delegate_task call: background fan-out through the engine, or synchronously.
+
+Background: a call becomes completion units — one per call by default, or one per group and
+per ungrouped task with ``delegation.independent_completions`` — dispatched with one shared
+``slot_key`` so splitting never uses more capacity. Each unit runner records every finished
+child in the ledger at once (before any post-processing), so a crash costs only the children
+that had not finished. If the first unit is refused at capacity, the whole call runs
+synchronously with a note saying so. Whether a call may go to the background at all is decided
+by ``capture_routing``: a push channel, or a stateless one that can be woken at a raw session
+id; only a channel that can never be reached later runs inline. Inline children's usage is
+rolled into the parent when the call returns.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from offload.default_runtime import engine as ad
+from offload.subagents import children as kids
+from offload.subagents.child import Batch, str_attr
+from offload.subagents.usage import roll_up, sum_usage
+from offload.render.model_rejection import subagent_stamp
+
+_NOTES = {
+    "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
+                   "do not poll or wait for it. Tell the user what you started and carry on."),
+    "no_async": ("Background delivery is not available in this session (one-shot or stateless channel), so the "
+                 "subagents ran synchronously; their results are below."),
+    "at_capacity": ("The background pool was full (delegation.max_concurrent_children={cap}), so this batch ran "
+                    "synchronously; its results are below. Raise the key to allow more background work."),
+}
+
+
+def capture_routing(parent: Any) -> dict[str, Any]:
+    """Who the results belong to. Must run before children are built."""
+    from offload.context.approval import get_current_session_key
+    from offload.context.session_env import get_session_env, resolve_wake_session
+
+    parent_sid = str_attr(parent, "session_id")
+    session_key = get_current_session_key(default="")
+    if get_session_env("HERMES_SESSION_SOURCE", "") == "tui" and parent_sid:
+        session_key = parent_sid  # compression may have rotated the id since the turn began
+    origin = {k: v for k, v in (("scope_id", get_session_env("HERMES_SESSION_SCOPE_ID", "")),
+                                ("user_id", get_session_env("HERMES_SESSION_USER_ID", "")),
+                                ("user_name", get_session_env("HERMES_SESSION_USER_NAME", ""))) if v}
+    wake_sid = resolve_wake_session()  # a raw session id when the channel is stateless but wakeable
+    return {"session_key": session_key or parent_sid or "", "parent_session_id": parent_sid,
+            "origin_ui_session_id": get_session_env("HERMES_UI_SESSION_ID", "") or "",
+            "origin_session_id": wake_sid or "", "origin": origin, "async_delivery": wake_sid is not None}
+
+
+def _units_of(batch: Batch) -> list[Batch]:
+    if not batch.cfg.independent_completions:
+        return [batch]
+    plan: list[tuple[str | None, list[int]]] = []  # in order of first appearance
+    groups: dict[str, list[int]] = {}
+    for i in batch.indexes:
+        group = batch.tasks[i].group
+        if group is None:
+            plan.append((None, [i]))
+        elif group in groups:
+            groups[group].append(i)
+        else:
+            groups[group] = [i]
+            plan.append((group, groups[group]))
+    return [replace(batch, indexes=indexes, group=group, children=[None] * len(indexes),
+                    cancelled=threading.Event()) for group, indexes in plan]
+
+
+def dispatch_background(batch: Batch, routing: dict[str, Any]) -> dict[str, Any]:
+    units = _units_of(batch)
+    call_id = ad._new_delegation_id()
+    handles, inline, slot_key = [], [], None
+    try:
+        for k, unit in enumerate(units):
+            unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"
+            # The first unit holds the call's slot until every unit is out, so a fast first
+            # unit that finishes meanwhile cannot leave its siblings to be refused at capacity.
+            res = _dispatch_unit(unit, unit_id, routing, batch.cfg.max_concurrent_children, slot_key,
+                                 hold_slot=slot_key is None and len(units) > 1)
+            if res["status"] == "dispatched":
+                slot_key = slot_key or unit_id
+                handles.append({"delegation_id": unit_id, "group": unit.group, "task_indexes": unit.indexes})
+            elif k == 0:
+                return run_sync(batch, note="at_capacity")
+            else:  # a later unit can only fail to schedule, never at capacity: run it here
+                inline.extend(kids.run_children(unit, None, honor_parent_interrupt=True))
+    finally:
+        if slot_key is not None and len(units) > 1:
+            ad.release_slot_hold(slot_key)
+    handle: dict[str, Any] = {"status": "dispatched", "mode": "background", "count": len(batch.tasks),
+                              "delegation_id": handles[0]["delegation_id"], "goals": batch.goals,
+                              "note": _NOTES["background"]}
+    if len(units) > 1:
+        handle["units"] = handles
+    if inline:
+        handle["inline_results"] = _finalize_child_results(inline, batch)
+        handle["usage"] = sum_usage(handle["inline_results"])
+        roll_up(batch.parent, handle["usage"])
+    return handle
+
+
+def _dispatch_unit(unit: Batch, unit_id: str, routing: dict[str, Any], cap: int, slot_key: str | None,
+                   hold_slot: bool, subagent_config: dict[str, Any] | None = None):
+    """``subagent_config``: the stamp for the unit's events; default: from the unit's own config
+    (a worker passes the stamp the dispatching host queued, whose config chose the model)."""
+    whole_call = unit.indexes == list(range(len(unit.tasks)))
+    return ad.dispatch_async_delegation_batch(
+        goals=unit.goals, context=unit.context, toolsets=None, role=unit.role, model=unit.creds.get("model"),
+        session_key=routing["session_key"], parent_session_id=routing["parent_session_id"],
+        origin_ui_session_id=routing["origin_ui_session_id"], origin_session_id=routing["origin_session_id"],
+        runner=_unit_runner(unit, unit_id), interrupt_fn=lambda: kids.stop(unit),
+        max_async_children=cap, delegation_id=unit_id, slot_key=slot_key,
+        task_indexes=None if whole_call else unit.indexes, group=unit.group,
+        progress_fn=kids.progress_token(unit.children), origin=routing["origin"], hold_slot=hold_slot,
+        subagent_config=subagent_config or subagent_stamp(unit.cfg.model_dump()))
+
+
+def _unit_runner(unit: Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
+    def run() -> dict[str, Any]:
+        started = time.monotonic()
+        entries = kids.run_children(unit, lambda entry: ad.record_unit_child(unit_id, entry))
+        out: dict[str, Any] = {"results": _finalize_child_results(entries, unit),
+                               "total_duration_seconds": round(time.monotonic() - started, 2)}
+        if unit.group:
+            out["group"] = unit.group
+        return out
+    return run
+
+
+def run_sync(batch: Batch, note: str | None = None) -> dict[str, Any]:
+    started = time.monotonic()
+    entries = kids.run_children(batch, None, honor_parent_interrupt=True)
+    results = _finalize_child_results(entries, batch)
+    out: dict[str, Any] = {"status": "completed", "mode": "sync", "results": results, "usage": sum_usage(results),
+                           "total_duration_seconds": round(time.monotonic() - started, 2)}
+    roll_up(batch.parent, out["usage"])  # inline children count now; background ones on delivery
+    if note:
+        out["note"] = _NOTES[note].format(cap=batch.cfg.max_concurrent_children)
+    return out
+
+
+def _finalize_child_results(entries: list[dict[str, Any]], unit: Batch) -> list[dict[str, Any]]:
+    """Public result entries: private keys dropped, summaries capped (head and tail kept)."""
+    cap = unit.cfg.max_summary_chars
+    results = []
+    for entry in sorted(entries, key=lambda e: e.get("task_index", 0)):
+        clean = {k: v for k, v in entry.items() if not str(k).startswith("_")}
+        summary = clean.get("summary")
+        if isinstance(summary, str) and len(summary) > cap:
+            cut = len(summary) - cap
+            clean["summary"] = f"{summary[: cap // 2]}\n[... {cut} characters cut ...]\n{summary[-cap // 2:]}"
+            clean["summary_truncated"] = True
+        results.append(clean)
+    return results

@@ -1,0 +1,158 @@
+"""The ``delegate_task`` tool: entry point, config, credentials and the child seams. The
+arguments and the schema live in ``delegate_args``; the unit and one child's build, run and
+result entry in ``delegate_child``; running a unit's children in ``delegate_children`` (on
+worker threads); the modes in ``delegate_tool_dispatch``. Imports point one way: this module
+imports those, none of them imports it.
+
+Invariants: the tool never raises to the model — bad arguments, placeholder goals, bad config,
+credential failures and anything unexpected come back as ``{"status": "error", "error": ...}``
+JSON that says what to change, before anything is dispatched; routing identity is captured
+before any child is built (building a child may rebind session state); a child never gets a
+toolset its parent lacks; a child that raised is ``error``, one that ran and did not succeed
+``failed``. ``_build_child_agent``, ``_run_single_child``, ``_resolve_delegation_credentials``
+and ``_load_config`` are seams the acceptance suite patches (looked up at call time: every unit
+gets ``child_seams()``, which reads the first two here when a child is built or run).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from pydantic import ValidationError
+
+from offload.subagents.args import DELEGATE_TASK_SCHEMA, KNOWN_TOOLSETS, DelegateArgs, TaskArgs
+from offload.subagents.child import Batch
+from offload.subagents.child import build_child_agent as _build_child_agent  # the seam, patched here
+from offload.subagents.child import run_single_child as _run_single_child  # the seam, patched here
+from offload.subagents.child import str_attr as _str_attr
+from offload.subagents.config import ConfigError, DelegationConfig, load_delegation_config
+from offload.toolsets.toolspec import Tool, ToolContext
+
+logger = logging.getLogger(__name__)
+
+
+def _error(message: str) -> str:
+    return json.dumps({"status": "error", "error": message})
+
+
+def _load_config() -> dict[str, Any]:
+    """The validated ``delegation`` config as a dict (raises ConfigError)."""
+    return load_delegation_config().model_dump()
+
+
+def child_seams() -> dict[str, Any]:
+    """A unit's ``build_child`` / ``run_child``: this module's ``_build_child_agent`` and
+    ``_run_single_child`` looked up when called, so a patch here reaches units already made."""
+    return {"build_child": lambda **kw: _build_child_agent(**kw),
+            "run_child": lambda *args, **kw: _run_single_child(*args, **kw)}
+
+
+def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
+    """Model and endpoint of the children: ``delegation.*`` first, then the parent's."""
+    base_url = cfg.base_url or _str_attr(parent, "base_url")
+    if cfg.api_key_env:
+        api_key = os.environ.get(cfg.api_key_env)
+        if not api_key:
+            raise ConfigError(f"delegation.api_key_env names {cfg.api_key_env}, which is not set; "
+                              f"export {cfg.api_key_env}=<key> or remove the setting")
+    elif cfg.base_url and cfg.base_url != _str_attr(parent, "base_url"):
+        api_key = ""  # never send the parent's key to a different host ("" = no key, None = inherit)
+    else:
+        api_key = _str_attr(parent, "api_key")
+    return {"model": cfg.model or _str_attr(parent, "model"), "provider": cfg.provider, "base_url": base_url,
+            "api_key": api_key, "api_mode": None, "command": None, "args": None}
+
+
+def _credentials_or_error(cfg: DelegationConfig, parent: Any) -> tuple[dict[str, Any], str | None]:
+    """The children's credentials, or why they cannot be resolved (any failure, not only config)."""
+    try:
+        creds = _resolve_delegation_credentials(cfg, parent)
+    except ConfigError as exc:
+        return {}, str(exc)
+    except Exception as exc:
+        logger.warning("resolving delegation credentials failed", exc_info=True)
+        return {}, (f"could not resolve the subagents' model or endpoint ({type(exc).__name__}: {exc}); nothing "
+                    "was dispatched. The operator must fix delegation.model / base_url / api_key_env in "
+                    "config.yaml (or the parent agent's own endpoint).")
+    if not isinstance(creds, dict):
+        return {}, (f"could not resolve the subagents' model or endpoint (got {type(creds).__name__}, not a "
+                    "credentials mapping); nothing was dispatched. The operator must check delegation.* in config.yaml.")
+    return creds, None
+
+
+def delegate_task(goal: str | None = None, context: str | None = None, toolsets: list[str] | None = None,
+                  tasks: list[dict[str, Any]] | None = None, background: bool | None = None,
+                  max_iterations: int | None = None, role: str | None = None, parent_agent: Any = None,
+                  **extra: Any) -> str:
+    """Delegate one task (``goal``) or several (``tasks``) to subagents. Returns JSON text."""
+    try:
+        args = DelegateArgs(goal=goal, context=context, toolsets=toolsets, tasks=tasks, background=background,
+                            max_iterations=max_iterations, role=role, **extra)
+        task_list = args.task_list()
+        cfg = DelegationConfig.model_validate(_load_config())
+    except ValidationError as exc:
+        return _error(_describe_validation(exc))
+    except (ValueError, ConfigError) as exc:
+        return _error(str(exc))
+    if parent_agent is None:
+        return _error("delegate_task has no parent agent: it must be called by an agent during its turn "
+                      "(the tool passes the calling agent as parent_agent); nothing was dispatched")
+    try:
+        return json.dumps(_delegate(args, task_list, cfg, parent_agent), default=str)
+    except ConfigError as exc:
+        return _error(str(exc))
+    except Exception as exc:  # the tool boundary: the model gets a reason, never a traceback
+        logger.exception("delegate_task failed")
+        return _error(f"delegate_task failed unexpectedly ({type(exc).__name__}: {exc}); nothing more was "
+                      "started. Retry once; if it fails again, do the work yourself and tell the user.")
+
+
+def _describe_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        msg = "unexpected argument; remove it" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = msg.removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}")
+    return "invalid delegate_task arguments: " + "; ".join(parts)
+
+
+def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
+    from offload.subagents import dispatch  # the engine loads only when a call delegates
+
+    depth = getattr(parent, "_delegate_depth", 0)
+    depth = depth if isinstance(depth, int) else 0
+    if depth >= cfg.max_spawn_depth:
+        return {"status": "error", "error": f"depth limit reached: this agent is at spawn depth {depth} and "
+                f"delegation.max_spawn_depth={cfg.max_spawn_depth}, so it cannot delegate further; do the work "
+                "yourself (the operator can raise delegation.max_spawn_depth)"}
+    if len(task_list) > cfg.max_concurrent_children:
+        return {"status": "error", "error": f"{len(task_list)} tasks exceed delegation.max_concurrent_children="
+                f"{cfg.max_concurrent_children}; split the call or raise the key"}
+    creds, problem = _credentials_or_error(cfg, parent)
+    if problem:
+        return {"status": "error", "error": problem}
+    background = args.background if args.background is not None else (cfg.background and depth == 0)
+    routing = dispatch.capture_routing(parent) if background else None  # before any child is built
+    # Children are built later, each on the worker that runs it (tools/delegate_children.py).
+    batch = Batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
+                  context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
+                  child_max_iterations=args.max_iterations or cfg.max_iterations, **child_seams())
+    if routing is None:
+        return dispatch.run_sync(batch)
+    if routing["async_delivery"] and cfg.run_on == "workers":
+        from offload.subagents.queue import queue_units
+        return queue_units(batch, dispatch._units_of(batch), routing)  # an `offload worker` on any host runs it
+    if not routing["async_delivery"]:
+        return dispatch.run_sync(batch, note="no_async")
+    return dispatch.dispatch_background(batch, routing)
+
+
+def _tool_handler(args: dict[str, Any], ctx: ToolContext) -> str:
+    return delegate_task(**args, parent_agent=ctx.caller)
+
+
+TOOLS = [Tool(DELEGATE_TASK_SCHEMA["name"], "delegation", DELEGATE_TASK_SCHEMA["description"],
+              DELEGATE_TASK_SCHEMA["parameters"], _tool_handler)]
