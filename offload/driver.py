@@ -23,6 +23,7 @@ from offload.inbox import Delivery, SessionInbox
 from offload.runtime import Conversation, TurnResult, apply_engine_tuning, open_conversation
 from offload.cli.views import Ui
 from offload.default_runtime.engine import get_durable_delegation, interrupt_for_session, list_async_delegations
+from offload.render.truncation import unfinished_reason
 from offload.subagents.usage import roll_up_event
 
 logger = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ class SessionDriver:
         if result.exit_reason == "interrupted":
             self.ui.warn("(turn interrupted)")
         self.ui.answer(result.answer)
+        unfinished = unfinished_reason(result.exit_reason, result.finish_reason)
+        if unfinished:
+            self.ui.warn(f"(the answer above is incomplete: {unfinished})")
 
     def _note_outcome(self, code: ExitCode) -> None:
         if self.exit_code == ExitCode.OK or code == ExitCode.INTERRUPTED:
@@ -124,6 +128,7 @@ class SessionDriver:
         self.inbox.acknowledge(item)
         if item.dedupe_id:  # the result itself, not an interim notice: its children count once, now
             roll_up_event(self.conversation.agent, item.event)
+            self._note_outcome(exit_codes.for_event(item.event))
         self.show_turn(result)
 
     def usage_line(self) -> str | None:

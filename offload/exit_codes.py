@@ -6,6 +6,10 @@ The README's exit-code table is this enum. Invariant: a code is chosen from what
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
+
+from offload.engine.states import DONE_STATES
+from offload.render.truncation import UNFINISHED_EXIT_REASONS
 
 
 class ExitCode(IntEnum):
@@ -14,6 +18,8 @@ class ExitCode(IntEnum):
     USAGE = 2  # configuration, usage or storage (state.db, $HERMES_HOME) problem the user can fix
     ENDPOINT = 3  # the model endpoint could not be reached or failed (after retries), or refused the key
     MODEL = 4  # the endpoint says the configured model does not exist
+    INCOMPLETE = 5  # an answer or a subagent's result stopped unfinished: cut off, or the iteration budget
+    SUBAGENTS_FAILED = 6  # a background result came back in which no subagent completed
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
@@ -27,4 +33,33 @@ def for_turn(exit_reason: str, error_kind: str | None) -> ExitCode:
         return ExitCode.INTERRUPTED
     if exit_reason == "error":
         return _BY_ERROR_KIND.get(error_kind or "", ExitCode.ERROR)
+    if exit_reason in UNFINISHED_EXIT_REASONS:
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
+
+
+def for_event(event: dict[str, Any]) -> ExitCode:
+    """``for_result`` of a delivered ``async_delegation`` event (a single-task unit carries its
+    child's outcome at the top level)."""
+    results = event.get("results")
+    children = [r for r in results if isinstance(r, dict)] if isinstance(results, list) and results else [event]
+    return for_result(children)
+
+
+def for_result(children: list[dict[str, Any]]) -> ExitCode:
+    """The exit code a delivered background result stands for, from its children's entries.
+
+    No child completed: every child's ``error_kind`` alike picks 4 (model) or 3 (endpoint),
+    else 6. Some completed but one is truncated: 5. A stopped unit (interrupted) is not a
+    failure of its children: the Ctrl-C that stopped it already set 130."""
+    if not children:
+        return ExitCode.OK
+    done = [c for c in children if c.get("status") in DONE_STATES]
+    if not done:
+        if all(c.get("status") == "interrupted" for c in children):
+            return ExitCode.OK
+        kinds = {c.get("error_kind") for c in children}
+        return _BY_ERROR_KIND.get(kinds.pop(), ExitCode.SUBAGENTS_FAILED) if len(kinds) == 1 else ExitCode.SUBAGENTS_FAILED
+    if any(c.get("truncated") or c.get("exit_reason") in UNFINISHED_EXIT_REASONS for c in done):
+        return ExitCode.INCOMPLETE
     return ExitCode.OK

@@ -93,6 +93,7 @@ class TurnResult:
     handles: list[dict[str, Any]] = field(default_factory=list)  # what each delegate_task call returned
     error_kind: str | None = None  # "model" | "endpoint" | "internal" when exit_reason is "error"
     compressed_from: str | None = None  # the session this turn's context was compressed out of
+    finish_reason: str | None = None  # how the model's last reply ended ("length": cut off)
 
     @property
     def dispatched(self) -> list[dict[str, Any]]:
@@ -167,7 +168,8 @@ class Conversation:
             self.store.append_turn(self.session_id, new, injected_ids)
             self.history = messages
             box["result"] = TurnResult(out.get("final_response"), out.get("exit_reason") or "?", out.get("error"),
-                                       delegate_handles(new), out.get("error_kind"), compressed_from)
+                                       delegate_handles(new), out.get("error_kind"), compressed_from,
+                                       out.get("finish_reason"))
         except BaseException as exc:  # handed to the caller's thread
             box["error"] = exc
         finally:

@@ -4,8 +4,11 @@ Owns one conversation run (model call → tool calls → model call ... → answ
 interrupt flag, its liveness record and how a child agent is derived from it. Invariants:
 
 * ``run_conversation`` always returns the result dict (exit_reason "completed",
-  "max_iterations", "interrupted" or "error", with "error_kind" "model", "endpoint" or
-  "internal" for an error); it never raises for a model or tool failure.
+  "max_iterations", "truncated", "interrupted" or "error", with "error_kind" "model",
+  "endpoint" or "internal" for an error); it never raises for a model or tool failure.
+* a reply the model did not finish (the server's output limit, a filter, a stream that ended
+  without a finish_reason) ends the run as "truncated" with ``truncated`` set, never as
+  "completed": its text is partial, and its tool calls (arguments maybe cut) are not run.
 * every tool call the model made gets exactly one tool message, even when interrupted, so the
   transcript stays valid for the next request.
 * ``interrupt`` may be called from any thread; it stops the stream at the next chunk, tells
@@ -30,6 +33,7 @@ from offload.agent.prompts import default_system_prompt
 from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, resolve_tools, validate_toolsets
 from offload.engine.observers import span
+from offload.render.truncation import CUT_OFF_EXIT_REASON, cut_off_reason
 from offload.toolsets.toolspec import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -56,6 +60,7 @@ class _Run:
     api_calls: int = 0
     last_content: str | None = None  # latest non-blank assistant text, the partial answer
     answer: str | None = None  # the final reply's text, set only when the run completes
+    finish_reason: str | None = None  # the provider's word for how the last reply ended
     tool_counts: Counter[str] = field(default_factory=Counter)
     usage: Counter[str] = field(default_factory=Counter)  # token counts, and cost_usd when reported
 
@@ -199,6 +204,8 @@ class AIAgent:
             self._record_turn(run, turn)
             if turn.finish_reason == "interrupted":
                 return "interrupted"
+            if turn.truncated:
+                return CUT_OFF_EXIT_REASON
             if not turn.tool_calls:
                 run.answer = turn.content if turn.content.strip() else None
                 return "completed"
@@ -227,6 +234,7 @@ class AIAgent:
         return self._interrupt_requested
 
     def _record_turn(self, run: _Run, turn: AssistantTurn) -> None:
+        run.finish_reason = turn.finish_reason
         for key, value in (turn.usage or {}).items():
             run.usage[key] += value
         if turn.content.strip():
@@ -276,6 +284,8 @@ class AIAgent:
             "final_response": final,
             "completed": exit_reason == "completed",
             "exit_reason": exit_reason,
+            "truncated": exit_reason == CUT_OFF_EXIT_REASON,
+            "finish_reason": run.finish_reason,
             "api_calls": run.api_calls,
             "messages": run.messages,
             "error": error,
@@ -335,6 +345,8 @@ def _progress_note(run: _Run, exit_reason: str, interrupt_message: str | None) -
     """What was done, for a run that stopped before the model gave any text."""
     if exit_reason == "interrupted":
         why = f"Interrupted ({interrupt_message})" if interrupt_message else "Interrupted"
+    elif exit_reason == CUT_OFF_EXIT_REASON:
+        why = f"The model's reply was cut off ({cut_off_reason(run.finish_reason)})"
     else:
         why = "Stopped at the iteration budget"
     if not run.tool_counts:

@@ -20,20 +20,33 @@ logger = logging.getLogger(__name__)
 
 CHUNK, END, ERROR = "chunk", "end", "error"
 
+# ``AssistantTurn.finish_reason`` when the stream ended without the server giving one: the
+# reply stopped, but nobody said it was finished, so it counts as cut off.
+MISSING_FINISH = "missing"
+# Finish reasons of a reply the model did not finish: the output token limit ("length"), a
+# provider's filter, or no reason at all. Such a reply is never presented as complete.
+CUT_OFF_REASONS = frozenset({"length", "content_filter", MISSING_FINISH})
+
 
 @dataclass
 class AssistantTurn:
     """One model reply. ``tool_calls`` items are ``{"id", "name", "arguments_json"}``.
 
-    ``finish_reason`` is the provider's ("stop", "tool_calls", "length", ...) or "interrupted"
-    when ``should_stop`` ended the read; an interrupted turn carries no tool calls because
-    their arguments may be cut off mid-JSON.
+    ``finish_reason`` is the provider's ("stop", "tool_calls", "length", ...), ``MISSING_FINISH``
+    when the stream ended without one, or "interrupted" when ``should_stop`` ended the read.
+    An interrupted or cut-off turn (``truncated``) carries no tool calls because their
+    arguments may be cut off mid-JSON.
     """
 
     content: str
     tool_calls: list[dict[str, str]] = field(default_factory=list)
     finish_reason: str = "stop"
     usage: dict[str, int] | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """The model did not finish this reply: the server cut it off, or never said why it ended."""
+        return self.finish_reason in CUT_OFF_REASONS
 
 
 class TurnAssembler:
@@ -110,10 +123,12 @@ class TurnAssembler:
         content = "".join(self._content)
         if interrupted:
             return AssistantTurn(content, [], "interrupted", self._usage)
+        finish = self._finish_reason or MISSING_FINISH
+        if finish in CUT_OFF_REASONS:  # a cut-off call's arguments may be cut mid-JSON: never run them
+            return AssistantTurn(content, [], finish, self._usage)
         calls = [dict(slot) for slot in self._slots if slot["name"]]
         for call in calls:
             call["id"] = call["id"] or f"call_{uuid.uuid4().hex[:12]}"
-        finish = self._finish_reason or ("tool_calls" if calls else "stop")
         return AssistantTurn(content, calls, finish, self._usage)
 
 

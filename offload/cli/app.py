@@ -3,7 +3,8 @@
 Owns argument parsing and the error boundary. Invariant: every failure a user can cause or
 fix (bad config, unknown session, damaged or unwritable state.db) ends as one clear message
 on stderr and the exit code ``offload.exit_codes`` assigns it — 2 for configuration, usage and
-storage, 3 endpoint, 4 model, 130 interrupted, 1 only for a bug — never a traceback
+storage, 3 endpoint, 4 model, 5 unfinished (cut off), 6 no subagent completed, 130 interrupted,
+1 only for a bug — never a traceback
 (``OFFLOAD_DEBUG=1`` shows it for bug reports).
 
 ``offload --help`` must stay fast (well under 0.25 s): this module imports only typer at load

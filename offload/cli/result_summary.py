@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from offload.engine.states import DONE_STATES
+from offload.render.truncation import is_truncated
 
 _MARKS = {"completed": "✓", "success": "✓", "failed": "✗", "error": "✗", "interrupted": "■", "stalled": "■",
           "timeout": "■", "unknown": "?"}
@@ -49,5 +50,8 @@ def task_lines(event: dict[str, Any]) -> list[str]:
         outcome = entry.get("summary") if status in DONE_STATES else entry.get("error") or entry.get("summary")
         said = f": {_line(outcome, ANSWER_CHARS)}" if outcome else ""
         number = f"{index + 1}/{total} " if total > 1 else ""
-        lines.append(f"{_MARKS.get(status, '•')} {number}{_line(goal, GOAL_CHARS)} ({status}{timing}){said}")
+        mark, shown = _MARKS.get(status, "•"), status
+        if is_truncated(entry):  # stopped unfinished: never a plain ✓
+            mark, shown = "⚠", f"{status}, TRUNCATED"
+        lines.append(f"{mark} {number}{_line(goal, GOAL_CHARS)} ({shown}{timing}){said}")
     return lines

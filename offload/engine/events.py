@@ -88,7 +88,7 @@ def _add_single_fields(evt: dict[str, Any], snapshot: dict[str, Any], result: di
     if duration is None and snapshot.get("completed_at") and snapshot.get("dispatched_at"):
         duration = round(snapshot["completed_at"] - snapshot["dispatched_at"], 2)
     evt["duration_seconds"] = duration
-    for key in ("exit_reason", "truncated"):
+    for key in ("exit_reason", "truncated", "finish_reason", "error_kind"):
         if key in result:
             evt[key] = result[key]
 

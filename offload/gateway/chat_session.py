@@ -24,6 +24,7 @@ from offload.gateway.platform import ChatGone, Incoming, Platform, Route
 from offload.gateway.runner import BATCH_PREFIX
 from offload.gateway.session_context import clear_session_vars, set_session_vars
 from offload.gateway.state import record_drop
+from offload.render.truncation import unfinished_reason
 from offload.default_runtime import engine
 
 if TYPE_CHECKING:  # conversations are built by the caller; the gateway never imports the CLI layer
@@ -155,6 +156,9 @@ class ChatSession:
             self.say(f"agent error: {result.error}")
         if result.answer:
             self.say(result.answer)
+        unfinished = unfinished_reason(result.exit_reason, result.finish_reason)
+        if unfinished:
+            self.say(f"(the answer above is incomplete: {unfinished})")
 
     def _results_turn(self, batch: list[Claimed]) -> None:
         session_id = self.conversation.session_id

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from offload.engine.states import DONE_STATES
+from offload.render.truncation import is_truncated, truncated_note, truncated_suffix
 from offload.render.text import (
     format_age,
     format_count,
@@ -22,11 +23,6 @@ from offload.render.text import (
 )
 
 DONE_STATUSES = DONE_STATES  # one source: offload.engine.states
-TRUNCATED_SUFFIX = "TRUNCATED: hit max_iterations — work may be incomplete"
-TRUNCATED_NOTE = (
-    "[TRUNCATED — subagent hit its iteration cap; the summary below may be incomplete. "
-    "Verify before relying on it, or re-dispatch the unfinished part.]"
-)
 SINGLE_INTRO = (
     "A background subagent you dispatched earlier has finished. You may have moved on since "
     "then, so the full task it was given is repeated below: act on the result, or re-dispatch "
@@ -49,10 +45,6 @@ RECOVERY_NOTE = (
 
 
 # -- event accessors (tolerant: events may come back from JSON or from older writers) -------
-
-def is_truncated(entry: dict[str, Any]) -> bool:
-    return bool(entry.get("truncated")) or entry.get("exit_reason") == "max_iterations"
-
 
 def event_results(evt: dict[str, Any]) -> list[dict[str, Any]]:
     """The event's child entries, sorted by ``task_index`` (position when it is missing)."""
@@ -156,7 +148,7 @@ def single_block(evt: dict[str, Any], notice: list[str]) -> str:
         f"Duration: {format_seconds(evt.get('duration_seconds'))}s"
     )
     if truncated:
-        status_line += f" [{TRUNCATED_SUFFIX}]"
+        status_line += f" [{truncated_suffix(evt)}]"
     lines += ["", status_line, "--- RESULT ---", *_single_body(evt, status, truncated)]
     return "\n".join(lines)
 
@@ -164,7 +156,7 @@ def single_block(evt: dict[str, Any], notice: list[str]) -> str:
 def _single_body(evt: dict[str, Any], status: str, truncated: bool) -> list[str]:
     summary, error = evt.get("summary"), evt.get("error")
     if status in DONE_STATUSES and _present(summary):
-        return ([TRUNCATED_NOTE] if truncated else []) + [quote_block(summary)]
+        return ([truncated_note(evt)] if truncated else []) + [quote_block(summary)]
     if status == "interrupted":
         lines = [
             f"The subagent was interrupted before completing: {quote_block(error)}"
@@ -228,7 +220,7 @@ def task_block(entry: dict[str, Any], goals: list[Any], n_tasks: int, pos: int =
     if is_number(entry.get("duration_seconds")):
         details.append(f"{format_seconds(entry['duration_seconds'])}s")
     if truncated:
-        details.append(TRUNCATED_SUFFIX)
+        details.append(truncated_suffix(entry))
     head = f"--- {icon} TASK {idx + 1}/{n_tasks}" + (f": {goal}" if goal else "")
     lines = [f"{head}  ({', '.join(details)}) ---", *_task_body(entry, status, truncated)]
     if _present(entry.get("live_transcript")):
@@ -240,7 +232,7 @@ def task_block(entry: dict[str, Any], goals: list[Any], n_tasks: int, pos: int =
 def _task_body(entry: dict[str, Any], status: str, truncated: bool) -> list[str]:
     summary, error = entry.get("summary"), entry.get("error")
     if status in DONE_STATUSES and _present(summary):
-        return ([TRUNCATED_NOTE] if truncated else []) + [quote_block(summary)]
+        return ([truncated_note(entry)] if truncated else []) + [quote_block(summary)]
     if _present(summary):
         lines = [f"({status}: {inline(error)})"] if _present(error) else []
         return lines + ["Partial output:", quote_block(summary)]

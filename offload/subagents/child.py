@@ -6,7 +6,8 @@ and ``delegate_tool_dispatch`` import it, it imports neither them nor ``delegate
 A unit carries its child seams (``build_child``, ``run_child``); the defaults are the functions
 here, and ``delegate_tool`` passes ones that look up its hermes-compatible names
 (``_build_child_agent``, ``_run_single_child``) at call time, so a patch there reaches every
-unit. Invariant: a child that raised is ``error``, one that ran and did not succeed ``failed``.
+unit. Invariants: a child that raised is ``error``, one that ran and did not succeed ``failed``;
+a child whose work stopped unfinished (iteration budget, cut-off reply) is ``truncated``.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 from offload.subagents.args import TaskArgs
 from offload.subagents.config import DelegationConfig
+from offload.render.truncation import CUT_OFF_EXIT_REASON, UNFINISHED_EXIT_REASONS
 from offload.subagents.usage import entry_usage_fields
 
 
@@ -54,12 +56,17 @@ def run_single_child(task_index: int, goal: str, child: Any = None, parent_agent
     elif out.get("error") or out.get("exit_reason") == "error":
         status, exit_reason = "failed", "error"
     else:
-        exit_reason = "completed" if out.get("completed") else "max_iterations"
+        exit_reason = out.get("exit_reason") if out.get("exit_reason") in UNFINISHED_EXIT_REASONS else None
+        exit_reason = "completed" if out.get("completed") else exit_reason or "max_iterations"
         status = "completed" if usable else "failed"
     entry = {"task_index": task_index, "status": status, "summary": summary if usable else None,
              "api_calls": int(out.get("api_calls") or 0), "duration_seconds": round(time.monotonic() - started, 2),
              "model": out.get("model") or str_attr(child, "model"), "exit_reason": exit_reason,
-             "truncated": exit_reason == "max_iterations", **entry_usage_fields(out)}
+             "truncated": exit_reason in UNFINISHED_EXIT_REASONS, **entry_usage_fields(out)}
+    if exit_reason == CUT_OFF_EXIT_REASON:
+        entry["finish_reason"] = out.get("finish_reason")
+    if out.get("error_kind"):  # "model" / "endpoint": what `offload run` exits with if no child completed
+        entry["error_kind"] = out["error_kind"]
     if out.get("error"):
         entry["error"] = str(out["error"])
     elif status == "failed":

@@ -18,7 +18,7 @@ from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 
 RESULT_KEYS = {
     "final_response", "completed", "exit_reason", "api_calls", "messages", "error", "model", "interrupted", "usage",
-    "error_kind",
+    "error_kind", "truncated", "finish_reason",
 }
 
 

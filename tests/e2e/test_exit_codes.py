@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from offload.testing.model_server import hang_reply, text_reply
+from offload.testing.model_server import Reply, hang_reply, text_reply
 from tests.e2e.conftest import cli_env, offload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -93,3 +93,40 @@ def test_chat_with_the_demo_model_answers_and_leaves_cleanly():
     assert proc.returncode == 0, proc
     assert "NOT a real model" in proc.stdout and "model demo-model at http://127.0.0.1:" in proc.stdout
     assert "landed: Subagent Task" in proc.stdout
+
+
+# -- unfinished work is not success (issue 28) -----------------------------------------------
+
+def test_an_answer_cut_off_at_the_output_limit_exits_5_and_says_so(model_server, write_config):
+    write_config(model_server(text_reply("Cats are small, furry", finish_reason="length")))
+    done = offload("run", "Write a paragraph about cats.")
+    assert done.returncode == 5, done
+    assert "agent> Cats are small, furry" in done.stdout
+    assert "the answer above is incomplete" in done.stderr and "finish_reason=length" in done.stderr
+
+
+@pytest.mark.parametrize("child_reply, code", [
+    (text_reply(""), 6),  # ran, but said nothing usable: failed, and no endpoint to blame
+    (Reply(status=400, error_message="the request was malformed"), 3),  # every child: the endpoint refused
+])
+def test_a_background_result_in_which_every_child_failed_is_not_success(model_server, write_config, child_reply,
+                                                                        code):
+    from tests.e2e.conftest import scripted_parent
+
+    parent = scripted_parent(child=lambda request: child_reply,
+                             delegate={"tasks": [{"goal": "count the files"}, {"goal": "list the users"}]})
+    write_config(model_server(parent, model_ids=None))
+    done = offload("run", "fan out")
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "landed: Subagent Tasks Failed" in done.stdout
+
+
+def test_a_background_result_with_a_cut_off_child_exits_5(model_server, write_config):
+    from tests.e2e.conftest import scripted_parent
+
+    parent = scripted_parent(child=lambda request: text_reply("half an ans", finish_reason="length"),
+                             delegate={"goal": "write a poem"})
+    write_config(model_server(parent, model_ids=None))
+    done = offload("run", "delegate it")
+    assert done.returncode == 5, done
+    assert "TRUNCATED" in done.stdout
