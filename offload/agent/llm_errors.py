@@ -14,7 +14,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from offload.engine.errors import OffloadError
-from offload.render.model_rejection import MODEL_NOT_FOUND_PATTERNS
+from offload.render.model_rejection import says_model_not_found
 
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
@@ -67,8 +67,7 @@ def provider_message(body: Any) -> str:
 def _says_model_missing(status: int, body_text: str) -> bool:
     if status == 404:
         return True
-    lowered = body_text.lower()
-    return status == 400 and any(p in lowered for p in MODEL_NOT_FOUND_PATTERNS)
+    return status == 400 and says_model_not_found(body_text)
 
 
 def classify_status(status: int, body: Any, *, model: str, base_url: str) -> StatusVerdict:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Union
 
-from offload.render.model_rejection import MODEL_NOT_FOUND_PATTERNS, subagent_stamp
+from offload.render.model_rejection import MODEL_NOT_FOUND_PATTERNS, says_model_not_found, subagent_stamp
 from offload.render.text import clip, inline
 from offload.render.blocks import (
     DONE_STATUSES,
@@ -72,7 +72,7 @@ def _mentions_rejection(model: str, entries: list[dict[str, Any]]) -> bool:
         text = f"{entry.get('error') or ''} {entry.get('summary') or ''}".lower()
         # The configured model must be named: a rejection of some other model (a stale task
         # or a per-task override) is task-level noise, not a config problem.
-        if model in text and any(pattern in text for pattern in MODEL_NOT_FOUND_PATTERNS):
+        if model in text and says_model_not_found(text):
             return True
     return False
 
