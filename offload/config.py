@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from offload.agent.llm import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from offload.agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
 from offload.gateway.config import GatewayConfig
 from offload import config_file
@@ -56,6 +57,9 @@ class OffloadConfig(BaseModel):
     context_window_tokens: int | None = Field(128_000, ge=256, description=(
         "the parent model's context window; near it, old turns are summarised (null = never)"))
     compress_at_ratio: float = Field(0.8, gt=0, le=1, description="compress when a request would pass this share")
+    stream_idle_timeout_s: float = Field(DEFAULT_STREAM_IDLE_TIMEOUT_S, gt=0, le=86_400, description=(
+        "seconds a model call may receive nothing (no token, keep-alive or progress) before it fails; "
+        "raise it for a slow local server reading a long prompt"))
     delegation: DelegationConfig = Field(default_factory=DelegationConfig)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)

@@ -56,7 +56,8 @@ def build_agent(cfg: OffloadConfig, session_id: str, *, api_key: str | None = No
     return AIAgent(model=cfg.model, base_url=cfg.base_url,
                    api_key=api_key if api_key is not None else resolve_api_key(cfg),
                    toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
-                   session_id=session_id, tool_settings={"max_spawn_depth": cfg.delegation.max_spawn_depth})
+                   session_id=session_id, tool_settings={"max_spawn_depth": cfg.delegation.max_spawn_depth},
+                   stream_idle_timeout_s=cfg.stream_idle_timeout_s)
 
 
 def open_conversation(cfg: OffloadConfig, store: SessionStore, resume: str | None = None, *,

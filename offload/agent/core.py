@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from offload.agent.activity import ActivityTracker
 from offload.agent.child import derive_child_settings
-from offload.agent.llm import AssistantTurn, LLMClient, LLMError, ModelNotFoundError
+from offload.agent.llm import DEFAULT_STREAM_IDLE_TIMEOUT_S, AssistantTurn, LLMClient, LLMError, ModelNotFoundError
 from offload.agent.prompts import default_system_prompt
 from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, resolve_tools, validate_toolsets
@@ -83,6 +83,7 @@ class AIAgent:
         llm: TurnStreamer | None = None,
         tool_settings: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
+        stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
     ) -> None:
         self.model = model
         self.base_url = base_url
@@ -93,6 +94,7 @@ class AIAgent:
         self.system_prompt = system_prompt if system_prompt is not None else default_system_prompt(self.workspace)
         self.session_id = session_id or f"sess_{uuid.uuid4().hex[:12]}"
         self.tool_settings: dict[str, Any] = dict(tool_settings or {})
+        self.stream_idle_timeout_s = float(stream_idle_timeout_s)
         self._delegate_depth = int(delegate_depth)
         self._subagent_id: str | None = None
         self._delegate_role: str | None = None
@@ -114,7 +116,8 @@ class AIAgent:
     @property
     def llm(self) -> TurnStreamer:
         if self._llm is None:
-            self._llm = LLMClient(self.model, self.base_url, self.api_key)
+            self._llm = LLMClient(self.model, self.base_url, self.api_key,
+                                  stream_idle_timeout_s=self.stream_idle_timeout_s)
         return self._llm
 
     def close(self) -> None:
@@ -309,6 +312,7 @@ class AIAgent:
         api_key: str | None = None,
         max_iterations: int | None = None,
         subagent_id: str | None = None,
+        stream_idle_timeout_s: float | None = None,
     ) -> AIAgent:
         """A subagent one level deeper, never with a toolset this agent lacks."""
         derived = derive_child_settings(
@@ -327,6 +331,7 @@ class AIAgent:
             session_id=f"{self.session_id}-sub{task_index}-{uuid.uuid4().hex[:6]}",
             delegate_depth=self._delegate_depth + 1,
             tool_settings=self.tool_settings,
+            stream_idle_timeout_s=stream_idle_timeout_s or self.stream_idle_timeout_s,
         )
         child._subagent_id = subagent_id or f"sa-{task_index}-{uuid.uuid4().hex[:8]}"
         child._delegate_role = derived.role

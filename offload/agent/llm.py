@@ -8,12 +8,16 @@ because they must be interruptible (``should_stop`` is polled during backoff) an
 Ollama, vLLM, llama.cpp).
 
 Invariant: ``stream_turn`` either returns an ``AssistantTurn`` or raises ``LLMError`` — never
-an httpx or wire exception, and never hangs: a silent server ends in ``stream_idle_timeout_s``,
-an interrupt within ``poll_interval_s``.
+an httpx or wire exception, and never hangs: a silent server ends in ``stream_idle_timeout_s``
+(config ``stream_idle_timeout_s`` / ``delegation.stream_idle_timeout_s``), an interrupt within
+``poll_interval_s``. Anything the server sends counts as life: a chunk, an SSE keep-alive
+comment, or llama.cpp's prompt-progress chunks, which a local server is asked for
+(``return_progress``) because a CPU server reading a long prompt is otherwise silent for minutes.
 """
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import logging
 import random
@@ -21,12 +25,13 @@ import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+from urllib.parse import urlparse
 
 import httpx
 
 from offload.agent.llm_errors import LLMError, ModelNotFoundError, classify_status, provider_message, retry_after_s
 from offload.agent.llm_sse import HTTPStatusFailure, StreamErrorEvent, TransportFailure, stream_chunks
-from offload.agent.llm_stream import CHUNK, END, AssistantTurn, StreamPump, TurnAssembler
+from offload.agent.llm_stream import ALIVE, CHUNK, END, AssistantTurn, StreamPump, TurnAssembler
 
 __all__ = ["AssistantTurn", "LLMClient", "LLMError", "ModelNotFoundError", "RetryNotice"]
 
@@ -35,6 +40,26 @@ logger = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Some proxies refuse a bare "Bearer"; local servers (Ollama, llama.cpp, vLLM) ignore whatever we send.
 PLACEHOLDER_API_KEY = "not-needed"
+DEFAULT_STREAM_IDLE_TIMEOUT_S = 120.0
+IDLE_TIMEOUT_KEYS = "stream_idle_timeout_s (subagents: delegation.stream_idle_timeout_s)"
+# Request fields a server may refuse with a 400 naming them: asked for, and dropped on refusal.
+# stream_options.include_usage: usage in the stream (old servers refuse it); return_progress:
+# llama.cpp's prompt-progress chunks (hosted APIs refuse unknown fields, so only local servers
+# are asked).
+_OPTIONAL_FIELDS = ("stream_options", "return_progress")
+
+
+def is_local_server(base_url: str) -> bool:
+    """A server on this machine or the LAN (loopback, private address, or a one-label host name such
+    as a container's): where llama.cpp and its kin run, and no hosted API does."""
+    host = (urlparse(base_url).hostname or "").lower()
+    if host == "localhost" or (host and "." not in host and ":" not in host):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host.endswith((".local", ".lan", ".internal"))
+    return address.is_loopback or address.is_private or address.is_link_local
 
 
 @dataclass(frozen=True)
@@ -80,7 +105,7 @@ class LLMClient:
         *,
         http_client: httpx.Client | None = None,
         connect_timeout_s: float = 15.0,
-        stream_idle_timeout_s: float = 120.0,
+        stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         max_retries: int = 4,
         backoff_base_s: float = 1.0,
         backoff_cap_s: float = 30.0,
@@ -100,7 +125,11 @@ class LLMClient:
         self._backoff_base_s, self._backoff_cap_s = backoff_base_s, backoff_cap_s
         self._retry_after_cap_s = retry_after_cap_s
         self._poll_interval_s = poll_interval_s
-        self._include_usage = include_usage
+        self._optional: dict[str, Any] = {}  # dropped one by one when the server refuses them
+        if include_usage:
+            self._optional["stream_options"] = {"include_usage": True}
+        if is_local_server(self.base_url):
+            self._optional["return_progress"] = True
         self._extra_body = dict(extra_body or {})
         self._sleep, self._clock = sleep, clock
         self._rng = rng or random.Random()
@@ -153,24 +182,25 @@ class LLMClient:
         on_activity: Callable[[], None] | None,
         should_stop: Callable[[], bool],
     ) -> AssistantTurn:
-        try:
-            return self._read_stream(self._open(messages, tools), on_activity, should_stop)
-        except HTTPStatusFailure as exc:
-            if not (exc.status_code == 400 and self._include_usage and "stream_options" in exc.text):
-                raise
-            # Older OpenAI-compatible servers reject stream_options; usage is optional.
-            self._include_usage = False
-            return self._read_stream(self._open(messages, tools), on_activity, should_stop)
+        while True:
+            try:
+                return self._read_stream(self._open(messages, tools), on_activity, should_stop)
+            except HTTPStatusFailure as exc:
+                refused = [name for name in self._optional if exc.status_code == 400 and name in exc.text]
+                if not refused:
+                    raise
+                # The server refuses a field we could do without (named in its 400): ask again without it.
+                logger.info("%s refuses %s; asking again without it", self.base_url, refused[0])
+                del self._optional[refused[0]]
 
     def _open(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StreamPump:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
         if tools:  # OpenAI rejects an empty tools array
             body["tools"] = tools
-        if self._include_usage:
-            body["stream_options"] = {"include_usage": True}
+        body.update(self._optional)
         body.update(self._extra_body)
-        return StreamPump(lambda: stream_chunks(self._http_client, self._url, headers=self._headers, body=body,
-                                                timeout=self._timeout)).start()
+        return StreamPump(lambda alive: stream_chunks(self._http_client, self._url, headers=self._headers,
+                                                      body=body, timeout=self._timeout, on_alive=alive)).start()
 
     def _read_stream(
         self, pump: StreamPump, on_activity: Callable[[], None] | None, should_stop: Callable[[], bool]
@@ -189,10 +219,11 @@ class LLMClient:
                 kind, value = item
                 if kind == END:
                     return self._finished(assembler)
-                if kind != CHUNK:
+                if kind not in (CHUNK, ALIVE):
                     raise value
                 last_data_at = self._clock()
-                self._add_chunk(assembler, value)
+                if kind == CHUNK:
+                    self._add_chunk(assembler, value)
                 _notify(on_activity)
         finally:
             pump.abandon()
@@ -217,8 +248,9 @@ class LLMClient:
     def _idle_error(self) -> LLMError:
         return LLMError(
             f"model '{self.model}' at {self.base_url} sent nothing for "
-            f"{self.stream_idle_timeout_s:g} s; the server is stuck or overloaded — retry later "
-            "or raise stream_idle_timeout_s for very slow models"
+            f"{self.stream_idle_timeout_s:g} s; the server is stuck or overloaded — retry later, or "
+            f"for a slow server (a CPU reading a long prompt) raise {IDLE_TIMEOUT_KEYS}: "
+            "offload config set stream_idle_timeout_s 600"
         )
 
     def _classify(self, exc: Exception) -> _Failure:

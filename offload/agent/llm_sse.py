@@ -16,7 +16,7 @@ them into retry or fail-fast.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import httpx
 
@@ -43,8 +43,11 @@ class StreamErrorEvent(Exception):
 
 
 def stream_chunks(client: httpx.Client, url: str, *, headers: dict[str, str], body: dict[str, Any],
-                  timeout: httpx.Timeout) -> Iterator[dict[str, Any]]:
-    """POST ``body`` and yield each streamed JSON payload; closes the response when done or closed."""
+                  timeout: httpx.Timeout, on_alive: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
+    """POST ``body`` and yield each streamed JSON payload; closes the response when done or closed.
+
+    ``on_alive`` is called for each SSE comment (``: keep-alive``, OpenRouter's ``: PROCESSING``):
+    no payload, but the server is alive."""
     request = client.build_request("POST", url, headers=headers, content=json.dumps(body).encode(),
                                    timeout=timeout)
     try:
@@ -54,7 +57,7 @@ def stream_chunks(client: httpx.Client, url: str, *, headers: dict[str, str], bo
     try:
         if response.status_code >= 400:
             raise _status_failure(response)
-        for event, data in iter_sse(response.iter_bytes()):
+        for event, data in iter_sse(response.iter_bytes(), on_comment=on_alive):
             if data.startswith(b"[DONE]"):
                 return
             yield _payload(event, data)
@@ -85,8 +88,10 @@ def _payload(event: str | None, data: bytes) -> Any:
     return payload
 
 
-def iter_sse(pieces: Iterable[bytes]) -> Iterator[tuple[str | None, bytes]]:
-    """``(event name or None, data)`` per dispatched event, from byte pieces split anywhere."""
+def iter_sse(pieces: Iterable[bytes], on_comment: Callable[[], None] | None = None
+             ) -> Iterator[tuple[str | None, bytes]]:
+    """``(event name or None, data)`` per dispatched event, from byte pieces split anywhere;
+    ``on_comment()`` for each comment line."""
     event: str | None = None
     data: list[bytes] = []
     for line in _lines(pieces):
@@ -96,6 +101,8 @@ def iter_sse(pieces: Iterable[bytes]) -> Iterator[tuple[str | None, bytes]]:
             event, data = None, []
             continue
         if line[:1] == b":":  # a comment: keep-alive
+            if on_comment is not None:
+                on_comment()
             continue
         name, _, value = line.partition(b":")
         if value[:1] == b" ":

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 logger = logging.getLogger(__name__)
 
-CHUNK, END, ERROR = "chunk", "end", "error"
+CHUNK, END, ERROR, ALIVE = "chunk", "end", "error", "alive"
 
 # ``AssistantTurn.finish_reason`` when the stream ended without the server giving one: the
 # reply stopped, but nobody said it was finished, so it counts as cut off.
@@ -150,12 +150,14 @@ def _usage_dict(usage: Any) -> dict[str, Any]:
 class StreamPump:
     """Opens and reads one stream on a daemon thread; the caller pulls items with ``get``.
 
-    Items are ``(CHUNK, chunk)``, ``(END, None)`` or ``(ERROR, exception)``. After ``abandon``
+    Items are ``(CHUNK, chunk)``, ``(ALIVE, None)`` (the server sent a keep-alive: no data, but
+    alive), ``(END, None)`` or ``(ERROR, exception)``. ``open_stream`` gets the callback that
+    reports a keep-alive. After ``abandon``
     the thread stops at its next chunk and closes the response; a silent server holds it only
     until the HTTP read timeout, which is set just above the idle timeout.
     """
 
-    def __init__(self, open_stream: Callable[[], Iterable[Any]]) -> None:
+    def __init__(self, open_stream: Callable[[Callable[[], None]], Iterable[Any]]) -> None:
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._abandoned = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(open_stream,), name="llm-stream", daemon=True)
@@ -173,10 +175,14 @@ class StreamPump:
     def abandon(self) -> None:
         self._abandoned.set()
 
-    def _run(self, open_stream: Callable[[], Iterable[Any]]) -> None:
+    def _alive(self) -> None:
+        if not self._abandoned.is_set():
+            self._queue.put((ALIVE, None))
+
+    def _run(self, open_stream: Callable[[Callable[[], None]], Iterable[Any]]) -> None:
         stream: Any = None
         try:
-            stream = open_stream()
+            stream = open_stream(self._alive)
             for chunk in stream:
                 if self._abandoned.is_set():
                     break

@@ -31,10 +31,12 @@ def str_attr(obj: Any, name: str) -> str | None:
 def build_child_agent(*, task_index: int, goal: str, context: str | None, toolsets: list[str] | None, role: str,
                       creds: dict[str, Any], max_iterations: int, parent_agent: Any) -> Any:
     """The parent builds its own child, so tools/ never imports the agent runtime."""
+    # Only when set: a parent that predates the setting (or a test double) need not know it.
+    extra = {"stream_idle_timeout_s": creds["stream_idle_timeout_s"]} if creds.get("stream_idle_timeout_s") else {}
     return parent_agent.build_child(task_index=task_index, goal=goal, context=context, toolsets=toolsets, role=role,
                                     model=creds.get("model"), base_url=creds.get("base_url"),
                                     api_key=creds.get("api_key"), max_iterations=max_iterations,
-                                    subagent_id=f"sa-{task_index}-{os.urandom(3).hex()}")
+                                    subagent_id=f"sa-{task_index}-{os.urandom(3).hex()}", **extra)
 
 
 def child_prompt(goal: str, context: str | None) -> str:

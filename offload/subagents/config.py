@@ -38,6 +38,9 @@ class DelegationConfig(BaseModel):
     max_iterations: int = Field(50, ge=1, le=10_000, description="API calls per subagent")
     max_spawn_depth: int = Field(1, ge=0, le=5, description="how deep subagents may delegate")
     max_summary_chars: int = Field(24_000, ge=200, description="cap on a subagent's summary")
+    stream_idle_timeout_s: float | None = Field(None, gt=0, le=86_400, description=(
+        "seconds a subagent's model call may receive nothing before it fails; default: the parent's "
+        "stream_idle_timeout_s"))
     fallback_providers: list[Any] = Field(default_factory=list)
     max_async_children: int | None = Field(None, description="deprecated and ignored")
     run_on: Literal["local", "workers"] = Field("local", description="local: background units run in this process; "

@@ -62,7 +62,8 @@ def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[
     else:
         api_key = _str_attr(parent, "api_key")
     return {"model": cfg.model or _str_attr(parent, "model"), "provider": cfg.provider, "base_url": base_url,
-            "api_key": api_key, "api_mode": None, "command": None, "args": None}
+            "api_key": api_key, "api_mode": None, "command": None, "args": None,
+            "stream_idle_timeout_s": cfg.stream_idle_timeout_s}  # None: the parent's
 
 
 def _credentials_or_error(cfg: DelegationConfig, parent: Any) -> tuple[dict[str, Any], str | None]:

@@ -70,7 +70,7 @@ def test_a_stream_in_small_pieces_with_keep_alives_assembles_the_same_turn(size)
     assert turn.tool_calls == [{"id": "c1", "name": "search", "arguments_json": '{"q":"x"}'}]
     assert turn.finish_reason == "tool_calls"
     assert turn.usage == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
-    assert len(activity) == 5  # one activity signal per chunk, none for comments
+    assert len(activity) == 6  # one activity signal per chunk and per keep-alive comment: both are life
 
 
 def test_done_ends_the_stream_even_if_more_follows():
