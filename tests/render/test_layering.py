@@ -5,8 +5,9 @@ The layers, top to bottom (``LAYERS``): the app (CLI, runtime, dashboard, teleme
 (``offload.subagents``, ``offload.toolsets``, ``offload.context``, ``offload.home``) →
 ``offload.render`` (pure rendering) → ``offload.engine`` → ``offload.ledger``. Every import
 counts, including lazy ones inside functions and ``importlib.import_module("literal")``;
-``offload.engine.errors`` (the error root) is below all; only ``if TYPE_CHECKING:`` blocks are
-exempt, because they never run. The renderer and the turn-context helpers import nothing above
+``offload.engine.errors`` (the error root) is below all but ``offload.engine.loop`` (the
+background-loop primitive the loops of every layer use; it imports nothing of offload); only
+``if TYPE_CHECKING:`` blocks are exempt, because they never run. The renderer and the turn-context helpers import nothing above
 the tool layer, and the renderer does no I/O and reads no config. No module of ``offload``
 imports the compat distribution (``tools``, ``gateway``).
 """
@@ -30,6 +31,7 @@ LAYERS = (
     ("offload.ledger.select", 3, "tools"),
     ("offload.ledger.queries", 3, "tools"),
     ("offload.engine.errors", -1, "errors"),
+    ("offload.engine.loop", -2, "loop"),
     ("offload.ledger", 0, "ledger"),
     ("offload.engine", 1, "engine"),
     ("offload.render", 2, "render"),
