@@ -36,6 +36,7 @@ from offload.engine.log import logger
 from offload.engine.observers import notify
 from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.pool import DaemonThreadPool
+from offload.engine.loop import Clock, Loop
 from offload.engine.stall import StallLoop
 from offload.engine.states import ACTIVE_STATES, FAILED_STATES, LIVE_STATES
 from offload.engine.units import UnitSpec, capacity_error, invalid_dispatch, new_record
@@ -61,7 +62,8 @@ class Delegations:
     def __init__(self, *, ledger: Callable[[], DelegationLedger], publish: Callable[[dict[str, Any]], None],
                  policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
                  records: dict[str, Record] | None = None, lock: threading.Lock | None = None,
-                 slots: Counter[str] | None = None) -> None:
+                 slots: Counter[str] | None = None, clock: Clock | None = None) -> None:
+        """``clock``: what drives the stall loop (default: real time; tests pass a FakeClock)."""
         self.ledger, self.publish, self.policy = ledger, publish, policy
         self.health = health or LedgerHealth()
         self.records: dict[str, Record] = {} if records is None else records
@@ -72,7 +74,7 @@ class Delegations:
         self._retired: dict[str, Record] = {}
         self.executor: DaemonThreadPool | None = None
         self._executor_lock = threading.Lock()
-        self.stalls = StallLoop(self)
+        self.stalls = StallLoop(self, clock)
 
     # -- hooks a facade may route through patchable names ----------------------------------------
     def new_id(self) -> str:
@@ -370,6 +372,10 @@ class Delegations:
         if targets:
             logger.info("Interrupted %d of %d background delegation(s): %s", signalled, len(targets), reason)
         return signalled
+
+    def loops(self) -> list[Loop]:
+        """The engine's background loops (the stall loop), for a runtime that stops them together."""
+        return [self.stalls.loop]
 
     def reset(self) -> None:
         """Forget every unit and stop the pool and the stall loop (tests and embedding apps)."""

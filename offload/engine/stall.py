@@ -1,11 +1,12 @@
-"""The stall loop of a ``Delegations``: one daemon thread (``async-delegate-stale-monitor``)
-that waits ``policy().stall_check_interval_s`` and calls :meth:`StallLoop.check`.
+"""The stall loop of a ``Delegations``: a ``Loop`` (thread ``async-delegate-stale-monitor``)
+that calls :meth:`StallLoop.check` every ``policy().stall_check_interval_s``.
 
 ``check(now)`` samples the watched records under the lock, decides with the pure
 ``monitor.sweep`` and acts outside the lock: a stalled unit is interrupted, and one whose
-grace window expired is force-finalized ``stalled``. The thread exits when nothing is left
-to watch; the next monitored dispatch starts it again. Tests call ``check`` with a chosen
-monotonic ``now``.
+grace window expired is force-finalized ``stalled``. The loop exits when nothing is left
+to watch (re-checked under the loop's start lock, which a monitored dispatch takes after its
+record is in place), and the next monitored dispatch starts it again. Tests call ``check``
+with a chosen monotonic ``now``, or drive the loop with a fake clock.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from offload.engine.events import stalled_result
 from offload.engine.log import logger
+from offload.engine.loop import Clock, Loop
 from offload.engine.observers import notify
 from offload.engine.monitor import UNREADABLE, Decisions, Observation, Thresholds, sweep
 
@@ -27,39 +29,20 @@ def _watched(record: dict[str, Any]) -> bool:
 
 
 class StallLoop:
-    def __init__(self, engine: Delegations) -> None:
+    def __init__(self, engine: Delegations, clock: Clock | None = None) -> None:
         self.engine = engine
-        self.thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self.loop = Loop("async-delegate-stale-monitor", self.check, lambda: engine.policy().stall_check_interval_s,
+                         clock=clock, still_idle=lambda: not self._has_watched(), what="stall check")
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self.loop.thread
 
     def ensure_running(self) -> None:
-        with self._lock:
-            if self.thread is not None and self.thread.is_alive():
-                return
-            self._stop.clear()
-            self.thread = threading.Thread(target=self._loop, name="async-delegate-stale-monitor", daemon=True)
-            self.thread.start()
+        self.loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        thread = self.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=2)
-        self.thread = None
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.engine.policy().stall_check_interval_s):
-            try:
-                keep_going = self.check(time.monotonic())
-            except Exception:  # the monitor outlives any bug in one sweep
-                logger.exception("stall check failed")
-                keep_going = True
-            if not keep_going:
-                with self._lock:
-                    if not self._has_watched():  # re-checked under the lock a dispatch takes to start us
-                        self.thread = None
-                        return
+        self.loop.stop(timeout_s=2)
 
     def _has_watched(self) -> bool:
         with self.engine.lock:

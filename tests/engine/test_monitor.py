@@ -1,6 +1,7 @@
-"""The stall check: the pure sweep with a chosen ``now``, and the engine applying it."""
+"""The stall check: the pure sweep with a chosen ``now``, the engine applying it, and its loop\n(on a fake clock, and as the real ``async-delegate-stale-monitor`` thread)."""
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
@@ -8,7 +9,12 @@ import pytest
 
 from tests.engine.conftest import wait_event
 from tools import async_delegation as ad
+from offload.engine.engine import Delegations
 from offload.engine.monitor import UNREADABLE, Observation, Thresholds, sweep
+from offload.engine.policy import Policy
+from offload.engine.units import UnitSpec
+from offload.ledger import open_ledger
+from offload.testing import FakeClock
 
 LIMITS = Thresholds(idle_s=450.0, in_tool_s=1200.0, grace_s=120.0)
 
@@ -95,3 +101,32 @@ def test_monitor_thread_exits_when_nothing_is_left_to_watch(monkeypatch):
     wait_event(res["delegation_id"])
     thread.join(timeout=5)
     assert not thread.is_alive()
+
+
+@pytest.mark.timeout(30)
+def test_the_stall_loop_on_a_fake_clock_interrupts_then_forces_stalled_then_exits():
+    clock, bus = FakeClock(), queue.Queue()
+    ledger = open_ledger("memory://")
+    policy = Policy(stall_check_interval_s=10.0, stall_idle_s=45.0, stall_in_tool_s=120.0, stall_grace_s=20.0)
+    engine = Delegations(ledger=lambda: ledger, publish=bus.put, policy=lambda: policy, clock=clock)
+    started, gate, interrupted = threading.Event(), threading.Event(), threading.Event()
+    try:
+        handle = engine.dispatch(UnitSpec("frozen"), lambda: (started.set(), gate.wait(10), {"status": "completed"})[2],
+                                 1, interrupt_fn=interrupted.set, progress_fn=lambda: ((1,), False))
+        assert started.wait(5)
+        assert engine.loops() == [engine.stalls.loop] and engine.stalls.loop.running and engine.stalls.thread is None
+        assert clock.scheduled() == {"async-delegate-stale-monitor": 10.0}
+        clock.advance(40)  # sweeps at 10..40: the first stores the token, none is 45 s quiet yet
+        assert not interrupted.is_set()
+        clock.advance(20)  # the sweep at 60 sees 50 s without progress since 10
+        assert interrupted.is_set() and engine.list()[0]["status"] == "stalling"
+        clock.advance(10)
+        assert bus.empty()  # grace runs from the interrupt at 60 to 80
+        clock.advance(10)
+        evt = bus.get(timeout=10)
+        assert (evt["delegation_id"], evt["status"]) == (handle["delegation_id"], "stalled")
+        clock.advance(10)  # the sweep at 90 finds nothing to watch: the loop exits
+        assert not engine.stalls.loop.running and clock.scheduled() == {}
+    finally:
+        gate.set()
+        engine.reset()
