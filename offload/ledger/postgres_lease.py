@@ -7,8 +7,9 @@ is gone. A recovering host deletes an expired lease (``FOR UPDATE``) before it s
 owner's rows, so an owner that was paused or partitioned past its lease can never overwrite
 the recovery when it resumes: its token no longer exists, and it takes a new lease for new work.
 
-``renew_once`` is the pure step (tests call it directly); the heartbeat thread only waits and
-calls it.
+``renew_once`` is the step (tests call it directly); the heartbeat is a ``Loop``
+(``offload-ledger-lease``, every ``heartbeat_s``) that calls it from the first lease taken
+until ``release``.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import os
 import threading
 from typing import Any, Callable
 
+from offload.engine.loop import Clock, Loop
 from offload.ledger.postgres_sql import DB_NOW
 
 logger = logging.getLogger("offload.engine")
@@ -31,13 +33,12 @@ class OwnerLease:
     """This process's lease on one ledger. ``run(fn)`` runs ``fn(conn)`` on a pooled connection."""
 
     def __init__(self, run: Callable[[Callable[[Any], Any]], Any], host_id: str, lease_s: float,
-                 heartbeat_s: float, owner: Callable[[], tuple[int, int | None]]) -> None:
+                 heartbeat_s: float, owner: Callable[[], tuple[int, int | None]], clock: Clock | None = None) -> None:
         self._run, self.host_id, self.lease_s, self.heartbeat_s = run, host_id, lease_s, heartbeat_s
         self._owner = owner
         self._token: int | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.heartbeat = Loop("offload-ledger-lease", self._beat, heartbeat_s, clock=clock, what="lease renewal")
 
     def token(self, conn: Any, *, verify: bool = False) -> int:
         """The current lease token, acquiring a lease on ``conn`` first if there is none (or,
@@ -49,7 +50,7 @@ class OwnerLease:
             if self._token is None:
                 pid, started = self._owner()
                 self._token = conn.execute(_ACQUIRE, (self.host_id, pid, started, self.lease_s)).fetchone()[0]
-                self._ensure_heartbeat()
+                self.heartbeat.start()
             return self._token
 
     def current(self) -> int | None:
@@ -77,22 +78,13 @@ class OwnerLease:
                      self.host_id, os.getpid(), token)
         return False
 
-    def _ensure_heartbeat(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._beat, name="offload-ledger-lease", daemon=True)
-            self._thread.start()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.heartbeat_s):
-            self.renew_once()
+    def _beat(self, now: float) -> bool:
+        self.renew_once()
+        return True  # beats until release: a revoked lease is replaced by the next dispatch
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lease: rows still running become recoverable now."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
+        self.heartbeat.stop(timeout_s=5)
         with self._lock:
             token, self._token = self._token, None
         if token is not None:

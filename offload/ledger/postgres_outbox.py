@@ -3,7 +3,8 @@ in order in memory and written once it is back (``WriteOutbox``).
 
 A write is tried at once while nothing waits. If it fails because the server is unreachable
 (down, restarting, every backend terminated) it is kept, with its *replay* form, and a
-background replayer retries the queue until it is empty.
+background replayer (a ``Loop``, ``offload-ledger-outbox``, every ``retry_s``) retries the
+queue until it is empty, then exits until a write is kept again.
 
 Invariants:
 - FIFO: while any write waits, every new write queues behind it and its caller waits for the
@@ -29,6 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from offload.engine.loop import Clock, Loop
 from offload.ledger.protocol import LedgerError
 
 logger = logging.getLogger("offload.engine")
@@ -56,7 +58,8 @@ class PendingWrite:
 class WriteOutbox:
     """The ordered queue of one ledger's writes that wait for its server. Thread-safe."""
 
-    def __init__(self, location: str, *, max_bytes: int = MAX_BYTES, retry_s: float = RETRY_S) -> None:
+    def __init__(self, location: str, *, max_bytes: int = MAX_BYTES, retry_s: float = RETRY_S,
+                 clock: Clock | None = None) -> None:
         self.location, self.max_bytes, self.retry_s = location, max_bytes, retry_s
         self._writes: collections.deque[PendingWrite] = collections.deque()
         self._bytes = 0
@@ -64,8 +67,9 @@ class WriteOutbox:
         self._flush_lock = threading.Lock()  # one replayer at a time: replays stay in order
         self._overflowed = False
         self._last_error: LedgerError | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # Kept writes are in the deque before the replayer is started: its idle check sees them.
+        self.replayer = Loop("offload-ledger-outbox", self._replay_step, retry_s, clock=clock,
+                             still_idle=lambda: not self._writes, what="ledger outbox replay")
 
     def __len__(self) -> int:
         return len(self._writes)
@@ -93,7 +97,7 @@ class WriteOutbox:
                 self._last_error = exc
                 with self._lock:
                     self._keep_locked(item)
-                self._ensure_replayer()
+                self.replayer.start()
                 raise
         self.flush()
         if item.done and item.error is None:
@@ -150,31 +154,13 @@ class WriteOutbox:
                                "written.", self.location, written)
             return True
 
-    def _ensure_replayer(self) -> None:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._replay_loop, name="offload-ledger-outbox", daemon=True)
-            self._thread.start()
-
-    def _replay_loop(self) -> None:
-        while not self._stop.wait(self.retry_s):
-            try:
-                if self.flush():
-                    with self._lock:
-                        if not self._writes:
-                            self._thread = None
-                            return
-            except Exception:  # the replayer never dies with a write: the next attempt retries
-                logger.debug("ledger outbox replay failed", exc_info=True)
+    def _replay_step(self, now: float) -> bool:
+        """One replay attempt; False once nothing waits (the replayer may exit)."""
+        return not self.flush() or bool(self._writes)
 
     def close(self) -> None:
         """Stop the replayer after one last attempt; say how many writes could not be made."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
+        self.replayer.stop(timeout_s=5)
         if self._writes and not self.flush():
             logger.error("Delegation ledger: %d write(s) kept while %s was unreachable could not be made before "
                          "this process closed the ledger; their results were delivered in memory, and their units "

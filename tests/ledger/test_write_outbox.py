@@ -120,7 +120,7 @@ def test_the_replayer_writes_what_waits_once_the_server_is_back():
     with pytest.raises(LedgerError):
         submit(box, server, "a")
     server.up = True
-    box._thread.join(timeout=10)  # it exits once the queue is empty
+    assert box.replayer.join(timeout_s=10)  # it exits once the queue is empty
     assert (server.log, len(box)) == (["a'"], 0)
 
 
