@@ -9,19 +9,27 @@ can notify (PostgreSQL: ``watch_control``, LISTEN/NOTIFY) the thread sleeps unti
 is made on any host, with a slow poll (``SHARED_POLL_S``) for a missed notification; on a
 local ledger (SQLite) it polls every ``POLL_S``, one indexed read while nothing is requested.
 
-Invariants: the thread starts on the engine's ``dispatched`` notification and exits when the
-engine has no live unit (re-checked under the lock a dispatch takes to start it), so an idle
-process costs nothing; it never dies of a failed poll; it never touches the dispatch path.
+The loop is a ``Loop`` (thread ``offload-owner-loop``) whose step acts on requests when due
+(or at once when the listener wakes it), publishes activity when due, and asks for the next
+step at the earlier of the two. A busy spell (from the first dispatch to the last unit's end)
+opens its ledger and listener on its first step and closes them, withdrawing what it
+published, when the engine has no live unit left.
+
+Invariants: the loop starts on the engine's ``dispatched`` notification and exits when the
+engine has no live unit (re-checked under the loop's start lock, which a dispatch takes after
+its unit is live), so an idle process costs nothing; it never dies of a failed poll; it never
+touches the dispatch path.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
-from offload.engine.observers import add_observer
 from offload import activity
+from offload.engine.loop import Clock, Loop
+from offload.engine.observers import add_observer
 
 logger = logging.getLogger(__name__)
 
@@ -30,50 +38,85 @@ SHARED_POLL_S = 5.0
 LISTEN_WAIT_S = 2.0
 
 
+class _Spell:
+    """One busy spell: the ledger acted on, its control listener, and when each job is due."""
+
+    def __init__(self, ledger: Any, listener: Any, now: float) -> None:
+        self.ledger, self.listener = ledger, listener
+        self.control_s = SHARED_POLL_S if listener is not None else POLL_S
+        self.next_control_at = now
+        self.next_activity_at = now + activity.INTERVAL_S  # nothing is old enough to publish before
+
+
 class OwnerLoop:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
+    def __init__(self, *, clock: Clock | None = None, engine: Any = None,
+                 ledger: Callable[[], Any] | None = None) -> None:
+        """``engine``: what runs this process's units (``active_count()``,
+        ``list_async_delegations()``); ``ledger()``: the ledger to act on, asked at the start
+        of each busy spell. Both default to the process's default runtime."""
         self.publisher = activity.Publisher()
+        self._engine, self._ledger = engine, ledger
+        self._spell: _Spell | None = None
+        self._woken = False  # a control request was made: act at the next step, whatever is due
+        self.loop = Loop("offload-owner-loop", self.step, POLL_S, clock=clock, immediate=True,
+                         still_idle=lambda: self._units().active_count() == 0, what="owner loop step", log=logger)
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self.loop.thread
 
     def __call__(self, kind: str, delegation_id: str, fields: dict[str, Any]) -> None:
-        if kind != "dispatched":
+        if kind == "dispatched":
+            self.loop.start()
+
+    def step(self, now: float) -> float | bool:
+        """Act on what is due at monotonic ``now``; the seconds until the next step, or False
+        (after closing the spell) once no unit is live."""
+        units = self._units()
+        spell = self._spell or self._open(now)
+        if self._woken or now >= spell.next_control_at:
+            self._woken = False
+            self.tick(spell.ledger)
+            spell.next_control_at = now + spell.control_s
+        if now >= spell.next_activity_at:
+            self.publish(spell.ledger, units.list_async_delegations())
+            spell.next_activity_at = now + activity.INTERVAL_S
+        if units.active_count() == 0:
+            self._close()
+            return False
+        return max(0.0, min(spell.next_control_at, spell.next_activity_at) - now)
+
+    def stop(self) -> None:
+        """Stop the loop and close its spell (withdraw what it published, stop listening)."""
+        if self.loop.stop():
+            self._close()
+
+    def _units(self) -> Any:
+        if self._engine is None:
+            # Imported here: installing the loop must not load the engine (`offload --help` stays light).
+            from offload.default_runtime import engine
+            self._engine = engine
+        return self._engine
+
+    def _open(self, now: float) -> _Spell:
+        if self._ledger is None:
+            from offload.default_runtime.delivery import current_ledger
+            self._ledger = current_ledger
+        ledger = self._ledger()
+        self._spell = _Spell(ledger, self._listen(ledger), now)
+        return self._spell
+
+    def _close(self) -> None:
+        spell, self._spell = self._spell, None
+        if spell is None:
             return
-        with self.lock:
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, name="offload-owner-loop", daemon=True)
-                self.thread.start()
+        self.publish(spell.ledger, [])  # nothing live here any more: withdraw what we published
+        if spell.listener is not None:
+            spell.listener.stop()
 
-    def _run(self) -> None:
-        # Imported here: installing the loop must not load the engine (`offload --help` stays light).
-        from offload.default_runtime import engine
-        from offload.default_runtime.delivery import current_ledger
-
-        ledger = current_ledger()
-        wake = threading.Event()
-        listener = self._listen(ledger, wake)
-        control_s = SHARED_POLL_S if listener is not None else POLL_S
-        next_control = time.monotonic()
-        next_activity = next_control + activity.INTERVAL_S  # nothing is old enough to publish before
-        try:
-            while True:
-                now = time.monotonic()
-                if wake.is_set() or now >= next_control:
-                    wake.clear()
-                    self.tick(ledger)
-                    next_control = now + control_s
-                if now >= next_activity:
-                    self.publish(ledger, engine.list_async_delegations())
-                    next_activity = now + activity.INTERVAL_S
-                wake.wait(max(0.0, min(next_control, next_activity) - time.monotonic()))
-                with self.lock:
-                    if engine.active_count() == 0:
-                        self.thread = None
-                        break
-            self.publish(ledger, [])  # nothing live here any more: withdraw what we published
-        finally:
-            if listener is not None:
-                listener.stop()
+    def _wake(self, _ids: Any) -> None:
+        self._woken = True
+        self.loop.wake()
 
     def publish(self, ledger: Any, items: list[dict[str, Any]]) -> None:
         try:
@@ -81,13 +124,12 @@ class OwnerLoop:
         except Exception:  # activity is decoration; the next tick tries again
             logger.debug("publishing activity failed", exc_info=True)
 
-    @staticmethod
-    def _listen(ledger: Any, wake: threading.Event) -> Any:
+    def _listen(self, ledger: Any) -> Any:
         watch = getattr(ledger, "watch_control", None)
         if watch is None:
             return None
         try:
-            listener = watch(lambda _ids: wake.set())
+            listener = watch(self._wake)
         except Exception:  # a server that is down: poll until it is back
             logger.debug("cannot listen for control requests; polling", exc_info=True)
             return None
