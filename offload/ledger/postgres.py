@@ -25,6 +25,7 @@ import os
 import socket
 from typing import Any, Callable, TypeVar
 
+from offload.engine.loop import Clock, Loop
 from offload.ledger.delivery_sql import with_child
 from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
 from offload.ledger.postgres_lease import OwnerLease
@@ -55,17 +56,19 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 
     def __init__(self, url: str, *, host_id: str | None = None, lease_s: float = 60.0, heartbeat_s: float = 10.0,
-                 owner: Callable[[], tuple[int, int | None]] | None = None) -> None:
+                 owner: Callable[[], tuple[int, int | None]] | None = None, clock: Clock | None = None) -> None:
         """``owner()``: this process's (pid, start-time fingerprint), stamped on lease rows and
-        claimed units, for the same-host pid check (default: the pid alone)."""
+        claimed units, for the same-host pid check (default: the pid alone). ``clock``: what
+        drives the ledger's loops (default: real time)."""
         super().__init__(url)
         self.host_id = host_id or default_host_id()
         self.owner = owner or (lambda: (os.getpid(), None))
-        self.lease = OwnerLease(self._run, self.host_id, lease_s, heartbeat_s, self.owner)
+        self.clock = clock
+        self.lease = OwnerLease(self._run, self.host_id, lease_s, heartbeat_s, self.owner, clock)
         self._tokens: dict[str, int] = {}  # delegation id -> the lease token it was dispatched under
         self._claimed: set[str] = set()  # ids claimed from the work queue, not yet started here
         self._listener: CompletionListener | None = None
-        self.outbox = WriteOutbox(self.location)
+        self.outbox = WriteOutbox(self.location, clock=clock)
 
     def exists(self) -> bool:
         return bool(self._run(lambda conn: conn.execute(TABLE_EXISTS).fetchone()[0]))
@@ -82,13 +85,20 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
                 f"WHERE d.delegation_id = ANY(%s) AND {_SQL.pending_filter}", (ids,)))
         with self._pool_lock:
             if self._listener is None:
-                self._listener = CompletionListener(self.url, self.location, on_ids).start()
+                self._listener = CompletionListener(self.url, self.location, on_ids, clock=self.clock).start()
             else:
                 self._listener.on_ids = on_ids
             listener = self._listener
         # The caller scans what is pending right after this; listening first means nothing
         # settled in between is missed. A server that is down does not hold the caller up long.
         listener.listening.wait(timeout=LISTEN_WAIT_S)
+
+    def loops(self) -> list[Loop]:
+        """The ledger's own loops: lease heartbeat, outbox replayer, ``watch``'s listener.
+        ``close`` stops them, in order, with a last replay and the lease's release; listeners
+        from ``listen`` and ``watch_control`` belong to (and are stopped by) their callers."""
+        listener = self._listener
+        return [self.lease.heartbeat, self.outbox.replayer, *([listener.loop] if listener is not None else [])]
 
     def close(self) -> None:
         with self._pool_lock:
@@ -223,7 +233,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
         settled, units queued); the caller stops it."""
         if self._bad_url is not None:
             raise self._bad_url
-        return CompletionListener(self.url, self.location, on_ids).start()
+        return CompletionListener(self.url, self.location, on_ids, clock=self.clock).start()
 
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
+from offload.engine.loop import Clock
 from offload.ledger.codec import dumps, loads
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.postgres_sql import SCHEMA_LOCK_KEY
@@ -35,9 +36,11 @@ def control_channel(schema: str) -> str:
 
 
 class PostgresSideTables:
-    """Mixed into ``PostgresLedger``: uses its ``_run`` (pooled connection, one retry)."""
+    """Mixed into ``PostgresLedger``: uses its ``_run`` (pooled connection, one retry),
+    ``url``, ``location`` and ``clock``."""
 
     _side_ready = False
+    clock: Clock | None = None
 
     def _side_tables(self, conn: Any) -> None:
         if self._side_ready:
@@ -102,7 +105,8 @@ class PostgresSideTables:
         (``None`` after a reconnect: some may have been missed); the caller stops it."""
         if self._bad_url is not None:
             raise self._bad_url
-        return CompletionListener(self.url, self.location, on_ids, channel=control_channel).start()
+        return CompletionListener(self.url, self.location, on_ids, channel=control_channel,
+                                  clock=self.clock).start()
 
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from offload.ledger.postgres import PostgresLedger
 from offload.ledger.protocol import DispatchRow, LedgerError
+from offload.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 T0 = 1_700_000_000.0
@@ -144,3 +145,23 @@ def test_a_completion_replayed_twice_is_applied_once(ledgers, monkeypatch):
     assert len(a.outbox) == 0
     got = a.get("deleg_1")
     assert (got.state, got.delivery_state, got.delivery_claim) == ("completed", "pending", "C")
+
+
+def test_the_ledgers_loops_run_on_the_clock_it_is_given_and_close_stops_them(pg_schema):
+    clock = FakeClock()
+    ledger = PostgresLedger(pg_schema.url, host_id="h", heartbeat_s=10, clock=clock)
+    try:
+        assert [loop.running for loop in ledger.loops()] == [False, False]  # nothing started before work
+        ledger.persist_dispatch(row(), T0)
+        token = ledger.lease.current()
+
+        def expires_at():
+            return ledger._run(lambda conn: conn.execute(
+                "SELECT expires_at FROM async_delegation_owners WHERE token=%s", (token,)).fetchone()[0])
+        before = expires_at()
+        assert clock.scheduled() == {"offload-ledger-lease": 10.0}
+        clock.advance(10)  # one heartbeat, on the database's clock
+        assert expires_at() > before
+    finally:
+        ledger.close()
+    assert not any(loop.running for loop in ledger.loops()) and clock.scheduled() == {}
