@@ -123,7 +123,11 @@ class Loop:
             if self._run is not None and not self._run.stopping and self._run.live():
                 return False
             run = self._run = Run(self, 0.0 if self.immediate else self.interval_s())
-            run.thread = self.clock.spawn(run)
+            try:
+                run.thread = self.clock.spawn(run)
+            except BaseException:  # no thread (the process is at its limit): the next start tries again
+                run.exited = True
+                raise
             return True
 
     def wake(self) -> None:

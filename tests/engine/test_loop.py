@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from offload.engine.loop import Loop, stop_all
+from offload.engine.loop import Clock, Loop, stop_all
 from offload.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(30)
@@ -214,3 +214,16 @@ def test_stop_all_tells_every_loop_before_joining_any():
     started = time.monotonic()
     assert stop_all(loops, timeout_s=10) == []
     assert time.monotonic() - started < 2 and not any(loop.running for loop in loops)
+
+
+def test_a_run_whose_thread_could_not_start_does_not_block_the_next_start():
+    class Refusing(Clock):
+        def spawn(self, run):
+            raise RuntimeError("can't start new thread")
+    loop = Loop("offload-test-spawn", lambda now: True, 3600.0, clock=Refusing())
+    with pytest.raises(RuntimeError):
+        loop.start()
+    assert not loop.running
+    loop.clock = Clock()
+    assert loop.start() and loop.running
+    assert loop.stop(timeout_s=10)
