@@ -1,8 +1,10 @@
-"""Markdown table of a benchmark run, for the README: ``python -m bench.readme_table [JSON]``.
+"""Markdown table of a benchmark run, for docs/benchmarks.md ("Latest figures"):
+``python -m bench.readme_table [JSON]``.
 
 Reads the JSON that ``python -m bench`` wrote (default ``bench/results/latest.json``) and
 prints the headline ratios and absolute checks with their targets, then the machine line,
-so the README's figures are copied from a run, never typed.
+so the page's figures are copied from a run, never typed (the module keeps its name from when
+the table was in the README).
 """
 from __future__ import annotations
 

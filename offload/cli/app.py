@@ -221,7 +221,7 @@ def gateway(verbose: bool = _VERBOSE) -> None:
     """Serve Telegram chats: one agent session per chat/thread, background results delivered back.
 
     Needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
-    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN). See README "Chat gateway"."""
+    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN). See docs/gateway.md."""
     from offload.cli.gateway import run_gateway
 
     raise typer.Exit(run_gateway(verbose))
@@ -260,7 +260,7 @@ def _user_error(exc: Exception) -> str | None:
 
 
 def _install_tracing() -> None:
-    """OpenTelemetry traces when the standard OTEL_* variables ask for them (README: Dashboard and telemetry)."""
+    """OpenTelemetry traces when the standard OTEL_* variables ask for them (docs/dashboard.md)."""
     from offload.telemetry import install_tracing_from_env
 
     install_tracing_from_env()

@@ -60,7 +60,7 @@ def run_demo(keep: bool = False) -> int:
         _fan_out(ui)
         _crash_and_recover(ui, workspace)
     ui.say(f"demo finished in {time.monotonic() - started:.1f} s. Next: point offload at a real model "
-           "(see the README) and run `offload chat`.", style="bold")
+           "(docs/configuration.md) and run `offload chat`.", style="bold")
     return 0
 
 

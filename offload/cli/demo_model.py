@@ -14,7 +14,7 @@ import atexit
 from offload.cli.views import Ui
 
 LABEL = ("demo model: a scripted server on {url}, NOT a real model — every answer is canned and any prompt "
-         "starts the demo's three subagents. Point offload at a real model to use it for work (see the README).")
+         "starts the demo's three subagents. Point offload at a real model to use it for work (docs/configuration.md).")
 
 
 def start_demo_endpoint(ui: Ui) -> dict[str, str]:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from offload.ledger_view import LedgerView
     from offload.cli.views import Ui
 
-_JSON = typer.Option(False, "--json", help="print JSON with stable keys (see the README) instead of text")
+_JSON = typer.Option(False, "--json", help="print JSON with stable keys (docs/commands.md) instead of text")
 SETTLED_SHOWN = 10
 
 
