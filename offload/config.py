@@ -15,6 +15,7 @@ Errors never fall back to defaults silently.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -125,7 +126,30 @@ def _problem(err: Any) -> Problem:
     if err["type"] == "extra_forbidden":
         return Problem(key, "unknown key", f"offload config unset {key}")
     message = f"{err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})"
-    return Problem(key, message, f"offload config set {key} {_default_text(key)}")
+    return Problem(key, message, _set_default_command(_setting_of(err["loc"])))
+
+
+def _setting_of(loc: tuple[Any, ...]) -> str:
+    """The key ``config set`` can write for an error at ``loc``: an element of a list
+    (``toolsets.0``) is repaired by setting the whole list."""
+    parts = []
+    for part in loc:
+        if isinstance(part, int):
+            break
+        parts.append(str(part))
+    return ".".join(parts)
+
+
+def _set_default_command(key: str) -> str:
+    """``offload config set KEY DEFAULT``, quoted so that it can be pasted into a shell; for a
+    whole section (``ledger: 5``), ``offload config unset KEY``, which restores its defaults."""
+    try:
+        annotation = _field_of(key).annotation
+    except ConfigError:
+        annotation = None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return f"offload config unset {key}"
+    return f"offload config set {key} {shlex.quote(_default_text(key))}"
 
 
 def validate_config(data: Mapping[str, Any], where: str, fix: str = "") -> OffloadConfig:
@@ -255,12 +279,17 @@ def set_value(key: str, raw: str, path: Path | None = None) -> tuple[Any, list[P
     config_file.set_key(doc, key, value)
     text = config_file.dump(doc)
     found = problems(yaml.safe_load(text) or {})
-    mine = [p for p in found if p.key == key or key.startswith(p.key + ".")]
+    mine = [p for p in found if p.key == key or _within(key, p.key) or _within(p.key, key)]
     if mine:
         raise ConfigError(f"invalid value: {'; '.join(p.key + ': ' + p.message for p in mine)}. {path} was not "
-                          f"changed; the default is `offload config set {key} {_default_text(key)}`")
+                          f"changed; the default is `{_set_default_command(key)}`")
     config_file.write_text(path, text)
     return value, [p for p in found if p not in mine]
+
+
+def _within(key: str, outer: str) -> bool:
+    """Whether ``key`` names ``outer`` itself or something inside it (``toolsets.0`` in ``toolsets``)."""
+    return key == outer or key.startswith(outer + ".")
 
 
 def unset_value(key: str, path: Path | None = None) -> bool:
