@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from offload.default_runtime.delivery import current_ledger
 from offload.ledger import DelegationLedger, LedgerError, LedgerRow
+from offload.ledger.select import MisconfiguredLedger
 from offload.ledger.sqlite import BUSY_TIMEOUT_S, SqliteLedger
 
 T = TypeVar("T")
@@ -46,6 +47,8 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
 class LedgerView:
     def __init__(self, on_read_only: Callable[[str], None] | None = None) -> None:
         self._ledger: DelegationLedger = current_ledger()
+        if isinstance(self._ledger, MisconfiguredLedger):  # never list a broken ledger as empty
+            raise self._ledger.error
         self._on_read_only = on_read_only
         self.read_only = False
 

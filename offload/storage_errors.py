@@ -32,6 +32,8 @@ def describe(exc: BaseException) -> str | None:
     from offload.ledger.sqlite import classify_error
 
     if isinstance(exc, LedgerError):
+        if exc.kind == "config" or not _ledger_in_state_db():
+            return str(exc)  # it names its server or setting: the state.db advice would send the user astray
         kind, cause = exc.kind, exc.__cause__ or exc
     elif isinstance(exc, SessionStoreError) and exc.__cause__ is not None:
         cause = exc.__cause__
@@ -41,6 +43,17 @@ def describe(exc: BaseException) -> str | None:
     else:
         return None
     return message(kind, cause, state_db_path())
+
+
+def _ledger_in_state_db() -> bool:
+    """Whether the ledger is SQLite in state.db (not PostgreSQL on ``ledger.url``)."""
+    from offload.config import ConfigError
+    from offload.ledger.select import ledger_settings
+
+    try:
+        return not ledger_settings().url
+    except ConfigError:
+        return False
 
 
 def message(kind: str, cause: BaseException, path: Path) -> str:

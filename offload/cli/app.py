@@ -138,6 +138,7 @@ def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to b
         raise CliError(f"the dashboard needs its libraries ({exc.name} is missing): "
                        "pip install 'offload[dashboard]'") from None
 
+    cli_ledger.check_config()
     guard = "; every request must carry the token (open it once with ?token=SECRET)" if token else ""
     DashboardServer(host, port, token).serve_until_stopped(
         lambda url: typer.echo(f"offload dashboard on {url}/ (Ctrl-C stops it){guard}", err=True))

@@ -24,6 +24,14 @@ _JSON = typer.Option(False, "--json", help="print JSON with stable keys (docs/co
 SETTLED_SHOWN = 10
 
 
+def check_config() -> None:
+    """config.yaml checked as `offload run` checks it: a broken file is its one-line error
+    (exit 2), never an empty listing that reads as lost history."""
+    from offload.config import load_config
+
+    load_config()
+
+
 def emit_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
@@ -43,6 +51,7 @@ def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
     from offload.ledger_view import LedgerView
     from offload.cli.views import Ui, ledger_finished, ledger_running
 
+    check_config()
     ui = Ui()
     view = LedgerView(on_read_only=ui.warn)
     if as_json:
@@ -82,6 +91,7 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
     from offload.ledger_view import LedgerView
     from offload.cli.views import Ui, ledger_finished
 
+    check_config()
     ui = Ui()
     view = LedgerView(on_read_only=ui.warn)
     _recover(ui, view, quiet=as_json)
@@ -183,6 +193,7 @@ def sessions(limit: int = typer.Option(20, "--limit", "-n", min=1, help="how man
     from offload.ledger_view import LedgerView
     from offload.cli.views import Ui, sessions_table
 
+    check_config()
     ui = Ui()
     with SessionStore() as store:
         listed = store.list_sessions(limit=limit)
@@ -214,6 +225,7 @@ def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegat
     from offload.ledger_view import LedgerView
     from offload.cli.views import Ui
 
+    check_config()
     ui, view = Ui(), LedgerView()
     row = _running_row(view, wanted)
     owner = control_requests.owner_label(row)

@@ -12,7 +12,7 @@ from typing import Callable
 from offload.ledger import LedgerError
 from offload import control_requests
 from offload.default_runtime import engine
-from offload.default_runtime.delivery import current_ledger
+from offload.ledger.queries import existing_ledger
 
 
 def interrupt(delegation_id: str) -> tuple[bool, str]:
@@ -58,8 +58,8 @@ def _settle(delegation_id: str, settle: Callable[[str], bool], done: str) -> tup
 
 
 def _row(delegation_id: str):
-    ledger = current_ledger()
-    return ledger.get(delegation_id) if ledger.exists() else None
+    ledger = existing_ledger()
+    return ledger.get(delegation_id) if ledger else None
 
 
 def _not_pending(delegation_id: str) -> str | None:

@@ -150,8 +150,8 @@ def detail(delegation_id: str, now: float | None = None) -> dict[str, Any] | Non
     """Everything about one delegation: the task, per-child results, the text the agent read,
     delivery attempts and the owner; None if the ledger and this process do not know it."""
     now = time.time() if now is None else now
-    ledger = current_ledger()
-    row = ledger.get(delegation_id) if ledger.exists() else None
+    ledger = ledger_queries.existing_ledger()
+    row = ledger.get(delegation_id) if ledger else None
     live = next((i for i in engine.list_async_delegations() if i["delegation_id"] == delegation_id), None)
     if row is None and live is None:
         return None
