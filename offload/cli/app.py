@@ -128,7 +128,10 @@ app.command()(cli_ledger.stop)
 def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --token"),
               port: int = typer.Option(8765, "--port", min=0, max=65535, help="port to listen on"),
               token: Optional[str] = typer.Option(None, "--token", envvar="OFFLOAD_DASHBOARD_TOKEN",
-                                                  help="secret every request must carry (required off loopback)")) -> None:
+                                                  help="secret every request must carry (required off loopback)"),
+              allow_host: list[str] = typer.Option([], "--allow-host", metavar="NAME",
+                                                   help="also answer to this host name (e.g. behind a proxy); "
+                                                        "repeatable")) -> None:
     """Web dashboard: live roster, history, one delegation's detail, interrupt/ack/drop, /metrics.
 
     Reads the ledger, so it shows the work of every offload process using this $HERMES_HOME."""
@@ -140,7 +143,7 @@ def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to b
 
     cli_ledger.check_config()
     guard = "; every request must carry the token (open it once with ?token=SECRET)" if token else ""
-    DashboardServer(host, port, token).serve_until_stopped(
+    DashboardServer(host, port, token, allowed_hosts=allow_host).serve_until_stopped(
         lambda url: typer.echo(f"offload dashboard on {url}/ (Ctrl-C stops it){guard}", err=True))
 
 

@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from offload.dashboard import actions, metrics, model
 from offload.dashboard.security import Guard
+from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
 from offload.render.text import format_age
@@ -134,8 +135,9 @@ class Dashboard:
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
 
-def create_app(*, token: str | None = None, refresh_s: float = 1.0) -> Starlette:
-    """The ASGI app. ``app.state.dashboard.stopping`` ends open event streams at shutdown."""
+def create_app(*, token: str | None = None, refresh_s: float = 1.0, hosts: HostCheck | None = None) -> Starlette:
+    """The ASGI app. ``app.state.dashboard.stopping`` ends open event streams at shutdown;
+    ``hosts``: the Host names it answers to (default: those of a loopback bind)."""
     dash = Dashboard(refresh_s)
     routes = [
         Route("/", dash.roster_page, name="roster"),
@@ -147,7 +149,8 @@ def create_app(*, token: str | None = None, refresh_s: float = 1.0) -> Starlette
         Route("/metrics", dash.metrics),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(Guard, token=token)],
+    middleware = [Middleware(HostGuard, check=hosts or HostCheck("127.0.0.1")), Middleware(Guard, token=token)]
+    app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={LedgerError: dash.ledger_problem})
     app.state.dashboard = dash
     return app

@@ -2,18 +2,22 @@
 SIGTERM; a process that runs delegations itself (tests, an embedding app) can ``start()`` it
 beside its work, where the interrupt button reaches its units directly.
 
-Invariant: the bind rule of ``security.check_bind`` is applied before anything listens.
+Invariant: the bind rule of ``security.check_bind`` is applied before anything listens, and the
+server answers only to the Host names ``offload.http_security`` allows (loopback names, the
+bound address, ``--allow-host`` names).
 """
 from __future__ import annotations
 
 import signal
 import threading
 import time
+from typing import Iterable
 
 import uvicorn
 
 from offload.dashboard.app import create_app
 from offload.dashboard.security import check_bind
+from offload.http_security import HostCheck
 from offload.errors import CliError
 
 GRACEFUL_SHUTDOWN_S = 2.0
@@ -23,9 +27,9 @@ class DashboardServer:
     """One uvicorn server; ``start()`` returns once it listens, ``url`` says where."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 refresh_s: float = 1.0) -> None:
+                 refresh_s: float = 1.0, allowed_hosts: Iterable[str] = ()) -> None:
         check_bind(host, token)
-        self.app = create_app(token=token, refresh_s=refresh_s)
+        self.app = create_app(token=token, refresh_s=refresh_s, hosts=HostCheck(host, allowed_hosts))
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", lifespan="off",
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         self.server = uvicorn.Server(config)

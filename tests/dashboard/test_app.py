@@ -19,11 +19,12 @@ from tools import async_delegation as ad
 from tools.async_delegation_delivery import current_ledger
 
 pytestmark = pytest.mark.timeout(60)
+LOOPBACK = "http://127.0.0.1"  # the dashboard answers only to the names it serves, not "testserver"
 
 
 @pytest.fixture
 def client():
-    with TestClient(create_app(refresh_s=0.05)) as c:
+    with TestClient(create_app(refresh_s=0.05), base_url=LOOPBACK) as c:
         yield c
 
 
@@ -107,11 +108,11 @@ def test_cross_site_post_is_refused(client, held):
     refused = client.post(f"/d/{did}/ack", headers={"Origin": "http://evil.example"})
     assert refused.status_code == 403
     assert current_ledger().get(did).delivery_state == "pending"
-    assert client.post(f"/d/{did}/ack", headers={"Origin": "http://testserver"}).status_code == 200
+    assert client.post(f"/d/{did}/ack", headers={"Origin": LOOPBACK}).status_code == 200
 
 
 def test_token_is_checked_on_every_request(held):
-    with TestClient(create_app(token="tok-123")) as c:
+    with TestClient(create_app(token="tok-123"), base_url=LOOPBACK) as c:
         for path in ("/", "/history", "/metrics", "/events", "/static/dashboard.js"):
             assert c.get(path).status_code == 401, path
         assert c.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -179,7 +180,7 @@ def test_metrics_parse_and_match_the_ledger(client, held):
 def test_roster_stream_sends_the_fragment_when_it_changes(held):
     app = create_app(refresh_s=0.05)
     unit = held(["streamed"])
-    with TestClient(app) as c, c.stream("GET", "/events") as stream:
+    with TestClient(app, base_url=LOOPBACK) as c, c.stream("GET", "/events") as stream:
         assert stream.headers["content-type"].startswith("text/event-stream")
         lines = []
         for line in stream.iter_lines():

@@ -1,0 +1,79 @@
+"""DNS rebinding (issue 26, item 12): ``offload dashboard`` answers only to the names it serves.
+
+A page whose name was rebound to 127.0.0.1 sends ``Host: evil.example:PORT`` and a matching
+same-origin ``Origin``; the served dashboard must refuse it — reading and buttons alike — while
+127.0.0.1, localhost, [::1] and the names given with ``--allow-host`` work as before."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Iterator
+
+import httpx
+import pytest
+
+from offload.http_security import HostCheck
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _serve(*args: str) -> Iterator[str]:
+    server = subprocess.Popen([sys.executable, "-m", "offload", "dashboard", "--port", "0", *args],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        banner = server.stderr.readline()
+        assert " on http://" in banner, banner
+        yield banner.split(" on ", 1)[1].split("/ ", 1)[0]
+    finally:
+        server.terminate()
+        server.wait(15)
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    yield from _serve()
+
+
+@pytest.fixture
+def url_with_allowed_name() -> Iterator[str]:
+    yield from _serve("--allow-host", "Dash.Internal")
+
+
+def _get(url: str, host: str, path: str = "/") -> httpx.Response:
+    return httpx.get(url + path, headers={"Host": host})
+
+
+def test_a_rebound_name_can_neither_read_nor_act(url):
+    port = url.rsplit(":", 1)[1]
+    evil = f"evil.example:{port}"
+    for path in ("/", "/history", "/roster", "/metrics", "/d/deleg_0"):
+        refused = _get(url, evil, path)
+        assert refused.status_code == 403, (path, refused.status_code)
+        assert "--allow-host evil.example" in refused.text
+    for action in ("interrupt", "ack", "drop"):
+        posted = httpx.post(f"{url}/d/deleg_0/{action}", headers={"Host": evil, "Origin": f"http://{evil}"})
+        assert posted.status_code == 403, action
+
+
+def test_the_served_names_still_work(url):
+    port = url.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}", "127.0.0.1"):
+        assert _get(url, host).status_code == 200, host
+    same_origin = httpx.post(f"{url}/d/deleg_0/drop", headers={"Host": f"localhost:{port}",
+                                                               "Origin": f"http://localhost:{port}"})
+    assert same_origin.status_code == 303  # reached the app: "no delegation" comes back on the detail page
+
+
+def test_allow_host_adds_a_name(url_with_allowed_name):
+    url = url_with_allowed_name
+    assert _get(url, "dash.internal:8765").status_code == 200
+    assert _get(url, "other.internal").status_code == 403
+
+
+def test_an_address_host_is_accepted_only_when_every_interface_is_bound():
+    assert not HostCheck("127.0.0.1").accepts("10.1.2.3:8765")
+    assert HostCheck("0.0.0.0").accepts("10.1.2.3:8765") and HostCheck("::").accepts("[fd00::1]:80")
+    assert not HostCheck("0.0.0.0").accepts("evil.example:8765")
+    assert HostCheck("192.168.1.5").accepts("192.168.1.5:8765")
+    assert not HostCheck("127.0.0.1").accepts("127.0.0.1@evil.example") and not HostCheck("127.0.0.1").accepts("")
+    assert HostCheck("127.0.0.1").accepts(None)  # no Host header: not a browser
