@@ -6,7 +6,9 @@ Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``s
 ``dispatched_at``, ``completed_at`` (epoch seconds or null), ``delivery_state``,
 ``delivery_attempts``, ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
 ``children``: one ``{"task", "goal", "status", "duration_seconds"}`` per task, ``task``
-counting from 1, ``status`` ``running`` until that child has finished. ``owner_host``: the
+counting from 1, ``status`` ``running`` until that child has finished. ``state`` is a unit
+state and each child's ``status`` a child state of ``offload.engine.states`` (``row_state``:
+also for a row an older version wrote). ``owner_host``: the
 owner's host on a shared ledger, else null. ``activity_age_s`` (how old the snapshot is) and
 ``stall_clock_s``, and on each child of a running row ``api_calls``, ``current_tool`` and
 ``seconds_since_activity``: what the owner published (``offload.activity``) while the unit
@@ -18,6 +20,7 @@ from typing import Any
 
 from offload.ledger import LedgerRow
 from offload.engine.liveness import owner_alive
+from offload.engine.states import RUNNING, UNKNOWN, child_state, event_state, unit_state
 
 
 def _number(value: Any) -> float | None:
@@ -50,10 +53,18 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
     out = []
     for index in indexes:
         entry = finished.get(index)
-        status = str(entry.get("status") or "unknown") if entry else ("running" if row.state == "running" else "unknown")
+        status = child_state(entry.get("status")) if entry else (RUNNING if row.state == RUNNING else UNKNOWN)
         out.append({"task": index + 1, "goal": str(goals[index] if index < len(goals) else ""), "status": status,
                     "duration_seconds": _number(entry.get("duration_seconds")) if entry else None})
     return out
+
+
+def row_state(row: LedgerRow) -> str:
+    """The unit state of a ledger row: its children decide once it finished (``event_state``),
+    so a row an older version stored as ``completed`` or ``error`` reads in today's words."""
+    if row.state == RUNNING or not isinstance(row.event, dict):
+        return unit_state(row.state)
+    return event_state({**row.event, "status": row.state})
 
 
 def owner_state(row: LedgerRow) -> str | None:
@@ -80,7 +91,7 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None) -> dict[str, Any]
     """``live``: the owner's published activity for this row (``offload.activity.live_view``)."""
     live = live if row.state == "running" else None
     return {"id": row.delegation_id, "session": row.parent_session_id or row.origin_session or None,
-            "label": label(row), "state": row.state, "dispatched_at": row.dispatched_at,
+            "label": label(row), "state": row_state(row), "dispatched_at": row.dispatched_at,
             "completed_at": row.completed_at, "delivery_state": row.delivery_state,
             "delivery_attempts": row.delivery_attempts, "owner_pid": row.owner_pid, "owner": owner_state(row),
             "owner_host": owner_host(row),

@@ -253,11 +253,13 @@ def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegat
 
 
 def _running_row(view: LedgerView, wanted: str) -> Any:
+    from offload.ledger_rows import row_state
+
     running = view.running()
     try:
         full_id = delegation_id(view, wanted, running)
     except CliError:
         finished = view.get(delegation_id(view, wanted))  # unknown everywhere: that error is the one to show
         raise CliError(f"{finished.delegation_id if finished else wanted} is not running "
-                       f"(it is {finished.state if finished else 'unknown'}); nothing to stop") from None
+                       f"(it is {row_state(finished) if finished else 'unknown'}); nothing to stop") from None
     return next(r for r in running if r.delegation_id == full_id)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from offload.engine.states import DONE_STATES
+from offload.engine.states import COMPLETED, child_state
 from offload.render.truncation import is_truncated
 
-_MARKS = {"completed": "✓", "success": "✓", "failed": "✗", "error": "✗", "interrupted": "■", "stalled": "■",
-          "timeout": "■", "unknown": "?"}
+# One mark per child state (offload.engine.states), for every terminal view of the CLI.
+MARKS = {"completed": "✓", "running": "…", "failed": "✗", "error": "✗", "interrupted": "■", "stalled": "■", "unknown": "?"}
 GOAL_CHARS = 60
 ANSWER_CHARS = 100
 
@@ -44,13 +44,13 @@ def task_lines(event: dict[str, Any]) -> list[str]:
     for position, entry in enumerate(entries):
         index = entry.get("task_index") if isinstance(entry.get("task_index"), int) else position
         goal = goals[index] if 0 <= index < len(goals) else entry.get("goal") or event.get("goal")
-        status = str(entry.get("status") or "unknown")
+        status = child_state(entry.get("status"))
         seconds = _number(entry.get("duration_seconds"))
         timing = f", {seconds:.1f} s" if seconds is not None else ""
-        outcome = entry.get("summary") if status in DONE_STATES else entry.get("error") or entry.get("summary")
+        outcome = entry.get("summary") if status == COMPLETED else entry.get("error") or entry.get("summary")
         said = f": {_line(outcome, ANSWER_CHARS)}" if outcome else ""
         number = f"{index + 1}/{total} " if total > 1 else ""
-        mark, shown = _MARKS.get(status, "•"), status
+        mark, shown = MARKS[status], status
         if is_truncated(entry):  # stopped unfinished: never a plain ✓
             mark, shown = "⚠", f"{status}, TRUNCATED"
         lines.append(f"{mark} {number}{_line(goal, GOAL_CHARS)} ({shown}{timing}){said}")

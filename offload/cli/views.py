@@ -17,7 +17,8 @@ from rich.text import Text
 from offload.ledger import LedgerRow
 from offload import ledger_rows
 from offload.render.text import format_age
-from offload.cli.result_summary import task_lines
+from offload.cli.result_summary import MARKS, task_lines
+from offload.engine.states import child_state, unit_state
 from offload.default_runtime.engine import is_interim_delegation_event
 from offload.render.bus_notifications import async_delegation_display_text
 
@@ -35,9 +36,6 @@ def _seconds(value: Any) -> str:
 
 def _age(since: float | None, now: float) -> str:
     return format_age(max(0.0, now - since)) if since else "-"
-
-
-_CHILD_MARKS = {"completed": "✓", "success": "✓", "running": "…", "failed": "✗", "error": "✗", "unknown": "?"}
 
 
 # -- the live roster (in-process records) ---------------------------------------------------
@@ -58,7 +56,7 @@ def live_roster(items: list[dict[str, Any]]) -> RenderableType:
         finished = item.get("children_finished") or {}
         activities = item.get("children_activity") or []
         done = f"  children done {len(finished)}/{len(indexes)}" if activities else ""
-        lines.append(Text(f"  {item.get('delegation_id')}  {item.get('status')}{done}  {_clip(label)}{since}"))
+        lines.append(Text(f"  {item.get('delegation_id')}  {unit_state(item.get('status'))}{done}  {_clip(label)}{since}"))
         for position, activity in enumerate(activities):
             index = indexes[position] if position < len(indexes) else position
             goal = _clip(goals[index] if index < len(goals) else item.get("goal"))
@@ -71,9 +69,9 @@ def live_roster(items: list[dict[str, Any]]) -> RenderableType:
 def _child_state(entry: dict[str, Any] | None, activity: Any) -> str:
     """A finished child's outcome (its idle clock would only count up), else its live activity."""
     if entry is not None:
-        status = str(entry.get("status") or "unknown")
+        status = child_state(entry.get("status"))
         took = entry.get("duration_seconds")
-        return f"{_CHILD_MARKS.get(status, '■')} {status:<9} in {_seconds(took)} s"
+        return f"{MARKS[status]} {status:<9} in {_seconds(took)} s"
     activity = activity if isinstance(activity, dict) else {}
     return (f"… running   api calls {activity.get('api_calls', '?')!s:<3} tool {activity.get('current_tool') or '-':<12} "
             f"idle {_seconds(activity.get('seconds_since_activity')):>5} s")
@@ -84,7 +82,7 @@ def _child_lines(rec: dict[str, Any]) -> list[Text]:
     lines = []
     for child in rec["children"]:
         took = f" {child['duration_seconds']:.1f} s" if child["duration_seconds"] is not None else ""
-        mark = _CHILD_MARKS.get(child["status"], "■")
+        mark = MARKS[child_state(child["status"])]
         doing = ""
         if child.get("api_calls") is not None or child.get("current_tool"):  # published by its owner
             doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "

@@ -55,6 +55,13 @@ def parse_age(text: str) -> float | None:
     return float(match.group(1)) * _AGE_UNITS_S[match.group(2)]
 
 
+def _state(text: str) -> str:
+    """A history filter's unit state; a word that is none is a ValueError naming the choices."""
+    if text and text not in model.STATES:
+        raise ValueError(f"state {text!r} is not a unit state: use one of {', '.join(model.STATES)}")
+    return text
+
+
 class Dashboard:
     """Routes and their state: the template environment, the refresh interval, the stop flag."""
 
@@ -105,7 +112,7 @@ class Dashboard:
     async def history_page(self, request: Request) -> Response:
         q = request.query_params
         try:
-            flt = model.HistoryFilter(session=q.get("session", "").strip(), state=q.get("state", ""),
+            flt = model.HistoryFilter(session=q.get("session", "").strip(), state=_state(q.get("state", "")),
                                       delivery_state=q.get("delivery", ""), max_age_s=parse_age(q.get("age", "")))
         except ValueError as exc:
             return self.render("history.html", 400, units=[], error=str(exc), q=q, model=model)

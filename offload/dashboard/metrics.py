@@ -19,6 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from offload.dashboard import model
+from offload.ledger_rows import row_state
 from offload.telemetry import metrics as live_metrics
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -35,16 +36,16 @@ class LedgerCollector(Collector):
             return
         units = GaugeMetricFamily("offload_ledger_units", "Delegation units in the ledger, by state and delivery "
                                   "state (delivery_state is 'none' while running)", labels=["state", "delivery_state"])
+        states = [row_state(r) for r in rows]  # the unit states of offload.engine.states, as every view says
         for (state, delivery), count in sorted(Counter(
-                (r.state, "none" if r.state == "running" else r.delivery_state) for r in rows).items()):
+                (s, "none" if r.state == "running" else r.delivery_state) for s, r in zip(states, rows)).items()):
             units.add_metric([state, delivery], count)
         yield units
         yield GaugeMetricFamily("offload_ledger_delivery_attempts", "Delivery attempts recorded on ledger rows",
                                 value=sum(r.delivery_attempts for r in rows))
         yield GaugeMetricFamily("offload_ledger_recovered_units", "Units recovered after their owner process died "
-                                "(state unknown)", value=sum(1 for r in rows if r.state == "unknown"))
-        yield GaugeMetricFamily("offload_ledger_stalled_units", "Units reported stalled",
-                                value=sum(1 for r in rows if r.state == "stalled"))
+                                "(state unknown)", value=states.count("unknown"))
+        yield GaugeMetricFamily("offload_ledger_stalled_units", "Units reported stalled", value=states.count("stalled"))
 
 
 def registry() -> CollectorRegistry:

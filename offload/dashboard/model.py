@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from offload import activity
-from offload.ledger_rows import owner_host, owner_state
+from offload.ledger_rows import owner_host, owner_state, row_state
+from offload.engine.states import ACTIVE_STATES, LIVE_STATES, RUNNING, UNIT_STATES, UNKNOWN, child_state, unit_state
 from offload.default_runtime import engine
 from offload.ledger import queries as ledger_queries
 from offload.default_runtime.delivery import current_ledger
@@ -24,6 +25,8 @@ from offload.render.bus_notifications import format_process_notification
 
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
 HISTORY_LIMIT = 1000  # settled rows read for the history page (the ledger keeps about this many)
+STATES = UNIT_STATES  # the history page's state filter offers every unit state
+DELIVERY_STATES = ("pending", "delivered", "dropped")
 
 
 def ledger_rows(settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
@@ -51,14 +54,17 @@ def _child_goals(task: dict[str, Any]) -> list[tuple[int, str]]:
     return [(i, str(goals[i]) if 0 <= i < len(goals) else "") for i in indexes]
 
 
-def _children(task: dict[str, Any], result: dict[str, Any], live: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """One dict per child: goal, status and summary once finished, live activity while running."""
+def _children(task: dict[str, Any], result: dict[str, Any], live: dict[str, Any] | None,
+              unit_live: bool) -> list[dict[str, Any]]:
+    """One dict per child: goal, state and summary once finished, live activity while running;
+    a child of a finished unit that left no result is ``unknown``."""
     finished = {r.get("task_index"): r for r in (result.get("results") or []) if isinstance(r, dict)}
     activity = list((live or {}).get("children_activity") or [])
     children = []
     for position, (index, goal) in enumerate(_child_goals(task)):
         entry = finished.get(index) or ({} if task.get("is_batch") else _single_result(result))
-        child = {"index": index, "number": index + 1, "goal": goal, "status": entry.get("status") or "running",
+        status = child_state(entry.get("status")) if entry else (RUNNING if unit_live else UNKNOWN)
+        child = {"index": index, "number": index + 1, "goal": goal, "status": status,
                  "summary": entry.get("summary"), "error": entry.get("error"), "api_calls": entry.get("api_calls"),
                  "current_tool": None, "idle_s": None}
         if position < len(activity) and isinstance(activity[position], dict) and not entry:
@@ -82,14 +88,14 @@ def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float,
     event = (row.event if row else None) or {}
     result = (row.result if row else None) or {}
     dispatched_at = row.dispatched_at if row else live.get("dispatched_at")
-    status = (live or {}).get("status") or (row.state if row else "running")
-    if remote and status == "running":
-        status = remote.get("status") or status  # e.g. "stalling", seen by its owner
+    status = unit_state((live or {}).get("status")) if live else (row_state(row) if row else RUNNING)
+    if remote and status == RUNNING:
+        status = unit_state(remote.get("status") or status)  # e.g. "stalling", seen by its owner
     return {
         "id": row.delegation_id if row else live["delegation_id"], "status": status, "label": _label(task, event),
         "session": (row.parent_session_id or row.origin_session) if row else
                    (live.get("parent_session_id") or live.get("session_key")),
-        "owner": _owner(row), "local": live is not None and status in ("running", "stalling"),
+        "owner": _owner(row), "local": live is not None and status in ACTIVE_STATES,
         "dispatched_at": dispatched_at,
         "age_s": round(max(0.0, now - dispatched_at), 1) if dispatched_at else None,
         "completed_at": row.completed_at if row else live.get("completed_at"),
@@ -97,7 +103,7 @@ def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float,
         "activity_age_s": remote.get("snapshot_age_s") if remote and not live else None,
         "delivery_state": row.delivery_state if row else "in memory",
         "delivery_attempts": row.delivery_attempts if row else 0,
-        "children": _children(task, result, live or remote),
+        "children": _children(task, result, live or remote, status in LIVE_STATES),
     }
 
 
@@ -114,7 +120,7 @@ def roster(now: float | None = None, recent_s: float = RECENT_S) -> list[dict[st
     units = [_unit(row, live.get(did), now, remote.get(did)) for did, row in rows.items()]
     # Units of this process whose ledger row is missing (the write failed) still show.
     units += [_unit(None, item, now) for did, item in live.items() if did not in rows
-              and (item.get("status") in ("running", "stalling", "finalizing")
+              and (item.get("status") in LIVE_STATES
                    or (item.get("completed_at") or 0) >= now - recent_s)]
     return sorted(units, key=lambda u: u["dispatched_at"] or 0.0, reverse=True)
 
@@ -132,9 +138,9 @@ class HistoryFilter:
         if self.session and self.session not in (row.origin_session, row.parent_session_id,
                                                  row.origin_ui_session_id, row.origin_session_id):
             return False
-        if self.state and row.state != self.state:
+        if self.state and row_state(row) != self.state:
             return False
-        if self.delivery_state and (row.delivery_state != self.delivery_state or row.state == "running"):
+        if self.delivery_state and (row.delivery_state != self.delivery_state or row.state == RUNNING):
             return False
         return self.max_age_s is None or now - row.dispatched_at <= self.max_age_s
 

@@ -28,7 +28,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from offload.engine import roster
-from offload.engine.events import ROUTING_KEYS, batch_status, build_event, crash_result, failure_notice, unit_task_indexes
+from offload.engine.events import ROUTING_KEYS, build_event, crash_result, failure_notice, unit_task_indexes
 from offload.engine.health import LedgerHealth
 from offload.ledger import DelegationLedger, DispatchRow
 from offload.engine.liveness import current_owner
@@ -38,7 +38,7 @@ from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.pool import DaemonThreadPool
 from offload.engine.loop import Clock, Loop
 from offload.engine.stall import StallLoop
-from offload.engine.states import ACTIVE_STATES, FAILED_STATES, LIVE_STATES
+from offload.engine.states import ACTIVE_STATES, ERROR, FAILED_STATES, LIVE_STATES, result_state
 from offload.engine.units import UnitSpec, capacity_error, invalid_dispatch, new_record
 
 Record = dict[str, Any]
@@ -215,10 +215,10 @@ class Delegations:
             result = runner() or {}
             if not isinstance(result, dict):
                 raise TypeError(f"runner returned {type(result).__name__}, expected a result dict")
-            status = batch_status(result) if is_batch else (result.get("status") or "completed")
+            status = result_state(result, is_batch=is_batch)
         except BaseException as exc:  # the worker never dies with its runner
             logger.exception("Async delegation %s runner crashed", delegation_id)
-            result, status = crash_result(exc, is_batch=is_batch, elapsed_s=time.monotonic() - started), "error"
+            result, status = crash_result(exc, is_batch=is_batch, elapsed_s=time.monotonic() - started), ERROR
         self.finalize(delegation_id, result, status)
 
     def finalize(self, delegation_id: str, result, status: str) -> bool:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from offload.engine.states import DONE_STATES
+from offload.engine.states import ERROR
+
 
 ROUTING_KEYS = ("scope_id", "user_id", "user_name")
 STALL_META_KEYS = ("stalled_after_quiet_seconds", "stall_threshold_seconds", "stall_phase", "stall_grace_seconds")
@@ -37,21 +38,11 @@ def failure_notice(snapshot: dict[str, Any], entry: dict[str, Any]) -> dict[str,
     return evt
 
 
-def batch_status(result: dict[str, Any]) -> str:
-    """A unit failed only if it has results and none of them succeeded."""
-    results = result.get("results") or []
-    if results and not any(isinstance(r, dict) and r.get("status") in DONE_STATES for r in results):
-        return "error"
-    if not results and result.get("error"):
-        return "error"
-    return "completed"
-
-
 def crash_result(exc: BaseException, *, is_batch: bool, elapsed_s: float) -> dict[str, Any]:
     error = f"{type(exc).__name__}: {exc}"
     if is_batch:
         return {"results": [], "error": error, "total_duration_seconds": round(elapsed_s, 2)}
-    return {"status": "error", "summary": None, "error": error, "api_calls": 0, "duration_seconds": round(elapsed_s, 2)}
+    return {"status": ERROR, "summary": None, "error": error, "api_calls": 0, "duration_seconds": round(elapsed_s, 2)}
 
 
 def event_base(snapshot: dict[str, Any], status: str) -> dict[str, Any]:

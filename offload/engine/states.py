@@ -1,12 +1,98 @@
-"""The states of a delegation unit, one source for every layer that asks "is it live?".
+"""The words for the state of a delegation unit and of each of its children, and the one rule
+from children to unit. Every surface takes its words from here: events and ledger rows, the
+CLI views and ``--json``, the dashboard, the renderer's headline, the gateway and telemetry
+(``docs/vocabulary.md`` is the user's page for them).
 
-A unit goes ``running`` → (``stalling`` →) ``finalizing`` → a terminal state
-(``completed``/``error``/``stalled``/``interrupted``…); after a crash its ledger row is settled
-``unknown``. Only ``running`` and ``stalling`` hold a slot and can be interrupted.
+A child is ``running`` until it ends ``completed``, ``failed`` (it ran and did not succeed),
+``error`` (it could not run: building or running it raised), ``interrupted`` (stopped),
+``stalled`` (the stall monitor gave up on it) or ``unknown`` (its owner exited first).
+A unit goes ``running`` → (``stalling`` →) ``finalizing`` → one terminal state:
+
+- ``completed``   every child completed;
+- ``partial``     some children completed, the others did not;
+- ``failed``, ``error``, ``interrupted``, ``stalled``, ``unknown``: no child completed; the
+  word the children share, else ``failed``. ``stalled`` and ``unknown`` are also set on the whole unit
+  by the engine itself (the monitor force-finalized it; its owner died), whatever finished.
+
+Invariants: a unit is ``completed`` only when every child that reported completed; words
+written by older versions or foreign runners (``success``, ``timeout``, ``cancelled`` …) are read
+through ``child_state``/``unit_state`` and never shown raw. Only ``running`` and ``stalling``
+hold a slot and can be interrupted.
 """
 from __future__ import annotations
 
-ACTIVE_STATES = ("running", "stalling")  # holds a slot; can be interrupted or stall
-LIVE_STATES = frozenset({*ACTIVE_STATES, "finalizing"})  # not yet reported
-DONE_STATES = frozenset({"completed", "success"})  # a child or unit that succeeded
-FAILED_STATES = frozenset({"failed", "error", "rejected", "timeout"})  # a child that failed (not one stopped)
+from typing import Any, Iterable
+
+RUNNING, STALLING, FINALIZING = "running", "stalling", "finalizing"
+COMPLETED, PARTIAL, FAILED, ERROR = "completed", "partial", "failed", "error"
+INTERRUPTED, STALLED, UNKNOWN = "interrupted", "stalled", "unknown"
+
+CHILD_STATES = (RUNNING, COMPLETED, FAILED, ERROR, INTERRUPTED, STALLED, UNKNOWN)
+TERMINAL_UNIT_STATES = (COMPLETED, PARTIAL, FAILED, ERROR, INTERRUPTED, STALLED, UNKNOWN)
+UNIT_STATES = (RUNNING, STALLING, FINALIZING, *TERMINAL_UNIT_STATES)
+ENGINE_ENDED = frozenset({STALLED, UNKNOWN})  # set on the whole unit, not derived from children
+NOT_COMPLETED = frozenset(TERMINAL_UNIT_STATES) - {COMPLETED}  # a terminal unit the user should look at
+
+ACTIVE_STATES = (RUNNING, STALLING)  # holds a slot; can be interrupted or stall
+LIVE_STATES = frozenset({*ACTIVE_STATES, FINALIZING})  # not yet reported
+DONE_STATES = frozenset({COMPLETED, "success"})  # raw words of a child that succeeded (older events)
+
+# Words other writers used (hermes runners, earlier offload versions) and the state each means.
+_ALIASES = {"success": COMPLETED, "failure": FAILED, "rejected": FAILED, "timeout": FAILED, "timed_out": FAILED,
+            "cancelled": INTERRUPTED, "canceled": INTERRUPTED}
+# Raw words of a child that failed or raised (not one stopped): the early-warning notice's trigger.
+FAILED_STATES = frozenset({FAILED, ERROR, *(w for w, s in _ALIASES.items() if s == FAILED)})
+
+
+def child_state(word: Any) -> str:
+    """The child state a raw status word means; a missing or foreign word is ``unknown``, never
+    success."""
+    text = str(word or "").strip().lower()
+    text = _ALIASES.get(text, text)
+    return text if text in CHILD_STATES else UNKNOWN
+
+
+def unit_state(word: Any) -> str:
+    """The unit state a stored or received unit status means; a foreign word is ``unknown``."""
+    text = str(word or "").strip().lower()
+    if text in UNIT_STATES:
+        return text
+    return child_state(text)
+
+
+def unit_state_of(children: Iterable[Any], *, error: Any = None) -> str:
+    """The rule: the terminal state of a unit whose children ended with ``children`` (raw words).
+
+    With no child result at all, the unit is ``error`` if it carries one (it could not run its
+    children), else its outcome is ``unknown``. A child still ``running`` in a finished unit
+    counts as unknown."""
+    states = [UNKNOWN if (s := child_state(word)) == RUNNING else s for word in children]
+    if not states:
+        return ERROR if error else UNKNOWN
+    done = states.count(COMPLETED)
+    if done == len(states):
+        return COMPLETED
+    if done:
+        return PARTIAL
+    return states[0] if len(set(states)) == 1 else FAILED
+
+
+def result_state(result: dict[str, Any], *, is_batch: bool) -> str:
+    """The terminal state of a unit from its runner's result dict (the engine's finalize)."""
+    if not is_batch:
+        return child_state(result.get("status") or COMPLETED)
+    entries = [r for r in result.get("results") or [] if isinstance(r, dict)]
+    return unit_state_of((r.get("status") for r in entries), error=result.get("error"))
+
+
+def event_state(evt: dict[str, Any]) -> str:
+    """The unit state of a completion event, also one stored by an older version: its children
+    decide, unless the engine ended the unit itself (``stalled``, ``unknown``)."""
+    said = unit_state(evt.get("status"))
+    results = evt.get("results")
+    if said in ENGINE_ENDED or said in LIVE_STATES or not isinstance(results, list):
+        return said
+    entries = [r for r in results if isinstance(r, dict)]
+    if not entries:
+        return said
+    return unit_state_of(r.get("status") for r in entries)

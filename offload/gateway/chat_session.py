@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from offload.engine.states import event_state
 from offload.gateway.platform import ChatGone, Incoming, Platform, Route
 from offload.gateway.runner import BATCH_PREFIX
 from offload.gateway.session_context import clear_session_vars, set_session_vars
@@ -216,5 +217,5 @@ class ChatSession:
 
 
 def _header(item: Claimed, from_previous_session: bool) -> str:
-    label = f"Background result {item.delegation_id} ({item.event.get('status') or 'finished'})"
+    label = f"Background result {item.delegation_id} ({event_state(item.event)})"
     return label + f" from previous session {item.event.get('parent_session_id')}" if from_previous_session else label

@@ -10,10 +10,10 @@ import logging
 import threading
 from typing import Any, Callable
 
+from offload.engine.states import COMPLETED, LIVE_STATES as LIVE, unit_state
 from offload.gateway.platform import Platform, Route
 
 logger = logging.getLogger(__name__)
-LIVE = ("running", "stalling", "finalizing")
 HEADER = "Background agents"
 
 
@@ -23,7 +23,7 @@ def roster_text(items: list[dict[str, Any]]) -> str:
     lines = []
     for item in items:
         goal = str(item.get("goal") or item.get("group") or "")[:80]
-        lines.append(f"{item.get('delegation_id')} {item.get('status')}: {goal}")
+        lines.append(f"{item.get('delegation_id')} {unit_state(item.get('status'))}: {goal}")
         for n, activity in enumerate(item.get("children_activity") or [], 1):
             if isinstance(activity, dict):
                 lines.append(f"  #{n} api calls {activity.get('api_calls', '?')}, tool {activity.get('current_tool') or '-'}")
@@ -31,7 +31,7 @@ def roster_text(items: list[dict[str, Any]]) -> str:
 
 
 def collapsed_text(items: list[dict[str, Any]]) -> str:
-    done = sum(1 for i in items if i.get("status") == "completed")
+    done = sum(1 for i in items if unit_state(i.get("status")) == COMPLETED)
     return f"all {len(items)} background delegation(s) finished ({done} completed); results arrive in this chat"
 
 

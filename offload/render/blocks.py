@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offload.engine.states import DONE_STATES
+from offload.engine.states import CHILD_STATES, COMPLETED, child_state, event_state
 from offload.render.truncation import is_truncated, truncated_note, truncated_suffix
 from offload.render.text import (
     format_age,
@@ -22,7 +22,6 @@ from offload.render.text import (
     quote_block,
 )
 
-DONE_STATUSES = DONE_STATES  # one source: offload.engine.states
 SINGLE_INTRO = (
     "A background subagent you dispatched earlier has finished. You may have moved on since "
     "then, so the full task it was given is repeated below: act on the result, or re-dispatch "
@@ -74,8 +73,9 @@ def goal_for(entry: dict[str, Any], goals: list[Any], fallback: Any = None) -> A
 
 
 def _status(value: Any) -> str:
-    # A missing status must not read as success.
-    return inline(value) or "unknown"
+    """The child state a status word means (offload.engine.states): a missing or foreign word
+    reads ``unknown``, never success."""
+    return child_state(value)
 
 
 def _present(value: Any) -> bool:
@@ -155,7 +155,7 @@ def single_block(evt: dict[str, Any], notice: list[str]) -> str:
 
 def _single_body(evt: dict[str, Any], status: str, truncated: bool) -> list[str]:
     summary, error = evt.get("summary"), evt.get("error")
-    if status in DONE_STATUSES and _present(summary):
+    if status == COMPLETED and _present(summary):
         return ([truncated_note(evt)] if truncated else []) + [quote_block(summary)]
     if status == "interrupted":
         lines = [
@@ -193,6 +193,7 @@ def batch_block(evt: dict[str, Any], notice: list[str]) -> str:
     total = evt.get("total_duration_seconds")
     total = total if is_number(total) else evt.get("duration_seconds")
     lines[-1] += f"   Total duration: {format_seconds(total)}s" if is_number(total) else "   Total duration: unknown"
+    lines.append(outcome_line(evt, results))
     error, recovery = evt.get("error"), recovery_lines(evt)
     if not results and _present(error):
         lines += _section(recovery)
@@ -210,9 +211,23 @@ def batch_block(evt: dict[str, Any], notice: list[str]) -> str:
     return "\n".join(lines)
 
 
+def outcome_line(evt: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    """``Outcome: partial — 2 of 3 tasks completed, 1 interrupted``: the unit's state and how its
+    children ended, in the words of ``offload.engine.states``."""
+    state = event_state(evt)
+    if not results:
+        return f"Outcome: {state}"
+    ended = [child_state(r.get("status")) for r in results]
+    cut = sum(1 for r, s in zip(results, ended) if s == COMPLETED and is_truncated(r))
+    done = f"{ended.count(COMPLETED)} of {len(ended)} task{'' if len(ended) == 1 else 's'} completed"
+    done += f" ({cut} truncated: may be incomplete)" if cut else ""
+    others = [f"{ended.count(s)} {s}" for s in CHILD_STATES if s != COMPLETED and s in ended]
+    return f"Outcome: {state} — " + ", ".join([done, *others])
+
+
 def task_block(entry: dict[str, Any], goals: list[Any], n_tasks: int, pos: int = 0) -> list[str]:
     idx, status, truncated = task_index(entry, pos), _status(entry.get("status")), is_truncated(entry)
-    icon = "⚠" if truncated else ("✓" if status in DONE_STATUSES else "✗")
+    icon = "⚠" if truncated else ("✓" if status == COMPLETED else "✗")
     goal = inline(goal_for(entry, goals))
     details = [f"status={status}"]
     if is_number(entry.get("api_calls")):
@@ -231,7 +246,7 @@ def task_block(entry: dict[str, Any], goals: list[Any], n_tasks: int, pos: int =
 
 def _task_body(entry: dict[str, Any], status: str, truncated: bool) -> list[str]:
     summary, error = entry.get("summary"), entry.get("error")
-    if status in DONE_STATUSES and _present(summary):
+    if status == COMPLETED and _present(summary):
         return ([truncated_note(entry)] if truncated else []) + [quote_block(summary)]
     if _present(summary):
         lines = [f"({status}: {inline(error)})"] if _present(error) else []

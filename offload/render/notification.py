@@ -27,8 +27,8 @@ from typing import Any, Callable, Mapping, Union
 
 from offload.render.model_rejection import MODEL_NOT_FOUND_PATTERNS, says_model_not_found, subagent_stamp
 from offload.render.text import clip, inline
+from offload.engine.states import COMPLETED, PARTIAL, child_state, event_state
 from offload.render.blocks import (
-    DONE_STATUSES,
     batch_block,
     event_goals,
     event_results,
@@ -112,30 +112,28 @@ def _model_rejection_notice(evt: dict[str, Any], entries: list[dict[str, Any]], 
 
 # -- compact UI title ---------------------------------------------------------------------
 
-_LABELS = {
-    "failed": "Failed", "error": "Failed", "rejected": "Failed",
-    "cancelled": "Cancelled", "canceled": "Cancelled", "interrupted": "Interrupted",
-    "timeout": "Timed Out", "timed_out": "Timed Out", "stalled": "Stalled", "unknown": "Unknown",
-}
+_LABELS = {COMPLETED: "Completed", PARTIAL: "Partly Completed", "failed": "Failed", "error": "Failed",
+           "interrupted": "Interrupted", "stalled": "Stalled", "unknown": "Unknown"}  # one per terminal unit state (offload.engine.states)
 
 
-def _outcome_label(entry: dict[str, Any]) -> str:
-    status = inline(entry.get("status")).lower()
-    if status in DONE_STATUSES:
-        return "Incomplete" if is_truncated(entry) else "Completed"
-    return _LABELS.get(status, "Incomplete")
+def _outcome_label(state: str, entries: list[dict[str, Any]]) -> str:
+    if state == COMPLETED and any(is_truncated(e) for e in entries):
+        return "Incomplete"  # every child says completed, but one was cut off
+    return _LABELS.get(state, "Unknown")
 
 
 def async_delegation_display_text(evt: dict[str, Any]) -> str:
-    """``Subagent Task Completed: <goal>`` or ``Subagent Tasks <Outcome>: <subject> (<n> tasks)``."""
+    """``Subagent Task Completed: <goal>`` or ``Subagent Tasks <Outcome>: <subject> (<n> tasks)``;
+    the outcome is the unit's state (``event_state``), so a stopped fan-out never reads
+    "Completed"."""
     results, goals = event_results(evt), event_goals(evt)
     if len(results) > 1:
-        labels = {_outcome_label(r) for r in results}
-        outcome = labels.pop() if len(labels) == 1 else "Finished with Issues"
+        outcome = _outcome_label(event_state(evt), results)
         subject = inline(evt.get("group")) or "; ".join(
             g for g in (inline(goal_for(r, goals)) for r in results) if g
         )
         return f"Subagent Tasks {outcome}: {clip(subject, _DISPLAY_SUBJECT_CHARS)} ({len(results)} tasks)"
     entry = results[0] if results else evt
+    state = child_state(entry.get("status")) if results else event_state(evt)
     goal = inline(goal_for(entry, goals, evt.get("goal"))) or "; ".join(inline(g) for g in goals)
-    return f"Subagent Task {_outcome_label(entry)}: {clip(goal, _DISPLAY_SUBJECT_CHARS)}"
+    return f"Subagent Task {_outcome_label(state, [entry])}: {clip(goal, _DISPLAY_SUBJECT_CHARS)}"

@@ -28,12 +28,12 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from offload.engine import observers
+from offload.engine.states import NOT_COMPLETED
 from offload.telemetry import tracing_wanted
 
 logger = logging.getLogger(__name__)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_FAILED = frozenset({"error", "stalled", "unknown", "interrupted"})
 _SETTLED = frozenset({"delivered", "acknowledged", "dropped"})
 
 
@@ -130,7 +130,7 @@ class _Tracing:
             return
         span.add_event("result", {"offload.status": status})
         span.set_attribute("offload.status", status)
-        if status in _FAILED:
+        if status in NOT_COMPLETED:  # a partial unit too: some of its children did not complete
             span.set_status(Status(StatusCode.ERROR, status))
 
     def on_recovered(self, delegation_id: str, row: Any, event: dict[str, Any]) -> None:

@@ -42,7 +42,7 @@ from tests.chaos.support import LONG, base_seed, report, scaled
 from tests.postgres_support import host_env_for, ledger_env_for
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
-from offload.engine.events import batch_status
+from offload.engine.states import result_state
 
 TRIALS = int(os.environ.get("OFFLOAD_CHAOS_TRIALS") or scaled(30, 500))
 BATCH_TRIALS = int(os.environ.get("OFFLOAD_CHAOS_TRIALS") or scaled(12, 100))
@@ -211,7 +211,7 @@ def _check_batch(trial: Trial, evt: dict, did: str) -> None:
         return
     if sorted(by_index) != sorted(indexes) or not all(_is_real_child(r, goals) for r in results):
         trial.problems.append(f"{did}: finished unit does not carry exactly its real results: {results}")
-    expected = batch_status({"results": [{"status": _expected_child(goals[i])[0]} for i in indexes]})
+    expected = result_state({"results": [{"status": _expected_child(goals[i])[0]} for i in indexes]}, is_batch=True)
     if evt["status"] != expected:
         trial.problems.append(f"{did}: finished with status {evt['status']!r}, expected {expected!r}")
     trial.counts["recorded_kept"] += len(recorded & set(by_index))

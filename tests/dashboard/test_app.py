@@ -90,7 +90,7 @@ def test_interrupt_reaches_a_unit_another_process_runs(client):
     finally:
         owner.kill()
     row = current_ledger().get(delegation_id)
-    assert row.state == "error" and row.result["results"][0]["status"] == "interrupted"
+    assert row.state == "interrupted" and row.result["results"][0]["status"] == "interrupted"
     assert current_ledger().take_control([delegation_id], time.time()) == []  # the owner took the request
 
 

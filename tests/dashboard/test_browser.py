@@ -92,7 +92,7 @@ def test_interrupt_clicked_on_the_page_stops_the_child(browser, dashboard, held)
     event = wait_event(unit.delegation_id)
     assert event["results"][0]["status"] == "interrupted"
     browser.refresh()
-    assert browser.find_element(By.ID, "status").text == "error"
+    assert browser.find_element(By.ID, "status").text == "interrupted"  # stopped: not "error", never "completed"
     assert not browser.find_elements(By.ID, "interrupt")  # nothing left to interrupt
 
 

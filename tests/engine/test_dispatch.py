@@ -65,12 +65,17 @@ def test_runner_returning_a_non_dict_is_an_error_not_a_crash():
 
 
 @pytest.mark.parametrize("results,error,expected", [
-    ([{"task_index": 0, "status": "completed"}, {"task_index": 1, "status": "failed"}], None, "completed"),
-    ([{"task_index": 0, "status": "failed"}], None, "error"),
+    ([{"task_index": 0, "status": "completed"}, {"task_index": 1, "status": "completed"}], None, "completed"),
+    ([{"task_index": 0, "status": "completed"}, {"task_index": 1, "status": "failed"}], None, "partial"),
+    ([{"task_index": 0, "status": "completed"}, {"task_index": 1, "status": "interrupted"}], None, "partial"),
+    ([{"task_index": 0, "status": "interrupted"}, {"task_index": 1, "status": "interrupted"}], None, "interrupted"),
+    ([{"task_index": 0, "status": "interrupted"}, {"task_index": 1, "status": "error"}], None, "failed"),
+    ([{"task_index": 0, "status": "error"}, {"task_index": 1, "status": "error"}], None, "error"),
+    ([{"task_index": 0, "status": "failed"}], None, "failed"),
     ([], "RuntimeError: x", "error"),
-    ([], None, "completed"),
+    ([], None, "unknown"),
 ])
-def test_batch_status_is_error_only_when_nothing_succeeded(results, error, expected):
+def test_a_unit_is_completed_only_when_every_child_completed(results, error, expected):
     evt = wait_event(batch(lambda: {"results": results, "error": error})["delegation_id"])
     assert evt["status"] == expected
     assert evt["is_batch"] is True and evt["goals"] == ["a", "b"]

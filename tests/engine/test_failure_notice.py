@@ -55,7 +55,7 @@ def test_first_failure_while_siblings_run_queues_one_notice_then_the_final_event
     assert notice["status"] == "running" and notice["is_batch"] and notice["n_tasks"] == 3
     assert notice["results"] == [failed(1)] and notice["live_transcript"] == "/t/1.jsonl"
     assert notice["session_key"] == "s" and notice["goals"] == ["a", "b", "c"]
-    assert final["status"] == "completed" and len(final["results"]) == 3
+    assert final["status"] == "partial" and len(final["results"]) == 3
     assert format_process_notification(notice).startswith(f"[ASYNC DELEGATION TASK FAILED — {did}, task 2/3]")
 
 
@@ -81,7 +81,7 @@ def test_the_ledger_keeps_the_final_event_and_a_notice_never_claims_or_settles_t
     assert ad.complete_event_delivery(notice, "") is False and ad.release_event_delivery(notice, "") == ""
     row = ad.get_durable_delegation(did)
     assert row["delivery_state"] == "pending" and not is_interim(row["event"])
-    assert row["event"]["status"] == "completed" and len(row["event"]["results"]) == 2
+    assert row["event"]["status"] == "partial" and len(row["event"]["results"]) == 2
     claim = ad.claim_event_delivery(final, "cli")
     assert claim and ad.complete_event_delivery(final, claim)
     assert ad.get_durable_delegation(did)["delivery_state"] == "delivered"

@@ -143,4 +143,4 @@ def test_after_compression_a_result_of_the_earlier_id_is_this_sessions_own(chat_
     chat.submit_results([Claimed(own, "[ASYNC DELEGATION own result", "c1"), Claimed(other, "[ASYNC DELEGATION old", "c2")])
     platform.wait_for("Result noted.")
     assert dropped == ["deleg_old"]  # /new's drop policy applies to the session it left, not to compression
-    assert ("Background result deleg_own (finished)", "[ASYNC DELEGATION own result") in platform.sent
+    assert ("Background result deleg_own (unknown)", "[ASYNC DELEGATION own result") in platform.sent  # no status: never "finished"

@@ -13,12 +13,12 @@ from tools.process_registry_notifications import async_delegation_display_text
     ("failed", {}, "Failed"),
     ("error", {}, "Failed"),
     ("rejected", {}, "Failed"),
-    ("cancelled", {}, "Cancelled"),
+    ("cancelled", {}, "Interrupted"),
     ("interrupted", {}, "Interrupted"),
-    ("timeout", {}, "Timed Out"),
+    ("timeout", {}, "Failed"),
     ("stalled", {}, "Stalled"),
     ("unknown", {}, "Unknown"),
-    ("weird", {}, "Incomplete"),
+    ("weird", {}, "Unknown"),
 ])
 def test_single_task_labels(make_evt, status, extra, label):
     evt = make_evt(status=status, **extra)
@@ -35,10 +35,22 @@ def test_several_results_share_an_outcome_and_join_goals(make_batch):
     assert async_delegation_display_text(evt) == "Subagent Tasks Failed: task a; task b (2 tasks)"
 
 
-def test_mixed_outcomes_finish_with_issues_and_prefer_the_group_name(make_batch):
+def test_mixed_outcomes_are_partly_completed_and_prefer_the_group_name(make_batch):
     evt = make_batch([{"task_index": 0, "status": "completed", "summary": "ok"},
                       {"task_index": 1, "status": "failed"}], group="compare\napproaches")
-    assert async_delegation_display_text(evt) == "Subagent Tasks Finished with Issues: compare approaches (2 tasks)"
+    assert async_delegation_display_text(evt) == "Subagent Tasks Partly Completed: compare approaches (2 tasks)"
+
+
+@pytest.mark.parametrize("statuses, stored, label", [
+    (["completed", "interrupted"], "completed", "Partly Completed"),  # a stopped fan-out an older version stored
+    (["interrupted", "interrupted"], "error", "Interrupted"),  # hermes' rule said error: nothing succeeded
+    (["completed", "completed"], "completed", "Completed"),
+    (["completed", "unknown"], "unknown", "Unknown"),  # the owner died: the engine's word wins
+    (["completed", "stalled"], "stalled", "Stalled"),
+])
+def test_the_title_is_the_unit_state_its_children_give(make_batch, statuses, stored, label):
+    evt = make_batch([{"task_index": i, "status": s, "summary": "ok"} for i, s in enumerate(statuses)], status=stored)
+    assert async_delegation_display_text(evt).startswith(f"Subagent Tasks {label}: ")
 
 
 def test_batch_without_results_uses_unit_status_and_goals(make_batch):

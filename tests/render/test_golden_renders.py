@@ -29,6 +29,7 @@ Dispatched: 1970-01-01 00:16:40 (18m5s ago)
 Context you provided: repo /tmp/p
 Toolsets: web, file
 Role: leaf   Model: m   Total duration: 30.5s
+Outcome: partial — 2 of 3 tasks completed (1 truncated: may be incomplete), 1 failed
 
 --- ✓ TASK 1/3: clean task  (status=completed, api_calls=5, 40s) ---
 finished cleanly
@@ -51,6 +52,7 @@ still waiting on sibling units, end your turn after acting.
 
 Dispatched: 1970-01-01 00:16:40 (2h3m ago)
 Role: leaf   Model: m   Total duration: 30.5s
+Outcome: unknown — 1 of 2 tasks completed, 1 unknown
 
 Last persisted unit status: running (before owner exit; not current liveness). Unrecorded \
 outcomes remain unknown; inspect evidence before retrying side effects.
