@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-from offload.engine.states import DONE_STATES
+from offload.engine.states import COMPLETED, INTERRUPTED, child_state
 from offload.render.truncation import UNFINISHED_EXIT_REASONS
 
 
@@ -54,9 +54,9 @@ def for_result(children: list[dict[str, Any]]) -> ExitCode:
     failure of its children: the Ctrl-C that stopped it already set 130."""
     if not children:
         return ExitCode.OK
-    done = [c for c in children if c.get("status") in DONE_STATES]
+    done = [c for c in children if child_state(c.get("status")) == COMPLETED]
     if not done:
-        if all(c.get("status") == "interrupted" for c in children):
+        if all(child_state(c.get("status")) == INTERRUPTED for c in children):
             return ExitCode.OK
         kinds = {c.get("error_kind") for c in children}
         return _BY_ERROR_KIND.get(kinds.pop(), ExitCode.SUBAGENTS_FAILED) if len(kinds) == 1 else ExitCode.SUBAGENTS_FAILED
