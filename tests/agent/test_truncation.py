@@ -104,7 +104,7 @@ def test_the_rendered_result_says_the_reply_was_cut_off_and_never_shows_a_check_
     assert "--- ⚠ TASK 1/2: cats" in text and "--- ✓ TASK 2/2: dogs" in text
     assert "TRUNCATED: the model's reply was cut off (length)" in text
     assert "finish_reason=length: it reached the output token limit" in text
-    assert "Finished with Issues" in async_delegation_display_text(_batch_event(cut, done))
+    assert async_delegation_display_text(_batch_event(cut, done)).startswith("Subagent Tasks Incomplete: ")  # never "Completed"
     lines = task_lines(_batch_event(cut, done))
     assert lines[0].startswith("⚠ 1/2 cats (completed, TRUNCATED") and lines[1].startswith("✓ 2/2 dogs")
 
