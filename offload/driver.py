@@ -55,6 +55,11 @@ class SessionDriver:
         self.inbox = inbox
         self.ui = ui
         self.exit_code = ExitCode.OK  # the first failure of this process's turns (what `offload run` exits with)
+        # What this process's turns answered (``text``, ``exit_reason``, ``error``, ``in_reply_to``: the
+        # delegation whose result the turn answered, null for a prompt) and the results it
+        # delivered, in order: ``offload run --json`` prints them.
+        self.answers: list[dict[str, Any]] = []
+        self.delivered: list[dict[str, Any]] = []
         self._new_conversation = new_conversation
 
     def new_session(self) -> str:
@@ -82,7 +87,9 @@ class SessionDriver:
         self.show_turn(result)
         return result
 
-    def show_turn(self, result: TurnResult) -> None:
+    def show_turn(self, result: TurnResult, in_reply_to: str | None = None) -> None:
+        self.answers.append({"text": result.answer, "exit_reason": result.exit_reason, "error": result.error,
+                             "in_reply_to": in_reply_to})
         if result.compressed_from:
             self.ui.say(f"(context compressed: session {result.compressed_from} continues as {self.session_id})",
                         style="dim")
@@ -129,7 +136,8 @@ class SessionDriver:
         if item.dedupe_id:  # the result itself, not an interim notice: its children count once, now
             roll_up_event(self.conversation.agent, item.event)
             self._note_outcome(exit_codes.for_event(item.event))
-        self.show_turn(result)
+            self.delivered.append(item.event)
+        self.show_turn(result, in_reply_to=item.delegation_id)
 
     def usage_line(self) -> str | None:
         """Tokens (and cost, when the provider reports one) of this process's turns, with the

@@ -57,13 +57,14 @@ _DEMO_MODEL = typer.Option(False, "--demo-model", help="no API key: talk to the 
 
 
 def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False,
-            wakeable: bool = False) -> SessionDriver:
+            wakeable: bool = False, quiet_stdout: bool = False) -> SessionDriver:
+    """``quiet_stdout``: everything the session prints goes to stderr (``run --json`` owns stdout)."""
     from offload.driver import start_session
-    from offload.cli.views import Ui
+    from offload.cli.views import Ui, make_console
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="offload: %(levelname)s: %(message)s")
-    ui = Ui()
+    ui = Ui(console=make_console(stderr=True)) if quiet_stdout else Ui()
     endpoint = None
     if demo_model:
         from offload.cli.demo_model import start_demo_endpoint
@@ -87,21 +88,26 @@ def chat(resume: Optional[str] = _RESUME, demo_model: bool = _DEMO_MODEL, verbos
 def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit with --resume to collect results"),
         resume: Optional[str] = _RESUME,
         sync: bool = typer.Option(False, "--sync", help="run delegations inside the turn instead of in the background"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON document on stdout at the end (answers, "
+                                                             "delegations with their results, exit code); the "
+                                                             "transcript goes to stderr"),
         demo_model: bool = _DEMO_MODEL, verbose: bool = _VERBOSE) -> None:
     """One turn, then wait for its background results (each a new turn) and exit.
 
     With --sync the subagents run inside the turn instead; the output says which happened."""
     if not prompt and not resume:
         raise CliError("give a prompt (offload run \"...\"), or --resume SESSION to collect its pending results")
-    driver = _driver(verbose, resume, sync, demo_model, wakeable=True)  # one request; its session can be woken later
+    # one request; its session can be woken later
+    driver = _driver(verbose, resume, sync, demo_model, wakeable=True, quiet_stdout=as_json)
     ui = driver.ui
     ui.say(f"offload run — session {driver.session_id}", style="bold")
     driver.deliver_ready()  # results replayed for a resumed session come before the new prompt
-    expected = 0
+    expected, dispatched = 0, []
     if prompt:
         ui.answer(prompt, label="you")
         turn = driver.user_turn(prompt)
-        expected = sum(len(h.get("units") or [h]) for h in turn.dispatched)
+        dispatched = [u.get("delegation_id") for h in turn.dispatched for u in (h.get("units") or [h])]
+        expected = len(dispatched)
     if sync:
         ui.say("--sync: delegations ran synchronously inside the turn; nothing to wait for", style="yellow")
     expected = max(expected, driver.live_count())
@@ -115,6 +121,10 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
     if usage:
         ui.say(usage, style="dim")
     ui.say(f"done; continue with: offload chat --resume {driver.session_id}", style="dim")
+    if as_json:
+        from offload.cli.ledger import emit_json, run_results
+
+        emit_json(run_results(driver, dispatched))
     raise typer.Exit(int(driver.exit_code))
 
 

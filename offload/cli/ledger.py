@@ -96,6 +96,9 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
     view = LedgerView(on_read_only=ui.warn)
     _recover(ui, view, quiet=as_json)
     if show:
+        if as_json:  # the result document: also for a unit still running (state, children so far)
+            emit_json(result_document(view, delegation_id(view, show)).to_json())
+            return
         _show(ui, view, show)
         return
     pending = view.pending()
@@ -116,8 +119,8 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
     if all_rows:
         ui.show(ledger_finished(view.settled(50), "delivered or dropped"))
         from offload.gateway.state import drop_reasons
-        for delegation_id, reason in drop_reasons().items():
-            ui.say(f"dropped by the gateway: {delegation_id}: {reason}", style="yellow")
+        for dropped_id, reason in drop_reasons().items():
+            ui.say(f"dropped by the gateway: {dropped_id}: {reason}", style="yellow")
 
 
 def _recover(ui: Ui, view: LedgerView, quiet: bool) -> None:
@@ -171,6 +174,33 @@ def full_result(view: LedgerView, wanted: str) -> str:
     if row is None or not row.event:
         raise CliError(f"delegation {wanted!r} has not finished yet; `offload agents` shows what runs")
     return format_process_notification(row.event) or ""
+
+
+def result_document(view: LedgerView, full_id: str, event: dict[str, Any] | None = None) -> Any:
+    """``offload.result``'s document of one delegation, from its ledger row (else from
+    ``event``, a result this process delivered whose row is gone); text as the agent read it."""
+    from offload import result
+    from offload.render.bus_notifications import format_process_notification
+
+    row = view.get(full_id)
+    if row is None and event is not None:
+        return result.from_event(event, format_process_notification)
+    if row is None:
+        raise CliError(f"no delegation {full_id!r}; `offload agents` lists them")
+    return result.from_row(row, format_process_notification)
+
+
+def run_results(driver: Any, dispatched: list[str]) -> dict[str, Any]:
+    """``offload run --json``: the delegations this run dispatched, then the results of earlier
+    ones it delivered (``--resume``), each as its result document."""
+    from offload import result
+    from offload.ledger_view import LedgerView
+
+    view = LedgerView()
+    events = {str(e.get("delegation_id")): e for e in driver.delivered}
+    ids = [i for i in dict.fromkeys([*dispatched, *events]) if i]
+    docs = [result_document(view, i, events.get(i)) for i in ids]
+    return result.run_document(driver.session_id, driver.answers, docs, int(driver.exit_code))
 
 
 def _acknowledge(ui: Ui, view: LedgerView, ids: list[str]) -> None:

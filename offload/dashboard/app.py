@@ -1,5 +1,5 @@
-"""The dashboard's Starlette application: pages, the roster's server-sent events, actions
-and ``/metrics``.
+"""The dashboard's Starlette application: pages, the roster's server-sent events, actions,
+``/metrics`` and the JSON API (``/api/delegations[/ID]``: result documents, ``offload.result``).
 
 Pages are rendered on the server with Jinja2 (autoescape on: child output is untrusted and
 is only ever printed as text). The roster page opens one ``EventSource`` on ``/events``;
@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -55,6 +55,12 @@ def parse_age(text: str) -> float | None:
     return float(match.group(1)) * _AGE_UNITS_S[match.group(2)]
 
 
+def _history_filter(q: Any) -> model.HistoryFilter:
+    """The history's filters from query parameters; ValueError names a bad one and the fix."""
+    return model.HistoryFilter(session=q.get("session", "").strip(), state=_state(q.get("state", "")),
+                               delivery_state=q.get("delivery", ""), max_age_s=parse_age(q.get("age", "")))
+
+
 def _state(text: str) -> str:
     """A history filter's unit state; a word that is none is a ValueError naming the choices."""
     if text and text not in model.STATES:
@@ -83,6 +89,8 @@ class Dashboard:
         return self.env.get_template("_roster.html").render(units=units, problem=problem)
 
     async def ledger_problem(self, request: Request, exc: Exception) -> Response:
+        if request.url.path.startswith("/api/"):  # a script reads the reason as JSON too
+            return JSONResponse({"error": str(exc)}, 503)
         return self.render("problem.html", 503, problem=str(exc))
 
     async def roster_page(self, request: Request) -> Response:
@@ -112,12 +120,27 @@ class Dashboard:
     async def history_page(self, request: Request) -> Response:
         q = request.query_params
         try:
-            flt = model.HistoryFilter(session=q.get("session", "").strip(), state=_state(q.get("state", "")),
-                                      delivery_state=q.get("delivery", ""), max_age_s=parse_age(q.get("age", "")))
+            flt = _history_filter(q)
         except ValueError as exc:
             return self.render("history.html", 400, units=[], error=str(exc), q=q, model=model)
         units = await run_in_threadpool(model.history, flt)
         return self.render("history.html", units=units, error=None, q=q, model=model)
+
+    async def api_list(self, request: Request) -> Response:
+        """``/api/delegations``: the history's filters, each row as its result document."""
+        try:
+            flt = _history_filter(request.query_params)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        return JSONResponse({"delegations": await run_in_threadpool(model.documents, flt)})
+
+    async def api_detail(self, request: Request) -> Response:
+        """``/api/delegations/ID``: one delegation's result document."""
+        delegation_id = request.path_params["delegation_id"]
+        doc = await run_in_threadpool(model.document, delegation_id)
+        if doc is None:
+            return JSONResponse({"error": f"no delegation {delegation_id!r} in the ledger"}, 404)
+        return JSONResponse(doc)
 
     async def detail_page(self, request: Request) -> Response:
         delegation_id = request.path_params["delegation_id"]
@@ -154,6 +177,8 @@ def create_app(*, token: str | None = None, refresh_s: float = 1.0, hosts: HostC
         Route("/d/{delegation_id}", dash.detail_page, name="detail"),
         Route("/d/{delegation_id}/{action}", dash.action, methods=["POST"]),
         Route("/metrics", dash.metrics),
+        Route("/api/delegations", dash.api_list),
+        Route("/api/delegations/{delegation_id}", dash.api_detail),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     middleware = [Middleware(HostGuard, check=hosts or HostCheck("127.0.0.1")), Middleware(Guard, token=token)]

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from offload import activity
+from offload import activity, result
 from offload.ledger_rows import owner_host, owner_state, row_state
 from offload.engine.states import ACTIVE_STATES, LIVE_STATES, RUNNING, UNIT_STATES, UNKNOWN, child_state, unit_state
 from offload.default_runtime import engine
@@ -145,11 +145,29 @@ class HistoryFilter:
         return self.max_age_s is None or now - row.dispatched_at <= self.max_age_s
 
 
-def history(flt: HistoryFilter, now: float | None = None) -> list[dict[str, Any]]:
+def history_rows(flt: HistoryFilter, now: float | None = None) -> list[LedgerRow]:
+    """The ledger rows ``flt`` keeps, newest first."""
     now = time.time() if now is None else now
     rows = [row for row in ledger_rows() if flt.keeps(row, now)]
     rows.sort(key=lambda row: row.dispatched_at, reverse=True)
-    return [_unit(row, None, now) for row in rows]
+    return rows
+
+
+def history(flt: HistoryFilter, now: float | None = None) -> list[dict[str, Any]]:
+    now = time.time() if now is None else now
+    return [_unit(row, None, now) for row in history_rows(flt, now)]
+
+
+def documents(flt: HistoryFilter) -> list[dict[str, Any]]:
+    """The JSON API's list: the result document (``offload.result``) of every row ``flt`` keeps."""
+    return [result.from_row(row, format_process_notification).to_json() for row in history_rows(flt)]
+
+
+def document(delegation_id: str) -> dict[str, Any] | None:
+    """One delegation's result document, or None if the ledger does not know it."""
+    ledger = current_ledger()
+    row = ledger.get(delegation_id) if ledger.exists() else None
+    return None if row is None else result.from_row(row, format_process_notification).to_json()
 
 
 def detail(delegation_id: str, now: float | None = None) -> dict[str, Any] | None:
