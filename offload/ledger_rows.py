@@ -20,7 +20,7 @@ from typing import Any
 
 from offload.ledger import LedgerRow
 from offload.engine.liveness import owner_alive
-from offload.engine.states import RUNNING, UNKNOWN, child_state, event_state, unit_state
+from offload.engine.states import RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
 
 
 def _number(value: Any) -> float | None:
@@ -53,7 +53,7 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
     out = []
     for index in indexes:
         entry = finished.get(index)
-        status = child_state(entry.get("status")) if entry else (RUNNING if row.state == RUNNING else UNKNOWN)
+        status = child_state(entry.get("status")) if entry else (RUNNING if row.state in UNFINISHED else UNKNOWN)
         out.append({"task": index + 1, "goal": str(goals[index] if index < len(goals) else ""), "status": status,
                     "duration_seconds": _number(entry.get("duration_seconds")) if entry else None})
     return out
@@ -62,7 +62,7 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
 def row_state(row: LedgerRow) -> str:
     """The unit state of a ledger row: its children decide once it finished (``event_state``),
     so a row an older version stored as ``completed`` or ``error`` reads in today's words."""
-    if row.state == RUNNING or not isinstance(row.event, dict):
+    if row.state in UNFINISHED or not isinstance(row.event, dict):
         return unit_state(row.state)
     return event_state({**row.event, "status": row.state})
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from offload.engine.states import LIVE_STATES, RUNNING, UNKNOWN, child_state, event_state, unit_state
+from offload.engine.states import RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
 from offload.ledger import LedgerRow
 from offload.render.truncation import is_truncated
 from offload.render.notification import format_event
@@ -81,7 +81,7 @@ def from_event(evt: Mapping[str, Any], render: Render = format_event) -> Delegat
     return DelegationResult(
         id=str(evt.get("delegation_id") or ""), session=evt.get("parent_session_id") or evt.get("session_key") or None,
         label=_label(evt, evt), group=_text(evt.get("group")), state=state,
-        children=_children(evt, evt, None, live=state in LIVE_STATES), text=render(evt), error=_text(evt.get("error")),
+        children=_children(evt, evt, None, live=state in UNFINISHED), text=render(evt), error=_text(evt.get("error")),
         dispatched_at=_number(evt.get("dispatched_at")), completed_at=_number(evt.get("completed_at")))
 
 
@@ -89,13 +89,13 @@ def from_row(row: LedgerRow, render: Render = format_event) -> DelegationResult:
     """The document of a ledger row, finished or not: a running one lists the children it has
     recorded so far, the others ``running``."""
     task, event = dict(row.task or {}), dict(row.event or {})
-    finished = row.state != RUNNING and bool(event)
+    finished = row.state not in UNFINISHED and bool(event)
     state = event_state({**event, "status": row.state}) if finished else unit_state(row.state)
     partial = (row.result or {}).get("results") if isinstance(row.result, dict) else None
     return DelegationResult(
         id=row.delegation_id, session=row.parent_session_id or row.origin_session or None,
         label=_label(task, event), group=_text(task.get("group") or event.get("group")), state=state,
-        children=_children(task, event, partial, live=state in LIVE_STATES),
+        children=_children(task, event, partial, live=state in UNFINISHED),
         text=render(event) if finished else None, error=_text(event.get("error")),
         dispatched_at=row.dispatched_at, completed_at=row.completed_at, delivery_state=row.delivery_state,
         delivery_attempts=row.delivery_attempts, delivered_at=row.delivered_at)

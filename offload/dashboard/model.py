@@ -16,7 +16,8 @@ from typing import Any
 
 from offload import activity, result
 from offload.ledger_rows import owner_host, owner_state, row_state
-from offload.engine.states import ACTIVE_STATES, LIVE_STATES, RUNNING, UNIT_STATES, UNKNOWN, child_state, unit_state
+from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, RUNNING, UNFINISHED, UNIT_STATES, UNKNOWN, child_state,
+                                   unit_state)
 from offload.default_runtime import engine
 from offload.ledger import queries as ledger_queries
 from offload.default_runtime.delivery import current_ledger
@@ -103,7 +104,7 @@ def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float,
         "activity_age_s": remote.get("snapshot_age_s") if remote and not live else None,
         "delivery_state": row.delivery_state if row else "in memory",
         "delivery_attempts": row.delivery_attempts if row else 0,
-        "children": _children(task, result, live or remote, status in LIVE_STATES),
+        "children": _children(task, result, live or remote, status in UNFINISHED),
     }
 
 

@@ -6,7 +6,8 @@ CLI views and ``--json``, the dashboard, the renderer's headline, the gateway an
 A child is ``running`` until it ends ``completed``, ``failed`` (it ran and did not succeed),
 ``error`` (it could not run: building or running it raised), ``interrupted`` (stopped),
 ``stalled`` (the stall monitor gave up on it) or ``unknown`` (its owner exited first).
-A unit goes ``running`` → (``stalling`` →) ``finalizing`` → one terminal state:
+A unit goes (``queued`` →) ``running`` → (``stalling`` →) ``finalizing`` → one terminal state
+(``queued``: with ``delegation.run_on: workers``, waiting in the ledger for an ``offload worker``):
 
 - ``completed``   every child completed;
 - ``partial``     some children completed, the others did not;
@@ -23,18 +24,19 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-RUNNING, STALLING, FINALIZING = "running", "stalling", "finalizing"
+QUEUED, RUNNING, STALLING, FINALIZING = "queued", "running", "stalling", "finalizing"
 COMPLETED, PARTIAL, FAILED, ERROR = "completed", "partial", "failed", "error"
 INTERRUPTED, STALLED, UNKNOWN = "interrupted", "stalled", "unknown"
 
 CHILD_STATES = (RUNNING, COMPLETED, FAILED, ERROR, INTERRUPTED, STALLED, UNKNOWN)
 TERMINAL_UNIT_STATES = (COMPLETED, PARTIAL, FAILED, ERROR, INTERRUPTED, STALLED, UNKNOWN)
-UNIT_STATES = (RUNNING, STALLING, FINALIZING, *TERMINAL_UNIT_STATES)
+UNIT_STATES = (QUEUED, RUNNING, STALLING, FINALIZING, *TERMINAL_UNIT_STATES)
 ENGINE_ENDED = frozenset({STALLED, UNKNOWN})  # set on the whole unit, not derived from children
 NOT_COMPLETED = frozenset(TERMINAL_UNIT_STATES) - {COMPLETED}  # a terminal unit the user should look at
 
 ACTIVE_STATES = (RUNNING, STALLING)  # holds a slot; can be interrupted or stall
-LIVE_STATES = frozenset({*ACTIVE_STATES, FINALIZING})  # not yet reported
+LIVE_STATES = frozenset({*ACTIVE_STATES, FINALIZING})  # not yet reported (an engine's records)
+UNFINISHED = frozenset({QUEUED, *LIVE_STATES})  # a ledger row with no result yet
 DONE_STATES = frozenset({COMPLETED, "success"})  # raw words of a child that succeeded (older events)
 
 # Words other writers used (hermes runners, earlier offload versions) and the state each means.

@@ -79,7 +79,7 @@ def _everywhere(cli, did: str, state: str, children: list[str]) -> None:
         detail = http.get(f"/d/{did}").text
         assert re.search(rf'id="status">{state}<', detail), detail
         bad = http.get("/history", params={"state": "done"})
-        assert bad.status_code == 400 and "not a unit state: use one of running" in bad.text
+        assert bad.status_code == 400 and "not a unit state: use one of queued, running" in bad.text
 
 
 def test_a_stopped_single_child_unit_is_interrupted_everywhere(cli, model_server, write_config):

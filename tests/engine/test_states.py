@@ -45,8 +45,8 @@ def test_foreign_and_older_words_read_as_child_states(word, state):
 
 
 def test_unit_words_keep_the_live_states_and_partial():
-    assert [unit_state(w) for w in ("running", "stalling", "finalizing", "partial", "success")] == [
-        "running", "stalling", "finalizing", "partial", "completed"]
+    assert [unit_state(w) for w in ("queued", "running", "stalling", "finalizing", "partial", "success")] == [
+        "queued", "running", "stalling", "finalizing", "partial", "completed"]
 
 
 def test_a_unit_without_child_results_is_error_with_an_error_else_unknown():
