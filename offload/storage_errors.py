@@ -31,6 +31,8 @@ def describe(exc: BaseException) -> str | None:
     from offload.ledger import LedgerError
     from offload.ledger.sqlite import classify_error
 
+    if isinstance(exc, LedgerError) and exc.kind == "too_new":
+        return str(exc)  # names the store, both schema versions and the fix (upgrade offload)
     if isinstance(exc, LedgerError):
         if exc.kind == "config" or not _ledger_in_state_db():
             return str(exc)  # it names its server or setting: the state.db advice would send the user astray

@@ -4,7 +4,7 @@ Owns the file ``state.db``: it opens it in WAL mode (the delegation ledger is a 
 same file and never changes the journal mode), keeps the file and its sidecars owner-only
 (0o600), and owns four tables: ``sessions``, ``session_messages`` (one JSON message per row,
 ordered by ``seq``), ``injected_results`` and ``session_lineage`` (which session a compressed
-one continues in).
+one continues in), versioned as the ``sessions`` component (``offload.ledger.versions``).
 
 Invariant: a turn is stored whole or not at all. ``append_turn`` writes the turn's messages
 and, for a turn that carried background results, one ``injected_results`` row per delegation
@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator
 
 from offload.engine.errors import OffloadError
 from offload.ledger.sqlite import connect, is_locked, retry_while_locked, secure_files
+from offload.ledger.versions import Component, migrate_sqlite
 from offload.home import state_db_path
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,15 @@ _SCHEMA = (
     " UNIQUE, reason TEXT NOT NULL, created_at REAL NOT NULL)",
 )
 _MAX_LINEAGE_HOPS = 1000
+
+
+def _tables(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+# Versioned in the file's offload_schema table (offload.ledger.versions); 1: the four tables.
+SESSIONS = Component("sessions", (_tables,))
 
 
 class SessionStoreError(OffloadError):
@@ -85,8 +95,7 @@ class SessionStore:
         try:
             retry_while_locked(lambda: enable_wal(conn, self.path))
             conn.execute("PRAGMA synchronous=FULL")  # a stored turn must survive a power cut too
-            for statement in _SCHEMA:
-                retry_while_locked(lambda: conn.execute(statement))
+            retry_while_locked(lambda: migrate_sqlite(conn, SESSIONS, str(self.path)))
         except BaseException:
             conn.close()
             raise

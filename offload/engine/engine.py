@@ -30,7 +30,7 @@ from typing import Any, Callable
 from offload.engine import roster
 from offload.engine.events import ROUTING_KEYS, build_event, crash_result, failure_notice, unit_task_indexes
 from offload.engine.health import LedgerHealth
-from offload.ledger import DelegationLedger, DispatchRow
+from offload.ledger import DelegationLedger, DispatchRow, LedgerError
 from offload.engine.liveness import current_owner
 from offload.engine.log import logger
 from offload.engine.observers import notify
@@ -127,6 +127,9 @@ class Delegations:
             self._abandon_unscheduled(record, holds)
             return {"status": "rejected",
                     "error": capacity_error(record["is_batch"], cap, " on all hosts sharing the ledger")}
+        if isinstance(warning, LedgerError):  # a newer offload's ledger: refuse, never run unrecorded beside it
+            self._abandon_unscheduled(record, holds)
+            return {"status": "rejected", "error": str(warning)}
         # The worker runs in the dispatcher's context (session variables, profile). A Context can
         # be entered by one thread at a time, so the monitor's forced finalize uses a copy.
         context = record["_context"] = contextvars.copy_context()
@@ -149,8 +152,9 @@ class Delegations:
             handle["warning"] = warning
         return handle
 
-    def _persist_dispatch(self, record: Record, cap: int | None = None) -> str | object | None:
-        """Write the ``running`` row. On failure the unit still runs, delivered in memory only.
+    def _persist_dispatch(self, record: Record, cap: int | None = None) -> str | object | LedgerError | None:
+        """Write the ``running`` row. On failure the unit still runs, delivered in memory only,
+        unless the ledger belongs to a newer offload (``SchemaTooNew``, returned: the unit is refused).
         ``cap``: the unit opens a new slot; a ledger shared by several hosts admits it only if
         a slot is free on all of them (else ``FULL_ACROSS_HOSTS``, nothing written)."""
         ledger = self.ledger()
@@ -173,6 +177,8 @@ class Delegations:
             elif not within(row, time.time(), cap):
                 return FULL_ACROSS_HOSTS
         except Exception as exc:  # any backend failure: the slot is taken, so the unit must run
+            if isinstance(exc, LedgerError) and exc.kind == "too_new":
+                return exc  # not a passing failure: every later write is refused too
             self.health.report(ledger, "recording a dispatch", exc,
                                "The unit runs and its result is delivered in memory only.")
             return f"not recorded durably ({exc}); a restart before delivery would lose this result"

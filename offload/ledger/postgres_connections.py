@@ -1,5 +1,5 @@
 """The PostgreSQL ledger's connections: one ``psycopg_pool`` pool of autocommit connections
-per ledger, each checked before use, and the schema made on the first write.
+per ledger, each checked before use, and the schema made (or migrated) on the first write.
 
 Owns ``PostgresConnections._run(fn)``, the one way the ledger touches the server. Invariants:
 a server restart or a terminated backend costs one reconnect, not an error (an operation that
@@ -21,7 +21,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from offload.ledger.protocol import LedgerError
 from offload.ledger.postgres_errors import classify, error_kind, redact
-from offload.ledger.postgres_sql import _COLUMNS, SCHEMA, SCHEMA_LOCK_KEY
+from offload.ledger.migrations import POSTGRES_LEDGER
+from offload.ledger.postgres_sql import SCHEMA_LOCK_KEY
+from offload.ledger.versions import check_postgres, migrate_postgres
 
 _T = TypeVar("_T")
 MISSING = object()  # "no ``missing`` value given": a read of absent tables raises
@@ -39,7 +41,8 @@ class PostgresConnections:
         self.location = redact(url)  # the label log lines and log-once bookkeeping use
         self._pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
-        self._schema: str | None = None  # set once the tables are known to exist
+        self._schema: str | None = None  # set once the tables are known to exist at this version
+        self._version_checked: str | None = None  # set once the version is known not to be newer
         self._down: LedgerError | None = None  # why the server was unusable at the last attempt
         self._down_at = 0.0
         try:
@@ -71,6 +74,8 @@ class PostgresConnections:
                 with self._get_pool().connection() as conn:
                     if create:
                         self._ensure_schema(conn)
+                    else:
+                        self._check_version(conn)
                     return fn(conn)
             except psycopg.errors.UndefinedTable as exc:
                 self._schema = None
@@ -116,22 +121,14 @@ class PostgresConnections:
         return classify(self.location, exc)
 
     def _ensure_schema(self, conn: Any) -> None:
+        """The tables at this version (``offload.ledger.versions``): one read when they are."""
         if self._schema is not None:
             return
-        if not _schema_complete(conn):
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))", (SCHEMA_LOCK_KEY,))
-                for statement in SCHEMA:
-                    conn.execute(statement)
-        self._schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        migrate_postgres(conn, POSTGRES_LEDGER, self.location, SCHEMA_LOCK_KEY)
+        self._schema = self._version_checked = conn.execute("SELECT current_schema()").fetchone()[0]
 
-
-def _schema_complete(conn: Any) -> bool:
-    """Whether the tables, every column and the indexes exist (a read; DDL only when not)."""
-    present = {r[0] for r in conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
-        " AND table_name = 'async_delegations'").fetchall()}
-    if any(name not in present for name, _ in _COLUMNS):
-        return False
-    return conn.execute("SELECT to_regclass('async_delegation_owners') IS NOT NULL"
-                        " AND to_regclass('idx_async_delegations_live') IS NOT NULL").fetchone()[0]
+    def _check_version(self, conn: Any) -> None:
+        """Once per schema: a read refuses a ledger a newer offload migrated (``SchemaTooNew``)."""
+        if self._version_checked is None:
+            check_postgres(conn, POSTGRES_LEDGER, self.location)
+            self._version_checked = conn.execute("SELECT current_schema()").fetchone()[0]

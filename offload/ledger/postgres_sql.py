@@ -9,8 +9,9 @@ Two tables in the connection's schema (``search_path``):
   so a lease that was revoked (its row deleted by a recovering host) can never come back: a
   terminal write names its token and is refused once that token is gone.
 
-Schema creation and migration run under a transaction-scoped advisory lock, so processes
-that start together never race on ``CREATE``/``ALTER``.
+Schema creation and migration (``offload.ledger.migrations``, versioned by
+``offload.ledger.versions``) run under a transaction-scoped advisory lock, so processes that
+start together never race on ``CREATE``/``ALTER``.
 """
 from __future__ import annotations
 

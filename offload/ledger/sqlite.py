@@ -29,6 +29,8 @@ from offload.ledger.group_commit import GroupCommit, Write, run_in_one_transacti
 from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
 from offload.ledger.sqlite_errors import error_kind, is_locked  # noqa: F401 - is_locked: part of this API
 from offload.ledger.sqlite_side import SqliteSideTables
+from offload.ledger.migrations import SQLITE_LEDGER
+from offload.ledger.versions import migrate_sqlite
 from offload.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
     _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
     _row_values, dumps,
@@ -58,34 +60,18 @@ def secure_files(path: Path, *, create_main: bool = False) -> None:
 
 
 def initialize_schema(conn: sqlite3.Connection) -> None:
-    """Create or reconcile the table and indexes. Never changes the journal mode."""
+    """Bring the ledger's tables to this version (``offload.ledger.versions``: one transaction,
+    ``SchemaTooNew`` for a newer store). Never changes the journal mode."""
     if sys.platform == "darwin":
         # macOS fsync does not order writes; without these a checkpoint at shutdown can corrupt.
         conn.execute("PRAGMA checkpoint_fullfsync=1")
         conn.execute("PRAGMA synchronous=FULL")
-    conn.execute(_SCHEMA[0])
-    if _missing_columns(conn):  # a ledger written by an older version
-        # Processes that start together all find the same columns missing; re-read under the
-        # write lock so only the first adds them and the others see them added.
-        own = not conn.in_transaction
-        if own:
-            conn.execute("BEGIN IMMEDIATE")
-        try:
-            for name, decl in _missing_columns(conn):
-                conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
-        except BaseException:
-            if own:
-                conn.execute("ROLLBACK")
-            raise
-        if own:
-            conn.execute("COMMIT")
-    for statement in _SCHEMA[1:]:
-        conn.execute(statement)
+    migrate_sqlite(conn, SQLITE_LEDGER, database_file(conn))
 
 
-def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
-    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
-    return [(name, decl) for name, decl in _COLUMNS if name not in present]
+def database_file(conn: sqlite3.Connection) -> str:
+    """The file ``conn`` opened, for messages."""
+    return str(conn.execute("PRAGMA database_list").fetchone()[2] or "state.db")
 
 
 def retry_while_locked(step: Callable[[], _T], timeout_s: float | None = None) -> _T:

@@ -5,8 +5,9 @@ The layers, top to bottom (``LAYERS``): the app (CLI, runtime, dashboard, teleme
 (``offload.subagents``, ``offload.toolsets``, ``offload.context``, ``offload.home``) →
 ``offload.render`` (pure rendering) → ``offload.engine`` → ``offload.ledger``. Every import
 counts, including lazy ones inside functions and ``importlib.import_module("literal")``;
-``offload.engine.errors`` (the error root) is below all but ``offload.engine.loop`` (the
-background-loop primitive the loops of every layer use; it imports nothing of offload); only
+``offload.engine.errors`` (the error root) and ``offload.engine.states`` (the state words) are below
+all but ``offload.engine.loop`` (the background-loop primitive the loops of every layer use; it
+imports nothing of offload); only
 ``if TYPE_CHECKING:`` blocks are exempt, because they never run. The renderer and the turn-context helpers import nothing above
 the tool layer, and the renderer does no I/O and reads no config. No module of ``offload``
 imports the compat distribution (``tools``, ``gateway``).
@@ -31,6 +32,8 @@ LAYERS = (
     ("offload.ledger.select", 3, "tools"),
     ("offload.ledger.queries", 3, "tools"),
     ("offload.engine.errors", -1, "errors"),
+    # The words of unit and child states: pure data every layer speaks, the ledger's migrations too.
+    ("offload.engine.states", -1, "states"),
     ("offload.engine.loop", -2, "loop"),
     ("offload.ledger", 0, "ledger"),
     ("offload.engine", 1, "engine"),

@@ -1,0 +1,70 @@
+"""The ledger's schema migrations, one ``versions.Component`` per backend with the same numbers:
+
+1. the tables as they were before versions existed: created, or reconciled by adding the
+   columns an older layout lacks (rows untouched);
+2. unit states in the words of ``offload.engine.states``: a finished row that hermes' rule
+   stored as ``completed`` although a child was interrupted or failed (or ``error`` although
+   its children were all interrupted) gets the state its children give (``partial``,
+   ``interrupted`` …). Only the ``state`` column changes; the stored event is kept as written.
+
+Invariant: every step is idempotent and runs inside the migration's one transaction.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Iterable
+
+from offload.engine.states import event_state
+from offload.ledger.protocol import parse_json
+from offload.ledger.sqlite_rows import _COLUMNS as _SQLITE_COLUMNS, _SCHEMA as _SQLITE_SCHEMA
+from offload.ledger.versions import Component
+
+_FINISHED = ("SELECT delegation_id, state, event_json FROM async_delegations"
+             " WHERE state <> 'running' AND event_json IS NOT NULL")
+
+
+def restated(rows: Iterable[tuple[str, str, str | None]]) -> list[tuple[str, str]]:
+    """``(state, delegation_id)`` for each finished row whose stored state its children contradict."""
+    changes = []
+    for delegation_id, state, event_json in rows:
+        event = parse_json(event_json)
+        if isinstance(event, dict) and (new := event_state({**event, "status": state})) != state:
+            changes.append((new, delegation_id))
+    return changes
+
+
+# -- SQLite -------------------------------------------------------------------------------------
+def _sqlite_tables(conn: sqlite3.Connection) -> None:
+    conn.execute(_SQLITE_SCHEMA[0])
+    present = {row[1] for row in conn.execute("PRAGMA table_info(async_delegations)")}
+    for name, decl in _SQLITE_COLUMNS:
+        if name not in present:  # a ledger written by an older version
+            conn.execute(f"ALTER TABLE async_delegations ADD COLUMN {name} {decl.replace('PRIMARY KEY', '')}")
+    for statement in _SQLITE_SCHEMA[1:]:
+        conn.execute(statement)
+
+
+def _sqlite_states(conn: sqlite3.Connection) -> None:
+    conn.executemany("UPDATE async_delegations SET state=? WHERE delegation_id=?",
+                     restated(conn.execute(_FINISHED).fetchall()))
+
+
+SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states))
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+def _postgres_tables(conn: Any) -> None:
+    from offload.ledger.postgres_sql import SCHEMA
+
+    for statement in SCHEMA:
+        conn.execute(statement)
+
+
+def _postgres_states(conn: Any) -> None:
+    changes = restated(conn.execute(_FINISHED).fetchall())
+    if changes:
+        with conn.cursor() as cur:
+            cur.executemany("UPDATE async_delegations SET state=%s WHERE delegation_id=%s", changes)
+
+
+POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states))
