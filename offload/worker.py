@@ -77,6 +77,8 @@ class Worker:
             try:
                 row = self.ledger.claim_queued_unit(time.time(), self.cfg.delegation.max_concurrent_children)
             except LedgerError as exc:
+                if exc.kind == "too_new":  # a newer offload's ledger: nothing here may run, stop with its message
+                    raise
                 logger.error("offload worker: cannot claim queued units: %s", exc)
                 return
             if row is None:

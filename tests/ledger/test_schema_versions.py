@@ -258,6 +258,7 @@ def test_an_older_offload_on_a_shared_postgres_ledger_stops_instead_of_writing(p
     with psycopg.connect(pg.url, autocommit=True) as conn:
         assert conn.execute("SELECT version FROM offload_schema").fetchall() == [(3,)]
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    listed = offload("agents", OFFLOAD_LEDGER_URL=pg.url)
-    assert listed.returncode == 2 and "ledger schema version 3" in listed.stderr, listed
-    assert "Upgrade offload here" in listed.stderr and "offload:" in listed.stderr
+    for command in (("agents",), ("worker",)):  # a listing, and a worker that would run units on it
+        refused = offload(*command, OFFLOAD_LEDGER_URL=pg.url, OFFLOAD_BASE_URL="http://127.0.0.1:9/v1")
+        assert refused.returncode == 2 and "ledger schema version 3" in refused.stderr, refused
+        assert "Upgrade offload here" in refused.stderr and "offload:" in refused.stderr
