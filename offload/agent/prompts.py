@@ -1,8 +1,10 @@
 """System prompts for top-level agents and for subagents.
 
-Owns the wording only. Invariant: a subagent prompt always tells the child it is a focused
+Owns the wording only. Invariants: a subagent prompt always tells the child it is a focused
 subagent that must end with a concise final summary of what it did and found, because that
-final answer is the only thing the parent receives.
+final answer is the only thing the parent receives; and it never repeats the parent's
+``context``, which reaches the child once, in its task message
+(``offload.subagents.child.child_prompt``).
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ def subagent_system_prompt(
         f"TASK:\n{goal}",
     ]
     if context and context.strip():
-        parts.append(f"CONTEXT FROM THE PARENT:\n{context.strip()}")
+        # Only a pointer: the context itself comes once, with the task message (a 24k-word
+        # context sent in both places doubled every child's prompt).
+        parts.append("The parent's context for this task comes with the task message.")
     if role == "orchestrator":
         parts.append(
             "You may split the work with the delegate_task tool; wait for your workers' results "

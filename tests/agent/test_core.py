@@ -338,7 +338,8 @@ def test_build_child_intersects_toolsets_and_inherits_credentials(fake_toolsets,
     assert child.session_id != parent.session_id
     prompt = child.system_prompt
     assert "focused subagent" in prompt and "final summary" in prompt
-    assert "Count the files" in prompt and "only *.py" in prompt
+    assert "Count the files" in prompt
+    assert "only *.py" not in prompt  # the context comes once, with the task message
 
 
 def test_build_child_without_toolsets_gets_the_parents_minus_delegation_at_the_depth_limit(fake_toolsets, tmp_path):
