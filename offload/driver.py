@@ -143,12 +143,15 @@ class SessionDriver:
         """Tokens (and cost, when the provider reports one) of this process's turns, with the
         subagents whose results were delivered here (or that ran inline) included."""
         totals = getattr(self.conversation.agent, "usage_totals", None)
-        if not isinstance(totals, dict) or not (totals.get("input_tokens") or totals.get("output_tokens")):
+        unreported = int(totals.get("tokens_unreported") or 0) if isinstance(totals, dict) else 0
+        if not isinstance(totals, dict) or not (totals.get("input_tokens") or totals.get("output_tokens") or unreported):
             return None
         cost = totals.get("cost_usd")
         cost_text = f"cost ${cost:.4f}" if isinstance(cost, (int, float)) else "cost not reported by the provider"
+        unknown = (f"; {unreported} model run(s) whose server reported no usage are not counted (unknown)"
+                   if unreported else "")
         return (f"tokens used by this run: {totals['input_tokens']:,} in / {totals['output_tokens']:,} out, "
-                f"subagents included ({cost_text})")
+                f"subagents included ({cost_text}{unknown})")
 
     def units(self) -> list[dict[str, Any]]:
         """This session's background units as the engine lists them (live per-child activity),

@@ -63,6 +63,7 @@ class _Run:
     finish_reason: str | None = None  # the provider's word for how the last reply ended
     tool_counts: Counter[str] = field(default_factory=Counter)
     usage: Counter[str] = field(default_factory=Counter)  # token counts, and cost_usd when reported
+    usage_reported: bool = False  # some call's server reported usage; else the counts are unknown, not 0
 
 
 class AIAgent:
@@ -160,6 +161,9 @@ class AIAgent:
         with self._usage_lock:
             for key in ("input_tokens", "output_tokens"):
                 self.usage_totals[key] += int(usage.get(key) or 0)
+            unreported = int(usage.get("tokens_unreported") or 0)
+            if unreported:  # runs whose server reported no usage: not counted, and said so
+                self.usage_totals["tokens_unreported"] = self.usage_totals.get("tokens_unreported", 0) + unreported
             cost = usage.get("cost_usd")
             if isinstance(cost, (int, float)) and not isinstance(cost, bool):
                 self.usage_totals["cost_usd"] = (self.usage_totals["cost_usd"] or 0.0) + float(cost)
@@ -189,7 +193,8 @@ class AIAgent:
         result["error_kind"] = error_kind
         usage = result["usage"]
         self.add_usage({"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
-                        "cost_usd": usage.get("cost_usd")})
+                        "cost_usd": usage.get("cost_usd"),
+                        "tokens_unreported": 1 if usage["prompt_tokens"] is None and run.api_calls else 0})
         return result
 
     def _opening_messages(self, user_message: str, history: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -238,6 +243,7 @@ class AIAgent:
 
     def _record_turn(self, run: _Run, turn: AssistantTurn) -> None:
         run.finish_reason = turn.finish_reason
+        run.usage_reported = run.usage_reported or turn.usage is not None
         for key, value in (turn.usage or {}).items():
             run.usage[key] += value
         if turn.content.strip():
@@ -339,6 +345,10 @@ class AIAgent:
 
 
 def _usage_of(run: _Run) -> dict[str, Any]:
+    """Tokens (and cost) the server reported for the run; None when no call reported usage
+    (a server without usage reports), which is unknown, not zero."""
+    if not run.usage_reported:
+        return {"prompt_tokens": None, "completion_tokens": None}
     usage: dict[str, Any] = {"prompt_tokens": run.usage["prompt_tokens"],
                              "completion_tokens": run.usage["completion_tokens"]}
     if "cost_usd" in run.usage:  # only when the provider reported one: unknown is not zero

@@ -1,7 +1,8 @@
 """Token and cost roll-up of subagents into their parent's totals.
 
-A child's result entry carries ``tokens`` ({"input", "output"}) and ``cost_usd`` (None when the
-provider did not report a cost). Children run inline (sync mode, or a unit that ran in place)
+A child's result entry carries ``tokens`` ({"input", "output"}; both None when its server
+reported no usage: unknown, never counted as 0) and ``cost_usd`` (None when the provider did not
+report a cost). Totals count such children in ``tokens_unreported`` (present only when non-zero). Children run inline (sync mode, or a unit that ran in place)
 are added to the parent's totals when the tool returns; background children's usage travels
 in their result entries and is added when the result is delivered (``roll_up_event``), so a
 result is counted once, by the session that reads it.
@@ -18,11 +19,15 @@ logger = logging.getLogger(__name__)
 
 
 def entry_usage_fields(out: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``tokens`` / ``cost_usd`` fields of a result entry, from a child run's result."""
+    """The ``tokens`` / ``cost_usd`` fields of a result entry, from a child run's result. Tokens
+    are None ("unknown") when the child made calls but its server reported no usage."""
     usage = out.get("usage") if isinstance(out.get("usage"), Mapping) else {}
     cost = usage.get("cost_usd")
-    return {"tokens": {"input": _count(usage.get("prompt_tokens")), "output": _count(usage.get("completion_tokens"))},
-            "cost_usd": float(cost) if _is_number(cost) else None}
+    if usage.get("prompt_tokens") is None and usage.get("completion_tokens") is None and out.get("api_calls"):
+        tokens: dict[str, Any] = {"input": None, "output": None}
+    else:
+        tokens = {"input": _count(usage.get("prompt_tokens")), "output": _count(usage.get("completion_tokens"))}
+    return {"tokens": tokens, "cost_usd": float(cost) if _is_number(cost) else None}
 
 
 def sum_usage(entries: Iterable[Any]) -> dict[str, Any]:
@@ -32,6 +37,8 @@ def sum_usage(entries: Iterable[Any]) -> dict[str, Any]:
         if not isinstance(entry, Mapping):
             continue
         tokens = entry.get("tokens") if isinstance(entry.get("tokens"), Mapping) else {}
+        if "input" in tokens and tokens["input"] is None and tokens.get("output") is None:
+            total["tokens_unreported"] = total.get("tokens_unreported", 0) + 1  # unknown: not counted as 0
         total["input_tokens"] += _count(tokens.get("input"))
         total["output_tokens"] += _count(tokens.get("output"))
         if _is_number(entry.get("cost_usd")):
@@ -47,7 +54,8 @@ def event_usage(evt: Mapping[str, Any]) -> dict[str, Any]:
 
 def roll_up(parent: Any, usage: Mapping[str, Any]) -> None:
     """Add ``usage`` to the parent's totals, if it keeps any. Never raises."""
-    if not (usage.get("input_tokens") or usage.get("output_tokens") or usage.get("cost_usd")):
+    if not (usage.get("input_tokens") or usage.get("output_tokens") or usage.get("cost_usd")
+            or usage.get("tokens_unreported")):
         return
     add = getattr(parent, "add_usage", None)
     if not callable(add):
