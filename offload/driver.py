@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable
 
 from offload.agent.session_store import SessionStore
+from offload.context import result_chain
 from offload.engine.states import LIVE_STATES
 from offload import exit_codes
 from offload.config import load_config
@@ -125,7 +126,8 @@ class SessionDriver:
             return
         self.ui.result(item.event, item.text)
         try:
-            result = self.conversation.run_turn(item.text, [item.dedupe_id] if item.dedupe_id else [], on_wait)
+            with result_chain.triggered_by([item.event]):  # background work it starts counts one hop more
+                result = self.conversation.run_turn(item.text, [item.dedupe_id] if item.dedupe_id else [], on_wait)
             self.inbox.follow(self.session_id)
         except Exception as exc:
             self.inbox.give_back(item)

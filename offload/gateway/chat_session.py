@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from offload.context import result_chain
 from offload.engine.states import event_state
 from offload.gateway.platform import ChatGone, Incoming, Platform, Route
 from offload.gateway.runner import BATCH_PREFIX
@@ -189,7 +190,8 @@ class ChatSession:
         texts = [item.text for item in fresh]
         turn_text = texts[0] if len(texts) == 1 else BATCH_PREFIX.format(n=len(texts)) + "\n\n" + "\n\n".join(texts)
         try:
-            result = self._run_turn(turn_text, [c.dedupe_id for c in fresh if c.dedupe_id])
+            with result_chain.triggered_by([c.event for c in fresh]):  # its background work: one hop more
+                result = self._run_turn(turn_text, [c.dedupe_id for c in fresh if c.dedupe_id])
         except Exception:
             logger.exception("chat %s: the turn carrying %d result(s) failed; retrying later",
                              self.route.chat_id, len(fresh))

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from offload.subagents.args import TaskArgs
 from offload.subagents.config import DelegationConfig
+from offload.render.model_rejection import subagent_stamp
 from offload.render.truncation import CUT_OFF_EXIT_REASON, UNFINISHED_EXIT_REASONS
 from offload.subagents.usage import entry_usage_fields
 
@@ -100,6 +101,7 @@ class Batch:
     indexes: list[int] = field(default_factory=list)  # task indexes this batch (or unit) runs
     group: str | None = None
     child_max_iterations: int = 50
+    result_hops: int = 0  # delivered results in a row that led to this call (offload.context.result_chain)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # The child seams: ``delegate_tool`` passes ones that look its patchable names up at call time.
     build_child: Callable[..., Any] = build_child_agent
@@ -108,3 +110,13 @@ class Batch:
     @property
     def goals(self) -> list[str]:
         return [t.goal for t in self.tasks]
+
+
+def unit_stamp(unit: Batch) -> dict[str, Any]:
+    """What a unit's events carry of how it was dispatched (``subagent_config``): the model stamp
+    the rejection notice reads, and ``result_hops`` when a result started it
+    (``offload.context.result_chain``; absent means 0)."""
+    stamp = subagent_stamp(unit.cfg.model_dump())
+    if unit.result_hops:
+        stamp["result_hops"] = unit.result_hops
+    return stamp

@@ -37,6 +37,8 @@ class DelegationConfig(BaseModel):
     api_key_env: str | None = Field(None, description="environment variable holding the subagent API key")
     max_iterations: int = Field(50, ge=1, le=10_000, description="API calls per subagent")
     max_spawn_depth: int = Field(1, ge=0, le=5, description="how deep subagents may delegate")
+    max_result_chain: int = Field(3, ge=0, le=100, description=(
+        "how many times in a row a delivered background result may start new background work (0: never)"))
     max_summary_chars: int = Field(24_000, ge=200, description="cap on a subagent's summary")
     stream_idle_timeout_s: float | None = Field(None, gt=0, le=86_400, description=(
         "seconds a subagent's model call may receive nothing before it fails; default: the parent's "

@@ -19,9 +19,8 @@ from typing import Any, Callable
 
 from offload.default_runtime import engine as ad
 from offload.subagents import children as kids
-from offload.subagents.child import Batch, str_attr
+from offload.subagents.child import Batch, str_attr, unit_stamp
 from offload.subagents.usage import roll_up, sum_usage
-from offload.render.model_rejection import subagent_stamp
 
 _NOTES = {
     "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
@@ -115,7 +114,7 @@ def _dispatch_unit(unit: Batch, unit_id: str, routing: dict[str, Any], cap: int,
         max_async_children=cap, delegation_id=unit_id, slot_key=slot_key,
         task_indexes=None if whole_call else unit.indexes, group=unit.group,
         progress_fn=kids.progress_token(unit.children), origin=routing["origin"], hold_slot=hold_slot,
-        subagent_config=subagent_config or subagent_stamp(unit.cfg.model_dump()))
+        subagent_config=subagent_config or unit_stamp(unit))
 
 
 def _unit_runner(unit: Batch, unit_id: str) -> Callable[[], dict[str, Any]]:

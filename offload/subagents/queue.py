@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from offload.render.model_rejection import subagent_stamp
 from offload.default_runtime import engine as ad
 from offload.default_runtime import delivery
 from offload.ledger import DispatchRow, LedgerError
+from offload.subagents.child import unit_stamp
 
 ROUTING_KEYS = ("session_key", "parent_session_id", "origin_ui_session_id", "origin_session_id", "origin")
 _NOTE = ("Queued for an `offload worker` host (delegation.run_on: workers). Each result arrives as a new message "
@@ -38,7 +38,7 @@ def unit_spec(unit: Any, routing: dict[str, Any]) -> dict[str, Any]:
     return {"goals": unit.goals, "tasks": [t.model_dump(exclude_none=True) for t in unit.tasks],
             "context": unit.context, "role": unit.role, "model": unit.creds.get("model"),
             "task_indexes": list(unit.indexes), "group": unit.group, "max_iterations": unit.child_max_iterations,
-            "is_batch": True, "run_on": "workers", "subagent_config": subagent_stamp(unit.cfg.model_dump()),
+            "is_batch": True, "run_on": "workers", "subagent_config": unit_stamp(unit),
             "routing": {k: routing.get(k) for k in ROUTING_KEYS}}
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from offload.context import result_chain
+
 from offload.subagents.args import DELEGATE_TASK_SCHEMA, KNOWN_TOOLSETS, DelegateArgs, TaskArgs
 from offload.subagents.child import Batch
 from offload.subagents.child import build_child_agent as _build_child_agent  # the seam, patched here
@@ -136,11 +138,14 @@ def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConf
     if problem:
         return {"status": "error", "error": problem}
     background = args.background if args.background is not None else (cfg.background and depth == 0)
+    hops = result_chain.next_hops()
+    if background and hops > cfg.max_result_chain:
+        return {"status": "error", "error": _chain_refusal(hops, cfg.max_result_chain)}
     routing = dispatch.capture_routing(parent) if background else None  # before any child is built
     # Children are built later, each on the worker that runs it (tools/delegate_children.py).
     batch = Batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
                   context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
-                  child_max_iterations=args.max_iterations or cfg.max_iterations, **child_seams())
+                  child_max_iterations=args.max_iterations or cfg.max_iterations, result_hops=hops, **child_seams())
     if routing is None:
         return dispatch.run_sync(batch)
     if routing["async_delivery"] and cfg.run_on == "workers":
@@ -149,6 +154,14 @@ def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConf
     if not routing["async_delivery"]:
         return dispatch.run_sync(batch, note="no_async")
     return dispatch.dispatch_background(batch, routing)
+
+
+def _chain_refusal(hops: int, limit: int) -> str:
+    return (f"not dispatched: this turn answers a background result, and {hops - 1} result(s) in a row have "
+            f"already started new background work (delegation.max_result_chain={limit}), so no more is started "
+            "from here. Answer from the results you have; for a small follow-up, do it yourself or delegate it with "
+            "background=false. The operator can raise the limit: offload config set delegation.max_result_chain "
+            f"{limit + 2}")
 
 
 def _tool_handler(args: dict[str, Any], ctx: ToolContext) -> str:
