@@ -23,8 +23,10 @@ from offload.exit_codes import ExitCode
 from offload.inbox import Delivery, SessionInbox
 from offload.runtime import Conversation, TurnResult, apply_engine_tuning, open_conversation
 from offload.cli.views import Ui
+from offload.default_runtime.delivery import current_ledger
 from offload.default_runtime.engine import get_durable_delegation, interrupt_for_session, list_async_delegations
 from offload.render.truncation import unfinished_reason
+from offload.session_units import WAITING_STATES, SessionRows, item as ledger_item
 from offload.subagents.usage import roll_up_event
 
 logger = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class SessionDriver:
         self.answers: list[dict[str, Any]] = []
         self.delivered: list[dict[str, Any]] = []
         self._new_conversation = new_conversation
+        self._ledger_rows = SessionRows(current_ledger)
 
     def new_session(self) -> str:
         """/new: a fresh session (a user boundary, not a continuation: no lineage link).
@@ -158,7 +161,8 @@ class SessionDriver:
     def units(self) -> list[dict[str, Any]]:
         """This session's background units as the engine lists them (live per-child activity),
         each live one with ``children_finished``: its children already recorded in the ledger,
-        by task index."""
+        by task index; then the ones another process runs (an ``offload worker``), from the
+        ledger, each with ``where`` it is."""
         items = [item for item in list_async_delegations() if self.inbox.owns(item)]
         for item in items:
             if item.get("status") in LIVE_STATES:
@@ -166,11 +170,30 @@ class SessionDriver:
                 entries = (row.get("result") or {}).get("results") or []
                 item["children_finished"] = {e["task_index"]: e for e in entries
                                              if isinstance(e, dict) and isinstance(e.get("task_index"), int)}
+        known = {item.get("delegation_id") for item in items}
+        elsewhere = [row for row in self._session_rows() if row.state in WAITING_STATES and row.delegation_id not in known]
+        if elsewhere:
+            from offload.activity import remote_views
+
+            live = remote_views(current_ledger(), [row.delegation_id for row in elsewhere])
+            items.extend(ledger_item(row, live.get(row.delegation_id)) for row in elsewhere)
         return items
 
+    def _session_rows(self) -> list[Any]:
+        """This session's undelivered ledger rows that another process runs or ran."""
+        return self._ledger_rows.rows(self.conversation.store.lineage(self.session_id))
+
     def live_count(self) -> int:
-        """Background units of this session that have not reported yet."""
-        return sum(1 for item in self.units() if item.get("status") in LIVE_STATES)
+        """Background units of this session that have not reported yet, here or elsewhere."""
+        return sum(1 for item in self.units() if item.get("status") in LIVE_STATES or item.get("status") in WAITING_STATES)
+
+    def outstanding_count(self) -> int:
+        """Results this session still waits for: units that have not reported, and results that
+        another process produced and no consumer has delivered yet (on their way here)."""
+        known = {item.get("delegation_id") for item in self.units()}
+        undelivered = [row for row in self._session_rows() if row.state not in WAITING_STATES
+                       and row.delegation_id not in known]
+        return self.live_count() + len(undelivered)
 
     def stop_background(self, reason: str = "stopped by the user") -> int:
         """Interrupt this session's background work, including what it dispatched before a
@@ -178,7 +201,23 @@ class SessionDriver:
         stopped = 0
         for sid in self.conversation.store.lineage(self.session_id):
             stopped += interrupt_for_session(session_key=sid, parent_session_id=sid, reason=reason)
-        return stopped
+        return stopped + self._stop_elsewhere()
+
+    def _stop_elsewhere(self) -> int:
+        """Ask the processes running this session's units elsewhere (workers) to stop them;
+        a unit still queued is left queued (no worker has it to stop)."""
+        from offload import control_requests
+        from offload.ledger import LedgerError
+
+        asked = 0
+        for item in self.units():
+            if item.get("where") and item.get("status") == "running":
+                try:
+                    control_requests.request(str(item["delegation_id"]))
+                    asked += 1
+                except LedgerError as exc:
+                    self.ui.error(f"could not ask the worker to stop {item['delegation_id']}: {exc}")
+        return asked
 
     def wait_for_background(self, on_wait: Callable[[], None] | None = None) -> bool:
         """Inject results until nothing of this session is running or queued.
@@ -189,7 +228,7 @@ class SessionDriver:
         stopping = False
         while True:
             try:
-                live = self.live_count()  # read BEFORE polling: a unit queues its event before it stops being live
+                live = self.outstanding_count()  # read BEFORE polling: a unit queues its event before it stops being live
                 if not self.deliver_ready(on_wait) and not live:
                     return True
                 if on_wait is not None:

@@ -113,6 +113,9 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
     expected = max(expected, driver.live_count())
     if expected:
         ui.say(f"waiting for {expected} background result(s)… (Ctrl-C stops them)", style="yellow")
+    for unit in driver.units():
+        if unit.get("where"):  # run by another process: say which, so a user can tell a missing worker
+            ui.say(f"  {unit['delegation_id']}: {unit['where']}", style="dim")
     from offload.cli.progress import RosterView
 
     with RosterView(driver, transient=True) as view:  # live on a terminal; nothing extra on a pipe

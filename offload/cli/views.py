@@ -56,7 +56,8 @@ def live_roster(items: list[dict[str, Any]]) -> RenderableType:
         finished = item.get("children_finished") or {}
         activities = item.get("children_activity") or []
         done = f"  children done {len(finished)}/{len(indexes)}" if activities else ""
-        lines.append(Text(f"  {item.get('delegation_id')}  {unit_state(item.get('status'))}{done}  {_clip(label)}{since}"))
+        where = f"  ({item['where']})" if item.get("where") else ""  # a unit another process (a worker) has
+        lines.append(Text(f"  {item.get('delegation_id')}  {unit_state(item.get('status'))}{done}  {_clip(label)}{since}{where}"))
         for position, activity in enumerate(activities):
             index = indexes[position] if position < len(indexes) else position
             goal = _clip(goals[index] if index < len(goals) else item.get("goal"))
@@ -138,9 +139,9 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
                 f"{rec['delivery_state']} (attempts {rec['delivery_attempts']})")
         if rec["delivery_state"] != "pending":
             return text
-        if rec["owner"] == "running":
-            return f"{text}  owner {rec['owner_pid']} still runs and delivers it"
-        return f"{text}  deliver with `offload chat --resume {rec['session'] or 'SESSION'}`"
+        # Whoever ran it, any consumer of its session delivers it (offload.engine.delivery).
+        session = rec["session"] or "SESSION"
+        return f"{text}  delivered by a running chat, run or gateway of its session, else `offload chat --resume {session}`"
     return _ledger_rows(rows, title, status)
 
 

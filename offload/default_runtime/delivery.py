@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Callable
 
-from offload.engine.delivery import Deliveries
+from offload.engine.delivery import Deliveries, is_this_process
 from offload.engine.health import LedgerHealth
 from offload.ledger import DelegationLedger
 from offload.engine.liveness import owner_alive
@@ -40,8 +40,11 @@ def current_ledger() -> DelegationLedger:
 
 
 health = LedgerHealth()
+# ``is_me`` also asks the patchable liveness check, so a test that declares this process's
+# owner dead (``owner_alive`` -> False) sees its rows replayed, as a later process would.
 deliveries = Deliveries(ledger=lambda: current_ledger(), owner_alive=lambda pid, started: owner_alive(pid, started),
-                        policy=lambda: policy_source(), health=health)
+                        policy=lambda: policy_source(), health=health,
+                        is_me=lambda pid, started: owner_alive(pid, started) and is_this_process(pid, started))
 
 
 report_ledger_error = health.report

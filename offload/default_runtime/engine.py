@@ -51,6 +51,7 @@ _DURABLE_RETENTION_SECONDS = DEFAULTS.settled_retention_s
 _MAX_RETAINED_SETTLED = DEFAULTS.max_retained_settled
 _DURABLE_PRUNE_INTERVAL_S = DEFAULTS.prune_interval_s
 _ORPHAN_SWEEP_INTERVAL_S = DEFAULTS.orphan_sweep_interval_s
+_CLAIM_CHECK_INTERVAL_S = DEFAULTS.claim_check_interval_s
 
 _records: dict[str, dict[str, Any]] = {}
 _records_lock = threading.Lock()
@@ -59,7 +60,8 @@ _active_slots: Counter[str] = Counter()  # slot_key -> number of running/stallin
 
 _POLICY_FIELDS = ("max_retained_completed", "stall_check_interval_s", "stall_idle_s", "stall_in_tool_s",
                   "stall_grace_s", "max_delivery_attempts", "max_replay_age_s", "claim_lease_s",
-                  "settled_retention_s", "max_retained_settled", "prune_interval_s", "orphan_sweep_interval_s")
+                  "settled_retention_s", "max_retained_settled", "prune_interval_s", "orphan_sweep_interval_s",
+                  "claim_check_interval_s")
 _policy_cache: tuple[tuple[Any, ...], Policy] | None = None
 
 
@@ -70,7 +72,8 @@ def _policy() -> Policy:
     global _policy_cache
     values = (_MAX_RETAINED_COMPLETED, _STALE_CHECK_INTERVAL, _STALE_IDLE_SECONDS, _STALE_IN_TOOL_SECONDS,
               _STALL_GRACE_SECONDS, _MAX_DELIVERY_ATTEMPTS, _MAX_COMPLETION_REPLAY_AGE_S, _CLAIM_LEASE_S,
-              _DURABLE_RETENTION_SECONDS, _MAX_RETAINED_SETTLED, _DURABLE_PRUNE_INTERVAL_S, _ORPHAN_SWEEP_INTERVAL_S)
+              _DURABLE_RETENTION_SECONDS, _MAX_RETAINED_SETTLED, _DURABLE_PRUNE_INTERVAL_S, _ORPHAN_SWEEP_INTERVAL_S,
+              _CLAIM_CHECK_INTERVAL_S)
     cached = _policy_cache
     if cached is not None and cached[0] == values:
         return cached[1]

@@ -3,12 +3,18 @@ and the claim protocol — over whatever ledger ``ledger()`` returns.
 
 Delivery is at-least-once and deduplicated by delegation id: a consumer claims a row with a
 lease, injects the result, and completes the claim only after the new turn is stored. Two
-consumers never both hold a live claim, and a consumer that dies mid-delivery leaves the row
-claimable again once the lease expires.
+consumers never both hold a live claim. A claim records its holder (pid and start time; on a
+shared ledger its host and lease), so a consumer that dies mid-delivery leaves the row
+claimable again as soon as any consumer sees it dead (``claim_check_interval_s``), and after
+the claim lease at the latest when its death cannot be told.
 
-Replay never creates a ledger, runs only when a consumer asks (never at import), skips rows
-whose owner process is still alive (the owner delivers them itself), recovers rows whose
-owner died, and drops rows past the replay age cap or the attempt budget (they stay
+Who delivers a result is decided by its claim, not by who ran or dispatched it: every consumer
+is offered every deliverable row, and a consumer of the row's session claims it. The one row
+not offered is one this very process finished and nobody has claimed yet: its event is on this
+process's bus already. So a result run by an ``offload worker`` (which never delivers), or by
+an owner that is alive but consumes nothing, reaches whichever consumer of its session is live.
+Replay never creates a ledger, runs only when a consumer asks (never at import), recovers rows
+whose owner died, and drops rows past the replay age cap or the attempt budget (they stay
 queryable). Ledger failures are logged once per kind (``LedgerHealth``), never raised.
 Policy numbers come from ``policy()`` on every use.
 """
@@ -23,6 +29,7 @@ from typing import Any, Callable
 
 from offload.engine.events import is_interim
 from offload.engine.health import LedgerHealth
+from offload.engine.liveness import current_owner
 from offload.ledger import DelegationLedger, LedgerError, LedgerRow
 from offload.engine.log import logger
 from offload.engine.observers import notify
@@ -32,12 +39,23 @@ from offload.engine.recovery import git_state_hint, recovered_event
 OwnerAlive = Callable[[int | None, int | None], bool]
 
 
+def is_this_process(pid: int | None, started_at: int | None) -> bool:
+    """Whether a row's owner (pid, start-time fingerprint) is the process running this code."""
+    own_pid, own_started = current_owner()
+    return pid == own_pid and (started_at is None or own_started is None or started_at == own_started)
+
+
 class Deliveries:
     def __init__(self, *, ledger: Callable[[], DelegationLedger], owner_alive: OwnerAlive,
-                 policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None) -> None:
-        self.ledger, self.owner_alive, self.policy = ledger, owner_alive, policy
+                 policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
+                 is_me: OwnerAlive = is_this_process) -> None:
+        """``owner_alive(pid, started)``: the local liveness check, for recovery and for claim
+        holders; ``is_me``: whether an owner is this process, whose finished units are on its
+        own bus already."""
+        self.ledger, self.owner_alive, self.policy, self.is_me = ledger, owner_alive, policy, is_me
         self.health = health or LedgerHealth()
         self._last_sweep: dict[str, float] = {}
+        self._last_claim_check: dict[str, float] = {}
         self._offered: dict[tuple[str, str], float] = {}  # (ledger location, delegation id) -> last offer
         self._offer_lock = threading.Lock()  # a listener thread and a scan may look at one row at once
         self._listened: dict[tuple[str, str], queue.Queue] = {}  # the queue a listener/sweep last offered it to
@@ -75,17 +93,35 @@ class Deliveries:
 
     def maybe_sweep(self, target_queue: queue.Queue, now: float | None = None) -> int:
         """While running, offer rows that became deliverable here since the last offer: their
-        owner died after our restore, or a consumer died holding a claim that has now expired.
-        At most once per ``orphan_sweep_interval_s`` per store; never raises."""
+        owner died after our restore, or a consumer died holding a claim. Claims of dead holders
+        are looked for every ``claim_check_interval_s`` (one narrow read), everything else at
+        most once per ``orphan_sweep_interval_s`` per store; never raises."""
         now = time.time() if now is None else now
         try:
-            key = self.ledger().location
-            if now - self._last_sweep.get(key, 0.0) < self.policy().orphan_sweep_interval_s:
-                return 0
-            self._last_sweep[key] = now
-            return self._offer_orphans(target_queue, now, only_new=True)
+            policy, key = self.policy(), self.ledger().location
+            offered = 0
+            if now - self._last_claim_check.get(key, 0.0) >= policy.claim_check_interval_s:
+                self._last_claim_check[key] = now
+                offered += self._offer_released(target_queue, now)
+            if now - self._last_sweep.get(key, 0.0) >= policy.orphan_sweep_interval_s:
+                self._last_sweep[key] = now
+                offered += self._offer_orphans(target_queue, now, only_new=True)
+            return offered
         except Exception:
             logger.debug("orphan sweep failed", exc_info=True)
+            return 0
+
+    def _offer_released(self, target_queue: queue.Queue, now: float) -> int:
+        """Release the claims whose holder is known dead and offer their rows here."""
+        ledger = self.ledger()
+        if not ledger.exists():
+            return 0
+        try:
+            dead = [row for row in ledger.claimed_rows() if ledger.claim_abandoned(row, self.owner_alive)]
+            return self._offer(ledger, target_queue, dead, now, only_new=True)
+        except LedgerError as exc:
+            self.health.report(ledger, "releasing the claims of dead consumers", exc,
+                               "They are released at the next check, or when their claim lease runs out.")
             return 0
 
     def _offer_orphans(self, target_queue: queue.Queue, now: float, *, only_new: bool) -> int:
@@ -146,15 +182,30 @@ class Deliveries:
                                "Their results arrive with the orphan sweep instead.")
 
     def _should_offer(self, ledger: DelegationLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
-        if ledger.delivers_itself(row, self.owner_alive):
-            return False  # its owner is running here and delivers it itself
-        claim_live = row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - self.policy().claim_lease_s
+        if row.delivery_claimed_at is None and ledger.owned_here(row, self.is_me):
+            return False  # this process finished it and nobody claimed it: its event is on our bus
+        if row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - self.policy().claim_lease_s:
+            # Its holder is delivering it; offered again once that claim lapses or its holder dies.
+            return ledger.claim_abandoned(row, self.owner_alive) and self._release_dead_claim(ledger, row, now)
         last_offer = self._offered.get((ledger.location, row.delegation_id))
-        reclaimable = not claim_live and (row.delivery_claimed_at or 0.0) > (last_offer or 0.0)
-        if only_new and last_offer is not None and not reclaimable:
-            return False  # still on our queue, or being delivered right now
-        # A row someone holds a live claim on is offered but never dropped for its attempt count.
-        return claim_live or self._still_deliverable(ledger, row, now)
+        if only_new and last_offer is not None and (row.delivery_claimed_at or 0.0) <= last_offer:
+            return False  # still on our queue, or with the consumer that took it from there
+        return self._still_deliverable(ledger, row, now)
+
+    def _release_dead_claim(self, ledger: DelegationLedger, row: LedgerRow, now: float) -> bool:
+        """Release the claim of a holder known dead (its attempt counts: a result that kills its
+        consumers runs out of attempts); True if the row is pending and free now."""
+        budget = self.policy().max_delivery_attempts
+        state = ledger.release_delivery(row.delegation_id, row.delivery_claim or "", now, budget)
+        if state:
+            _told(row.delegation_id, "released", True)
+            logger.warning("Released the delivery claim on %s: its holder (pid %s) is gone; delivering it again.",
+                           row.delegation_id, row.delivery_claim_pid)
+        if state == "dropped":
+            _told(row.delegation_id, "dropped", True)
+            logger.warning("Delegation %s exhausted its %d delivery attempts and was dropped; the result remains "
+                           "queryable with `offload inbox --all`.", row.delegation_id, budget)
+        return state == "pending"
 
     def _still_deliverable(self, ledger: DelegationLedger, row: LedgerRow, now: float) -> bool:
         policy = self.policy()
@@ -186,7 +237,8 @@ class Deliveries:
     def claim(self, delegation_id: str, claim_id: str) -> bool:
         """Claim a row for delivery. True also when there is no row (nothing durable to guard)."""
         def claim(ledger: DelegationLedger) -> bool:
-            got = ledger.claim_delivery(delegation_id, claim_id, time.time(), self.policy().claim_lease_s)
+            got = ledger.claim_delivery(delegation_id, claim_id, time.time(), self.policy().claim_lease_s,
+                                        holder=current_owner())
             return True if got is None else got
         return _told(delegation_id, "claimed", self._guarded("claim", True, claim))
 
@@ -250,6 +302,7 @@ class Deliveries:
     def reset(self) -> None:
         self.health.reset()
         self._last_sweep.clear()
+        self._last_claim_check.clear()
         self._offered.clear()
         self._listened.clear()
 

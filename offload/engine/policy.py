@@ -24,6 +24,7 @@ class Policy:
     max_retained_settled: int = 1000  # delivered/dropped rows kept in the ledger
     prune_interval_s: float = 60.0
     orphan_sweep_interval_s: float = 30.0
+    claim_check_interval_s: float = 2.0  # how often a consumer looks for claims of dead holders
 
 
 DEFAULTS = Policy()

@@ -54,12 +54,14 @@ class DeliverySql:
     pending_where: str  # ()
     settled_where: str  # (limit,)
     by_id_where: str  # (delegation_id,)
+    session_where: str  # (session, session, session)
     delete_row: str  # (delegation_id,)
     running_results: str  # (delegation_id,) -- a backend may append its fence
     write_results: str  # (result_json, now, delegation_id)
     complete_row: str  # (state, completed_at, now, event_json, result_json, delegation_id) -- + fence
     settle_abandoned: str  # (now, now, event_json, result_json, delegation_id) -- + fence
-    claim: str  # (claim, now, delegation_id, now - lease_s)
+    claimed_where: str  # ()
+    claim: str  # (claim, now, holder pid, holder started_at, delegation_id, now - lease_s)
     claim_holder: str  # (delegation_id,)
     complete: str  # (now, now, delegation_id, claim)
     release: str  # (max_attempts, max_attempts, now, delegation_id, claim) -> delivery_state
@@ -83,6 +85,9 @@ _TEMPLATES: dict[str, str] = {
     "pending_where": f"WHERE {_PENDING} ORDER BY {{r}}completed_at, {{r}}delegation_id",
     "settled_where": "WHERE {r}delivery_state IN ('delivered','dropped') ORDER BY {r}updated_at DESC LIMIT ?",
     "by_id_where": "WHERE {r}delegation_id=?",
+    # A session's rows not yet delivered or dropped, whatever runs them (queued, running, finished).
+    "session_where": "WHERE {r}delivery_state='pending' AND ({r}origin_session=? OR {r}parent_session_id=?"
+                     " OR {r}origin_session_id=?) ORDER BY {r}dispatched_at, {r}delegation_id",
     "delete_row": f"DELETE FROM {TABLE} WHERE delegation_id=?",
     "running_results": f"SELECT result_json FROM {TABLE} WHERE delegation_id=? AND state='running'",
     "write_results": f"UPDATE {TABLE} SET result_json=?, updated_at=? WHERE delegation_id=?",
@@ -91,7 +96,9 @@ _TEMPLATES: dict[str, str] = {
                     " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL WHERE delegation_id=?",
     "settle_abandoned": f"UPDATE {TABLE} SET state='unknown', completed_at=?, updated_at=?, event_json=?,"
                         " result_json=? WHERE delegation_id=? AND state='running'",
-    "claim": f"UPDATE {TABLE} SET delivery_claim=?, delivery_claimed_at=?, delivery_attempts=delivery_attempts+1"
+    "claimed_where": "WHERE {r}delivery_state='pending' AND {r}delivery_claim IS NOT NULL ORDER BY {r}delivery_claimed_at",
+    "claim": f"UPDATE {TABLE} SET delivery_claim=?, delivery_claimed_at=?, delivery_attempts=delivery_attempts+1,"
+             " delivery_claim_pid=?, delivery_claim_started_at=?"
              " WHERE delegation_id=? AND delivery_state='pending' AND (delivery_claim IS NULL OR delivery_claimed_at < ?)",
     "claim_holder": f"SELECT delivery_claim FROM {TABLE} WHERE delegation_id=?",
     "complete": f"UPDATE {TABLE} SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"

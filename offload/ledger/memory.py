@@ -58,7 +58,8 @@ def _new_row(row: DispatchRow, state: str, completed_at: float | None, now: floa
             "completed_at": completed_at, "updated_at": now, "task_json": dumps(row.task),
             "event_json": event_json, "result_json": result_json, "delivery_state": "pending",
             "delivery_attempts": 0, "delivered_at": None, "delivery_claim": None, "delivery_claimed_at": None,
-            "owner_pid": row.owner_pid, "owner_started_at": row.owner_started_at}
+            "owner_pid": row.owner_pid, "owner_started_at": row.owner_started_at,
+            "delivery_claim_pid": None, "delivery_claim_started_at": None}
 
 
 class MemoryLedger(MemorySideTables, SingleHostOwners):
@@ -119,6 +120,11 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
             lambda r: r["delivery_state"] == "pending" and r["state"] != "running" and r["event_json"] is not None,
             key=lambda r: (r["completed_at"], r["delegation_id"]))
 
+    def undelivered_rows(self, session_id: str) -> list[LedgerRow]:
+        sessions = ("origin_session", "parent_session_id", "origin_session_id")
+        return self._select(lambda r: r["delivery_state"] == "pending" and session_id in (r[k] for k in sessions),
+                            key=lambda r: (r["dispatched_at"], r["delegation_id"]))
+
     def settled_rows(self, limit: int) -> list[LedgerRow]:
         newest = self._select(lambda r: r["delivery_state"] in _SETTLED,
                               key=lambda r: (r["updated_at"], r["delegation_id"]), reverse=True)
@@ -130,7 +136,12 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
             return decode_row(stored) if stored is not None else None
 
     # -- delivery claims -------------------------------------------------------------------------
-    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+    def claimed_rows(self) -> list[LedgerRow]:
+        return self._select(lambda r: r["delivery_state"] == "pending" and r["delivery_claim"] is not None,
+                            key=lambda r: (r["delivery_claimed_at"] or 0.0, r["delegation_id"]))
+
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float,
+                       holder: tuple[int, int | None] | None = None) -> bool | None:
         def claimable(r: Row) -> bool:
             held = r["delivery_claim"] is not None and not (
                 r["delivery_claimed_at"] is not None and r["delivery_claimed_at"] < now - lease_s)
@@ -142,8 +153,9 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
                 return None
             if not claimable(stored):
                 return False
-            stored.update(delivery_claim=claim, delivery_claimed_at=now,
-                          delivery_attempts=stored["delivery_attempts"] + 1)
+            pid, started = holder or (None, None)
+            stored.update(delivery_claim=claim, delivery_claimed_at=now, delivery_attempts=stored["delivery_attempts"] + 1,
+                          delivery_claim_pid=pid, delivery_claim_started_at=started)
             return True
 
     def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:

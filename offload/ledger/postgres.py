@@ -37,7 +37,7 @@ from offload.ledger import postgres_replay as replays
 from offload.ledger import postgres_capacity as capacity
 from offload.ledger import postgres_queue as work_queue
 from offload.ledger.postgres_sql import (
-    COMPLETE_REPLAYED, DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, LOCK_RUNNING_RESULTS, SELECT,
+    CLAIM, COMPLETE_REPLAYED, DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, LOCK_RUNNING_RESULTS, SELECT,
     SETTLE_ABANDONED, TABLE_EXISTS, UPDATE_COMPLETION, completion_values, decode, dispatch_values, notify_channel,
 )
 from offload.ledger.postgres_sql import SQL as _SQL
@@ -247,11 +247,12 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
             return True
         return extra.get("owner_host") == self.host_id and not alive(row.owner_pid, row.owner_started_at)
 
-    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
-        """Whether ``row``'s owner is a live process on this host, which delivers it itself."""
+    def owned_here(self, row: LedgerRow, is_owner: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is a process on this host that ``is_owner`` accepts, under a
+        live lease."""
         extra = row.extra or {}
         return (extra.get("owner_host") == self.host_id and bool(extra.get("lease_live"))
-                and alive(row.owner_pid, row.owner_started_at))
+                and is_owner(row.owner_pid, row.owner_started_at))
 
     def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
         event_json, result_json = dumps(event), dumps(result)
@@ -291,16 +292,37 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
     def settled_rows(self, limit: int) -> list[LedgerRow]:
         return self._select(_SQL.settled_where, (int(limit),))
 
+    def undelivered_rows(self, session_id: str) -> list[LedgerRow]:
+        return self._select(_SQL.session_where, (session_id, session_id, session_id))
+
     def get(self, delegation_id: str) -> LedgerRow | None:
         rows = self._select(_SQL.by_id_where, (delegation_id,))
         return rows[0] if rows else None
 
     # -- delivery claims ------------------------------------------------------------------
-    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+    def claimed_rows(self) -> list[LedgerRow]:
+        return self._select(_SQL.claimed_where, ())
+
+    def claim_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether the claim holder is known dead: its process on this host, its lease elsewhere."""
+        extra = row.extra or {}
+        if row.delivery_claim is None or row.delivery_claim_pid is None:
+            return False
+        if extra.get("claim_host") == self.host_id:
+            return not alive(row.delivery_claim_pid, row.delivery_claim_started_at)
+        return extra.get("claim_token") is not None and not extra.get("claim_lease_live")
+
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float,
+                       holder: tuple[int, int | None] | None = None) -> bool | None:
         self._catch_up()  # a claim is granted only on a row this process's kept writes are in
+        pid, started = holder or (None, None)
 
         def claim_row(conn: Any) -> bool | None:
-            if conn.execute(_SQL.claim, (claim, now, delegation_id, now - lease_s)).rowcount:
+            # The lease makes this process's death visible to other hosts (its claim then lapses
+            # with the lease, not the claim lease); a consumer takes one at its first claim.
+            token = self.lease.token(conn)
+            if conn.execute(CLAIM, (claim, now, pid, started, self.host_id, token, delegation_id,
+                                    now - lease_s)).rowcount:
                 return True
             found = conn.execute(_SQL.claim_holder, (delegation_id,)).fetchone()
             if found is None:

@@ -24,11 +24,11 @@ from offload.ledger.postgres_sql import _INSERT, _ROW_COLUMNS, _WRITE_COLUMNS  #
 
 _ENQUEUE = _INSERT + " ON CONFLICT (delegation_id) DO NOTHING"
 # The claimed row comes back whole (as ``SELECT`` reads it; its lease is this worker's, just
-# verified): no second round trip to read it.
+# verified, and nobody holds a delivery claim on a row that just started): no second round trip.
 _CLAIM = ("UPDATE async_delegations SET state='running', owner_host=%s, owner_pid=%s, owner_started_at=%s,"
           " owner_token=%s, updated_at=%s WHERE delegation_id = (SELECT delegation_id FROM async_delegations"
           " WHERE state='queued' ORDER BY dispatched_at, delegation_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
-          f" RETURNING {', '.join(_ROW_COLUMNS)}, true")
+          f" RETURNING {', '.join(_ROW_COLUMNS)}, true, false")
 
 # Starting a claimed unit writes its dispatch row over the claimed one only while that is still
 # running under the claim's token: fenced by the row itself, so no lease check before it.

@@ -34,6 +34,9 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     *((name, _pg_decl(decl)) for name, decl in _SQLITE_COLUMNS),
     ("owner_host", "text"),
     ("owner_token", "bigint"),
+    # The delivery claim holder's host and lease: a claim whose holder's lease is gone is dead.
+    ("delivery_claim_host", "text"),
+    ("delivery_claim_token", "bigint"),
 )
 SCHEMA_LOCK_KEY = "offload ledger schema"
 # Migrations are additive: every column is (re)declared with ADD COLUMN IF NOT EXISTS, so a
@@ -52,9 +55,12 @@ SCHEMA: tuple[str, ...] = (
 TABLE_EXISTS = "SELECT to_regclass('async_delegations') IS NOT NULL"
 DB_NOW = "extract(epoch from clock_timestamp())"
 
-_ROW_COLUMNS = (*_COLUMN_NAMES, "owner_host", "owner_token")
-SELECT = (f"SELECT {', '.join('d.' + c for c in _ROW_COLUMNS)}, o.token IS NOT NULL AND o.expires_at > {DB_NOW}"
-          " FROM async_delegations d LEFT JOIN async_delegation_owners o ON o.token = d.owner_token")
+_ROW_COLUMNS = (*_COLUMN_NAMES, "owner_host", "owner_token", "delivery_claim_host", "delivery_claim_token")
+# Whether the owner's lease, and the claim holder's, are live, judged on the database's clock.
+SELECT = (f"SELECT {', '.join('d.' + c for c in _ROW_COLUMNS)}, o.token IS NOT NULL AND o.expires_at > {DB_NOW},"
+          f" c.token IS NOT NULL AND c.expires_at > {DB_NOW}"
+          " FROM async_delegations d LEFT JOIN async_delegation_owners o ON o.token = d.owner_token"
+          " LEFT JOIN async_delegation_owners c ON c.token = d.delivery_claim_token")
 
 _WRITE_COLUMNS = (
     "delegation_id", "origin_session", "origin_ui_session_id", "origin_session_id", "parent_session_id",
@@ -80,6 +86,11 @@ _CLAIMED = " AND delivery_claim=%s"
 assert SQL.complete.endswith(_CLAIMED), "the shared complete statement must end in its claim guard"
 COMPLETE_REPLAYED = SQL.complete[:-len(_CLAIMED)] + " AND (delivery_claim=%s OR delivery_claim IS NULL)"
 INSERT_COMPLETION = _INSERT + " ON CONFLICT (delegation_id) DO NOTHING"
+# A claim also records the holder's host and lease token: (claim, now, pid, started_at, host,
+# token, delegation_id, now - lease_s).
+_HOLDER = "delivery_claim_started_at=%s"
+assert _HOLDER in SQL.claim, "the shared claim statement must record its holder"
+CLAIM = SQL.claim.replace(_HOLDER, _HOLDER + ", delivery_claim_host=%s, delivery_claim_token=%s")
 LOCK_LEASE = "SELECT 1 FROM async_delegation_owners WHERE token=%s FOR SHARE"
 
 
@@ -93,11 +104,13 @@ def completion_values(row: DispatchRow, state: str, completed_at: float, now: fl
 
 
 def decode(values: tuple[Any, ...]) -> LedgerRow:
-    """A selected row: the SQLite columns decode as there; the owner's host, token and whether
-    its lease is live go to ``extra``."""
+    """A selected row: the SQLite columns decode as there; the owner's and the claim holder's
+    host, token and whether their leases are live go to ``extra``."""
     base = len(_COLUMN_NAMES)
     row = _decode(values[:base])
-    row.extra = {"owner_host": values[base], "owner_token": values[base + 1], "lease_live": bool(values[base + 2])}
+    owner_host, owner_token, claim_host, claim_token, lease_live, claim_lease_live = values[base:base + 6]
+    row.extra = {"owner_host": owner_host, "owner_token": owner_token, "lease_live": bool(lease_live),
+                 "claim_host": claim_host, "claim_token": claim_token, "claim_lease_live": bool(claim_lease_live)}
     return row
 
 

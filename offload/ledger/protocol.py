@@ -116,6 +116,8 @@ class LedgerRow:
     delivery_claimed_at: float | None = None
     owner_pid: int | None = None
     owner_started_at: int | None = None
+    delivery_claim_pid: int | None = None  # the claim holder's pid and start time (see claim_abandoned)
+    delivery_claim_started_at: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -146,8 +148,10 @@ class DelegationLedger(Protocol):
         local pid check, meaningful only for owners on this host (a shared ledger judges
         owners elsewhere by their lease)."""
 
-    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
-        """Whether ``row``'s owner is a live process on this host, which delivers it itself."""
+    def owned_here(self, row: LedgerRow, is_owner: OwnerCheck) -> bool:
+        """Whether ``row``'s owner is a process on this host that ``is_owner(pid, started)``
+        accepts (holding a live lease, where the ledger has leases). Ownership says who runs a
+        unit, never who delivers it: any consumer of its session may."""
 
     def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
         """Mark a running row ``unknown`` with its recovered event; False if it moved meanwhile."""
@@ -155,8 +159,22 @@ class DelegationLedger(Protocol):
     def pending_rows(self) -> list[LedgerRow]:
         """Terminal rows awaiting delivery, oldest first."""
 
-    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
-        """True if claimed, False if not claimable, None if the row does not exist."""
+    def undelivered_rows(self, session_id: str) -> list[LedgerRow]:
+        """Rows of ``session_id`` (its session key, parent or origin session) not yet delivered
+        or dropped -- queued, running or finished -- oldest dispatch first."""
+
+    def claimed_rows(self) -> list[LedgerRow]:
+        """Pending rows someone holds a delivery claim on (live or lapsed), oldest claim first."""
+
+    def claim_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        """Whether the holder of ``row``'s delivery claim is known dead: its process on this host
+        (``alive``, the pid check), its lease on another host. False when it cannot be told (a
+        claim made without a holder), so that claim holds until the claim lease."""
+
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float,
+                       holder: tuple[int, int | None] | None = None) -> bool | None:
+        """True if claimed, False if not claimable, None if the row does not exist. ``holder``:
+        the claiming process's (pid, start time), recorded for ``claim_abandoned``."""
 
     def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool: ...
 
@@ -209,5 +227,9 @@ class SingleHostOwners:
     def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
         return not alive(row.owner_pid, row.owner_started_at)
 
-    def delivers_itself(self, row: LedgerRow, alive: OwnerCheck) -> bool:
-        return alive(row.owner_pid, row.owner_started_at)
+    def owned_here(self, row: LedgerRow, is_owner: OwnerCheck) -> bool:
+        return is_owner(row.owner_pid, row.owner_started_at)
+
+    def claim_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
+        return (row.delivery_claim is not None and row.delivery_claim_pid is not None
+                and not alive(row.delivery_claim_pid, row.delivery_claim_started_at))

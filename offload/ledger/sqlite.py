@@ -305,19 +305,27 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
     def settled_rows(self, limit: int) -> list[LedgerRow]:
         return self._select(_SQL.settled_where, (int(limit),))
 
+    def undelivered_rows(self, session_id: str) -> list[LedgerRow]:
+        return self._select(_SQL.session_where, (session_id, session_id, session_id))
+
     def get(self, delegation_id: str) -> LedgerRow | None:
         rows = self._select(_SQL.by_id_where, (delegation_id,))
         return rows[0] if rows else None
 
     # -- delivery claims ------------------------------------------------------------------
-    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
-        return self._write(lambda conn: self._claim(conn, delegation_id, claim, now, lease_s))
+    def claimed_rows(self) -> list[LedgerRow]:
+        return self._select(_SQL.claimed_where, ())
+
+    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float,
+                       holder: tuple[int, int | None] | None = None) -> bool | None:
+        params = (claim, now, *(holder or (None, None)), delegation_id, now - lease_s)
+        return self._write(lambda conn: self._claim(conn, delegation_id, params))
 
     @staticmethod
-    def _claim(conn: sqlite3.Connection | None, delegation_id: str, claim: str, now: float, lease_s: float) -> bool | None:
+    def _claim(conn: sqlite3.Connection | None, delegation_id: str, params: tuple[Any, ...]) -> bool | None:
         if conn is None:
             return None
-        if conn.execute(_SQL.claim, (claim, now, delegation_id, now - lease_s)).rowcount:
+        if conn.execute(_SQL.claim, params).rowcount:
             return True
         exists = conn.execute(_SQL.claim_holder, (delegation_id,)).fetchone()
         return False if exists else None

@@ -31,6 +31,10 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("delivery_claimed_at", "REAL"),
     ("owner_pid", "INTEGER"),
     ("owner_started_at", "INTEGER"),
+    # Who holds the delivery claim (its pid and start-time fingerprint), so a claim whose holder
+    # is known dead is released at once instead of after the claim lease.
+    ("delivery_claim_pid", "INTEGER"),
+    ("delivery_claim_started_at", "INTEGER"),
 )
 _COLUMN_NAMES = tuple(name for name, _ in _COLUMNS)
 _SELECT = f"SELECT {', '.join(_COLUMN_NAMES)} FROM async_delegations"

@@ -292,6 +292,28 @@ def test_pending_rows_break_completion_ties_by_id(ledger):
     assert [r.delegation_id for r in ledger.pending_rows()] == ["deleg_a", "deleg_b"]
 
 
+def test_undelivered_rows_of_a_session_are_its_running_and_finished_pending_rows(ledger):
+    ledger.persist_dispatch(dispatch_row("deleg_by_key", origin_session="sess-a", parent_session_id=None,
+                                         origin_session_id=""), T0)
+    terminal(ledger, "deleg_by_parent")  # parent_session_id sess-parent, as every row of dispatch_row()
+    ledger.persist_dispatch(dispatch_row("deleg_by_origin", origin_session="k", parent_session_id="p",
+                                         origin_session_id="sess-a", dispatched_at=T0 + 1), T0 + 1)
+    row = dispatch_row("deleg_done", origin_session="sess-a", dispatched_at=T0 + 2)
+    ledger.persist_dispatch(row, T0 + 2)
+    ledger.persist_completion(row, event_for(row), {"status": "completed"}, T0 + 3)
+    delivered = dispatch_row("deleg_delivered", origin_session="sess-a")
+    ledger.persist_completion(delivered, event_for(delivered), {"status": "completed"}, T0 + 3)
+    ledger.mark_delivered("deleg_delivered", T0 + 4)
+    ledger.persist_dispatch(dispatch_row("deleg_other", origin_session="sess-b"), T0)
+
+    assert [r.delegation_id for r in ledger.undelivered_rows("sess-a")] == [
+        "deleg_by_key", "deleg_by_origin", "deleg_done"]
+    assert [r.state for r in ledger.undelivered_rows("sess-a")] == ["running", "running", "completed"]
+    assert [r.delegation_id for r in ledger.undelivered_rows("sess-parent")] == [
+        "deleg_by_parent", "deleg_other", "deleg_done"]
+    assert ledger.undelivered_rows("sess-none") == []
+
+
 # -- claims -----------------------------------------------------------------------------------------
 def test_claim_is_granted_once_and_counts_an_attempt(ledger):
     terminal(ledger, "deleg_0001")
@@ -301,6 +323,25 @@ def test_claim_is_granted_once_and_counts_an_attempt(ledger):
 
     got = ledger.get("deleg_0001")
     assert (got.delivery_claim, got.delivery_claimed_at, got.delivery_attempts) == ("A", T0 + 100, 1)
+
+
+def test_a_claim_records_its_holder_and_is_abandoned_only_when_the_holder_is_known_dead(ledger):
+    terminal(ledger, "deleg_live")
+    terminal(ledger, "deleg_dead")
+    terminal(ledger, "deleg_unknown")
+    ledger.claim_delivery("deleg_live", "A", T0 + 100, LEASE_S, holder=(1001, 77))
+    ledger.claim_delivery("deleg_dead", "B", T0 + 100, LEASE_S, holder=(1002, 78))
+    ledger.claim_delivery("deleg_unknown", "C", T0 + 100, LEASE_S)  # made without a holder (an older version)
+    alive = lambda pid, started: (pid, started) == (1001, 77)  # noqa: E731 - the local pid check
+
+    claimed = {r.delegation_id: r for r in ledger.claimed_rows()}
+
+    assert sorted(claimed) == ["deleg_dead", "deleg_live", "deleg_unknown"]
+    assert (claimed["deleg_live"].delivery_claim_pid, claimed["deleg_live"].delivery_claim_started_at) == (1001, 77)
+    assert [ledger.claim_abandoned(claimed[i], alive) for i in ("deleg_live", "deleg_dead", "deleg_unknown")] == [
+        False, True, False]
+    ledger.complete_delivery("deleg_live", "A", T0 + 101)
+    assert sorted(r.delegation_id for r in ledger.claimed_rows()) == ["deleg_dead", "deleg_unknown"]
 
 
 def test_claim_within_the_lease_is_refused_and_after_it_granted(ledger):

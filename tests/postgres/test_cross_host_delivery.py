@@ -1,6 +1,7 @@
 """Cross-host delivery on the PostgreSQL ledger: a result settled on one host reaches the
 consumers on others through LISTEN/NOTIFY (no polling loop), claims let exactly one of them
-deliver it, a consumer that dies mid-delivery leaves it to another after the claim lease,
+deliver it, a consumer that dies mid-delivery leaves it to another as soon as that one can tell
+(its pid on the same host, its lease on another; not the claim lease),
 and a listener whose connection is terminated misses nothing.
 """
 from __future__ import annotations
@@ -72,20 +73,33 @@ def test_two_consumers_on_two_hosts_deliver_each_of_1000_results_exactly_once(ho
     print(f"host-a delivered {len(tagged(lines_a, 'D'))}, host-b {len(tagged(lines_b, 'D'))}")
 
 
-def test_a_consumer_that_dies_mid_delivery_leaves_the_result_to_another_after_the_claim_lease(
+def test_a_consumer_that_dies_mid_delivery_on_another_host_leaves_the_result_once_its_lease_expires(
         hosts, tmp_path, pg_schema):
-    claim_lease_s = 1.5
-    dying = consumer(hosts, tmp_path, pg_schema.url, "host-a", "die-after-claim", claim_lease_s, 0.2)
-    produce(pg_schema.url, ["deleg_orphan"])
-    dying.wait_for("C deleg_orphan")
-    claimed_at = time.monotonic()
-    dying.finish()
+    from tests.postgres.conftest import LEASE_S
 
-    survivor = consumer(hosts, tmp_path, pg_schema.url, "host-b", "deliver", claim_lease_s, 0.2)
-    survivor.wait_for("D deleg_orphan")
-    assert time.monotonic() - claimed_at >= claim_lease_s * 0.9  # not before the dead claim expired
+    dying = consumer(hosts, tmp_path, pg_schema.url, "host-a", "die-after-claim", NOTIFY_ONLY_S, 0.2)
+    survivor = consumer(hosts, tmp_path, pg_schema.url, "host-b", "deliver", NOTIFY_ONLY_S, 0.2)
+    produce(pg_schema.url, ["deleg_orphan"])
+    dying.wait_for("C deleg_orphan", timeout_s=30)
+    dying.finish()  # SIGKILL: host B cannot see its pid, only its lease lapse
+    killed_at = time.monotonic()
+
+    survivor.wait_for("D deleg_orphan", timeout_s=LEASE_S + 10)  # the claim lease is an hour
+    assert time.monotonic() - killed_at >= LEASE_S * 0.5  # not before its lease could have lapsed
     produce(pg_schema.url, ["deleg_after"])  # and it keeps delivering new results
     survivor.wait_for("D deleg_after")
+
+
+def test_a_consumer_that_dies_mid_delivery_leaves_the_result_to_one_on_its_host_at_once(hosts, tmp_path, pg_schema):
+    dying = consumer(hosts, tmp_path, pg_schema.url, "host-a", "die-after-claim", NOTIFY_ONLY_S, 0.2)
+    produce(pg_schema.url, ["deleg_orphan"])
+    dying.wait_for("C deleg_orphan")
+    dying.finish()  # SIGKILL; a consumer on the same host sees its pid gone
+    killed_at = time.monotonic()
+
+    survivor = consumer(hosts, tmp_path, pg_schema.url, "host-a", "deliver", NOTIFY_ONLY_S, 0.2)
+    survivor.wait_for("D deleg_orphan", timeout_s=10)
+    assert time.monotonic() - killed_at < 10
 
 
 def test_a_terminated_listener_connection_reconnects_and_misses_nothing(hosts, tmp_path, pg_schema):

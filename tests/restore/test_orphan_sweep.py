@@ -49,6 +49,33 @@ def test_a_dead_consumers_claim_is_offered_again_after_the_lease(seed):
     assert offered_ids(q) == ["deleg_claimed"]
 
 
+def test_a_running_consumer_releases_a_dead_holders_claim_within_the_claim_check(seed, dead_pid):
+    q: queue.Queue = queue.Queue()
+    now = time.time()
+    seed("deleg_held", completed_at=now - 1)
+    assert ad.restore_undelivered_completions(q, now=now) == 1
+    q.get_nowait()  # taken by a consumer that then died holding its claim (the dead pid)
+    ledger = delivery.current_ledger()
+    assert ledger.claim_delivery("deleg_held", "gateway:dead", now + 1, ad._CLAIM_LEASE_S, holder=(dead_pid, None))
+
+    assert delivery.maybe_sweep_orphaned_completions(q, now=now + ad._CLAIM_CHECK_INTERVAL_S + 2) == 1
+    assert offered_ids(q) == ["deleg_held"]  # seconds later, not after the 5-minute claim lease
+    row = ledger.get("deleg_held")
+    assert (row.delivery_state, row.delivery_claim, row.delivery_attempts) == ("pending", None, 1)
+
+
+def test_a_claim_whose_holder_cannot_be_told_holds_until_the_claim_lease(seed):
+    q: queue.Queue = queue.Queue()
+    now = time.time()
+    seed("deleg_old_claim", completed_at=now - 1)
+    ledger = delivery.current_ledger()
+    assert ledger.claim_delivery("deleg_old_claim", "claimed-by-an-older-version", now, ad._CLAIM_LEASE_S)
+
+    assert ad.restore_undelivered_completions(q, now=now + 1) == 0
+    assert delivery.maybe_sweep_orphaned_completions(q, now=now + ad._ORPHAN_SWEEP_INTERVAL_S + 2) == 0
+    assert delivery.maybe_sweep_orphaned_completions(q, now=now + ad._CLAIM_LEASE_S + 1) == 1
+
+
 def test_the_bus_runs_the_sweep_on_drain(seed, notifications_stub, monkeypatch):
     from tools.process_registry import CompletionBus
     registry = CompletionBus()

@@ -10,6 +10,8 @@ import logging
 import os
 import queue
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -138,18 +140,33 @@ def test_a_reused_pid_counts_as_dead(seed):
     assert stored("deleg_reused")["state"] == "unknown"
 
 
-def test_rows_whose_owner_is_alive_are_neither_recovered_nor_replayed(seed):
+def test_this_processs_own_rows_are_neither_recovered_nor_replayed(seed):
     pid, started = current_owner()
     seed("deleg_live_running", owner_pid=pid, owner_started_at=started)
     seed("deleg_live_done", owner_pid=pid, owner_started_at=started, completed_at=time.time() - 5)
 
     assert ad.recover_abandoned_delegations() == 0
-    assert restore() == []
-
+    assert restore() == []  # its events are on this process's own bus already
     assert (stored("deleg_live_running")["state"], stored("deleg_live_running")["delivery_state"]) == (
         "running", "pending")
     assert (stored("deleg_live_done")["state"], stored("deleg_live_done")["delivery_state"]) == (
         "completed", "pending")
+
+
+def test_a_finished_row_of_another_live_process_is_replayed_here(seed):
+    """Ownership says who runs a unit, not who delivers it: an owner that is alive but consumes
+    nothing (an ``offload worker``, a program that never drains its bus) would otherwise keep
+    the result from every live consumer of its session (issue 27)."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        seed("deleg_other_running", owner_pid=other.pid)
+        seed("deleg_other_done", owner_pid=other.pid, completed_at=time.time() - 5)
+
+        assert ad.recover_abandoned_delegations() == 0  # alive: still running there
+        assert [evt["delegation_id"] for evt in restore()] == ["deleg_other_done"]
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_unit_acknowledged_in_memory_is_not_replayed_after_its_owner_died(seed):

@@ -1,0 +1,160 @@
+"""Worker-run units reach their session through every consumer (issue 27): ``offload run``,
+``offload chat``, ``offload gateway`` and a Python program, each with ``delegation.run_on:
+workers`` on the test PostgreSQL server and a real ``offload worker`` subprocess on the same
+host -- the case where the worker, a live process on this host, owns the finished row and
+never delivers it. Every wait is on an observable line, message or row, never a sleep."""
+from __future__ import annotations
+
+import os
+import queue
+import time
+
+import pytest
+import yaml
+
+from offload.gateway.telegram.fake_api import FakeBotApi
+from offload.testing.model_server import text_reply
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, parent_requests_with_results, scripted_parent
+from tests.e2e.gateway_harness import DM, TOKEN, chat_parent, echo_goal, shown, write_gateway_config
+from tests.postgres_support import FreshSchema
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+WORKER_UP = r"offload worker on \S+ \(pid (\d+)\)"
+
+
+@pytest.fixture
+def shared_ledger(_isolated_hermes_home, monkeypatch) -> str:
+    """A fresh PostgreSQL schema as this home's ``ledger.url`` (this process uses it too)."""
+    from tools import async_delegation_delivery as delivery
+
+    schema = FreshSchema()
+    monkeypatch.setenv("OFFLOAD_LEDGER_URL", schema.url)
+    delivery.reset_for_tests()
+    yield schema.url
+    delivery.reset_for_tests()
+    schema.drop()
+
+
+@pytest.fixture
+def on_workers(_isolated_hermes_home, shared_ledger):
+    """Rewrite config.yaml (written by a harness) to queue background work for the workers."""
+    def apply() -> None:
+        path = _isolated_hermes_home / "config.yaml"
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data.setdefault("delegation", {})["run_on"] = "workers"
+        data["ledger"] = {"url": shared_ledger}
+        path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return apply
+
+
+@pytest.fixture
+def worker(cli):
+    def start():
+        proc = cli("worker", "-c", "2")
+        return proc, proc.wait_for(WORKER_UP).group(1)
+    return start
+
+
+def answered(did: str):
+    return scripted_parent(child=lambda r: text_reply(f"worker answer for {did}"), delegate={"goal": "count the files"},
+                           on_result=text_reply("Noted the worker's result."))
+
+
+def delivered(did: str) -> str:
+    from tools.async_delegation import get_durable_delegation
+
+    return (get_durable_delegation(did) or {}).get("delivery_state", "")
+
+
+def test_offload_run_waits_for_the_workers_result_and_delivers_it(cli, model_server, write_config, on_workers,
+                                                                  worker):
+    server = model_server(scripted_parent(child=lambda r: text_reply("42 files"), delegate={"goal": "count the files"},
+                                          on_result=text_reply("The worker counted 42 files.")))
+    write_config(server)
+    on_workers()
+    _, worker_pid = worker()
+    run = cli("run", "count the files")
+    did = run.wait_for(HANDLE_RE).group(1)
+    run.wait_for(r"waiting for 1 background result")
+    run.wait_for(rf"{did}: (queued for an `offload worker`|running in process {worker_pid})")
+    run.wait_for(rf"background result {did} landed")
+    run.wait_for(r"agent> The worker counted 42 files\.")
+    assert run.finish() == 0
+    assert "42 files" in parent_requests_with_results(server)[0]["messages"][-1]["content"]
+    assert delivered(did) == "delivered"
+
+
+def test_offload_chat_delivers_a_workers_result_as_a_new_turn(cli, model_server, write_config, on_workers, worker):
+    server = model_server(scripted_parent(child=lambda r: text_reply("7 modules"), delegate={"goal": "list modules"},
+                                          on_result=text_reply("Noted: the worker found 7 modules.")))
+    write_config(server)
+    on_workers()
+    worker()
+    chat = cli("chat")
+    sid = chat.wait_for(SESSION_RE).group(1)
+    chat.send("list the modules")
+    did = chat.wait_for(HANDLE_RE).group(1)
+    chat.wait_for(rf"background result {did} landed")
+    chat.wait_for(r"agent> Noted: the worker found 7 modules\.")
+    chat.send("/quit")
+    assert chat.finish() == 0
+    from offload.agent.session_store import SessionStore
+
+    with SessionStore() as store:
+        assert store.was_injected(sid, did)
+    assert delivered(did) == "delivered"
+
+
+def test_offload_gateway_delivers_a_workers_result_to_its_chat(cli, model_server, _isolated_hermes_home, workspace,
+                                                               on_workers, worker, monkeypatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    with FakeBotApi(TOKEN) as api:
+        server = model_server(chat_parent(lambda text: {"goal": f"work on {text}"}, echo_goal,
+                                          on_result=text_reply("Gateway noted the worker's result.")))
+        write_gateway_config(_isolated_hermes_home, workspace, server, api)
+        on_workers()
+        worker()
+        gateway = cli("gateway", "-v")
+        gateway.wait_for(r"offload gateway: serving 2 allowed Telegram chat")
+        api.user_says(DM, "alpha")
+        assert api.wait_until(lambda: "result of work on alpha" in shown(api, DM), 60), shown(api, DM)
+        assert api.wait_until(lambda: "Gateway noted the worker's result." in shown(api, DM), 60), shown(api, DM)
+
+
+def test_a_python_consumer_on_the_workers_host_delivers_its_result(cli, model_server, write_config, on_workers,
+                                                                    worker):
+    """The library surface: a program draining the completion bus for its session, claiming
+    and acknowledging each result, on the host where the worker runs."""
+    from offload.ledger import DispatchRow
+    from offload.subagents.queue import unit_spec
+    from tools import async_delegation_delivery as delivery
+    from tools.process_registry import CompletionBus
+    import tools.delegate_tool as dt
+    from offload.subagents.config import DelegationConfig
+
+    session = "sess_library_consumer"
+    write_config(model_server(lambda r: text_reply("library answer")))
+    on_workers()
+    _, worker_pid = worker()
+    bus = CompletionBus()  # this program's own bus
+    bus.restore_completions()  # its consumer starts listening
+    unit = dt.Batch(tasks=[dt.TaskArgs(goal="summarize")], children=[], parent=None, cfg=DelegationConfig(),
+                    creds={"model": "demo-model"}, indexes=[0])
+    did = "deleg_library0001"
+    routing = {"session_key": session, "parent_session_id": session, "origin": {}}
+    delivery.current_ledger().enqueue_unit(DispatchRow(did, session, time.time(), unit_spec(unit, routing),
+                                                       parent_session_id=session), time.time())
+    deadline = time.monotonic() + 60
+    got = []
+    while not got:
+        assert time.monotonic() < deadline, f"the result of {did} never reached this program: {delivered(did)!r}"
+        for evt, text in bus.drain_notifications(session_key=session):
+            claim = delivery.claim_event_delivery(evt, "library")
+            assert claim and delivery.complete_event_delivery(evt, claim)
+            got.append((evt, text))
+        time.sleep(0.05)  # polling the bus, as a program's loop does
+    [(evt, text)] = got
+    assert evt["delegation_id"] == did and evt["status"] == "completed" and "library answer" in text
+    row = delivery.current_ledger().get(did)
+    assert row.delivery_state == "delivered" and row.owner_pid == int(worker_pid)
+    assert row.owner_pid != os.getpid()
