@@ -4,7 +4,7 @@ exactly what their ``--json`` emits (documented in the README, so scripts can re
 Pure: a row and ``now`` in, a dict out; the owner's liveness is the only probe of the world.
 Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``state``,
 ``dispatched_at``, ``completed_at`` (epoch seconds or null), ``delivery_state``,
-``delivery_attempts``, ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
+``delivery_attempts``, ``drop_reason`` (why a dropped result was dropped, else null), ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
 ``children``: one ``{"task", "goal", "status", "duration_seconds"}`` per task, ``task``
 counting from 1, ``status`` ``running`` until that child has finished. ``state`` is a unit
 state and each child's ``status`` a child state of ``offload.engine.states`` (``row_state``:
@@ -93,7 +93,8 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None) -> dict[str, Any]
     return {"id": row.delegation_id, "session": row.parent_session_id or row.origin_session or None,
             "label": label(row), "state": row_state(row), "dispatched_at": row.dispatched_at,
             "completed_at": row.completed_at, "delivery_state": row.delivery_state,
-            "delivery_attempts": row.delivery_attempts, "owner_pid": row.owner_pid, "owner": owner_state(row),
+            "delivery_attempts": row.delivery_attempts, "drop_reason": row.drop_reason,
+            "owner_pid": row.owner_pid, "owner": owner_state(row),
             "owner_host": owner_host(row),
             "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),
             "children": (_with_activity(children(row), (live or {}).get("children_activity") or [])

@@ -118,9 +118,6 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
                "`offload inbox --ack ID` drops one without delivering it", style="dim")
     if all_rows:
         ui.show(ledger_finished(view.settled(50), "delivered or dropped"))
-        from offload.gateway.state import drop_reasons
-        for dropped_id, reason in drop_reasons().items():
-            ui.say(f"dropped by the gateway: {dropped_id}: {reason}", style="yellow")
 
 
 def _recover(ui: Ui, view: LedgerView, quiet: bool) -> None:

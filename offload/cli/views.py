@@ -137,6 +137,8 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
     def status(rec: dict[str, Any]) -> str:
         text = (f"{rec['state']}  finished {_age(rec['completed_at'], now)} ago  "
                 f"{rec['delivery_state']} (attempts {rec['delivery_attempts']})")
+        if rec["delivery_state"] == "dropped" and rec.get("drop_reason"):
+            return f"{text}  dropped: {rec['drop_reason']}"
         if rec["delivery_state"] != "pending":
             return text
         # Whoever ran it, any consumer of its session delivers it (offload.engine.delivery).

@@ -43,7 +43,7 @@ def ack(delegation_id: str) -> tuple[bool, str]:
 
 def drop(delegation_id: str) -> tuple[bool, str]:
     """Give up delivering a pending result; it stays visible in the history as dropped."""
-    return _settle(delegation_id, engine.drop_completion_delivery,
+    return _settle(delegation_id, lambda did: engine.drop_completion_delivery(did, None, "dropped from the dashboard"),
                    f"dropped {delegation_id}; it stays in the history")
 
 

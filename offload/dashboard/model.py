@@ -104,6 +104,7 @@ def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float,
         "activity_age_s": remote.get("snapshot_age_s") if remote and not live else None,
         "delivery_state": row.delivery_state if row else "in memory",
         "delivery_attempts": row.delivery_attempts if row else 0,
+        "drop_reason": row.drop_reason if row else None,
         "children": _children(task, result, live or remote, status in UNFINISHED),
     }
 

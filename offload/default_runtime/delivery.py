@@ -64,6 +64,7 @@ complete_completion_delivery = deliveries.complete
 release_completion_delivery = deliveries.release
 defer_completion_delivery = deliveries.defer
 drop_completion_delivery = deliveries.drop
+record_delivery_progress = deliveries.record_progress
 mark_completion_delivered = deliveries.mark_delivered
 claim_event_delivery = deliveries.claim_event
 complete_event_delivery = deliveries.complete_event

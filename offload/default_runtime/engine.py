@@ -32,8 +32,8 @@ from offload.default_runtime import delivery as _delivery
 from offload.default_runtime.delivery import (  # noqa: F401 - re-exported facade
     claim_completion_delivery, claim_event_delivery, complete_completion_delivery, complete_event_delivery,
     defer_completion_delivery, drop_completion_delivery, get_durable_delegation, mark_completion_delivered,
-    maybe_sweep_orphaned_completions, recover_abandoned_delegations, release_completion_delivery,
-    release_event_delivery, restore_undelivered_completions,
+    maybe_sweep_orphaned_completions, record_delivery_progress, recover_abandoned_delegations,
+    release_completion_delivery, release_event_delivery, restore_undelivered_completions,
 )
 from offload.home import state_db_path
 from offload.engine.bus import process_registry

@@ -196,7 +196,8 @@ class Deliveries:
         """Release the claim of a holder known dead (its attempt counts: a result that kills its
         consumers runs out of attempts); True if the row is pending and free now."""
         budget = self.policy().max_delivery_attempts
-        state = ledger.release_delivery(row.delegation_id, row.delivery_claim or "", now, budget)
+        state = ledger.release_delivery(row.delegation_id, row.delivery_claim or "", now, budget,
+                                        exhausted(budget, "its consumer died while delivering it"))
         if state:
             _told(row.delegation_id, "released", True)
             logger.warning("Released the delivery claim on %s: its holder (pid %s) is gone; delivering it again.",
@@ -218,7 +219,7 @@ class Deliveries:
             reason = "its stored event is unreadable"
         else:
             return True
-        ledger.drop_delivery(row.delegation_id, None, now)
+        ledger.drop_delivery(row.delegation_id, None, now, f"not replayed: {reason}")
         logger.warning("Not replaying delegation %s: %s; dropped (the result remains queryable with "
                        "`offload inbox --all`).", row.delegation_id, reason)
         return False
@@ -246,10 +247,12 @@ class Deliveries:
         return _told(delegation_id, "delivered", self._guarded(
             "complete delivery", False, lambda l: l.complete_delivery(delegation_id, claim_id, time.time())))
 
-    def release(self, delegation_id: str, claim_id: str) -> str:
+    def release(self, delegation_id: str, claim_id: str, why: str = "") -> str:
+        """Give a claim back (an attempt spent); ``why`` the attempt failed becomes the drop
+        reason if it was the last one."""
         budget = self.policy().max_delivery_attempts
         state = self._guarded("release delivery", "", lambda l: l.release_delivery(
-            delegation_id, claim_id, time.time(), budget))
+            delegation_id, claim_id, time.time(), budget, exhausted(budget, why or "delivering it failed")))
         _told(delegation_id, "released", bool(state))
         if state == "dropped":
             _told(delegation_id, "dropped", True)
@@ -260,9 +263,15 @@ class Deliveries:
     def defer(self, delegation_id: str, claim_id: str) -> bool:
         return self._guarded("defer delivery", False, lambda l: l.defer_delivery(delegation_id, claim_id, time.time()))
 
-    def drop(self, delegation_id: str, claim_id: str | None = None) -> bool:
+    def drop(self, delegation_id: str, claim_id: str | None = None, reason: str | None = None) -> bool:
+        """Drop a pending result undelivered; ``reason`` is kept in the ledger for every host."""
         return _told(delegation_id, "dropped", self._guarded(
-            "drop delivery", False, lambda l: l.drop_delivery(delegation_id, claim_id, time.time())))
+            "drop delivery", False, lambda l: l.drop_delivery(delegation_id, claim_id, time.time(), reason)))
+
+    def record_progress(self, delegation_id: str, claim_id: str, parts: int) -> bool:
+        """The first ``parts`` parts of a split result were shown under this claim."""
+        return self._guarded("record delivery progress", False, lambda l: l.record_progress(
+            delegation_id, claim_id, parts, time.time()))
 
     def mark_delivered(self, delegation_id: str) -> bool:
         """Acknowledge unconditionally (no claim needed). True iff the row changed."""
@@ -282,10 +291,10 @@ class Deliveries:
             return False
         return self.complete(evt["delegation_id"], claim_id)
 
-    def release_event(self, evt: dict[str, Any], claim_id: str | None) -> str:
+    def release_event(self, evt: dict[str, Any], claim_id: str | None, why: str = "") -> str:
         if not claim_id or not _claimable(evt):
             return ""
-        return self.release(evt["delegation_id"], claim_id)
+        return self.release(evt["delegation_id"], claim_id, why)
 
     # -- queries ----------------------------------------------------------------------------------
     def get(self, delegation_id: str) -> dict[str, Any] | None:
@@ -297,7 +306,8 @@ class Deliveries:
         return {"delegation_id": row.delegation_id, "origin_session": row.origin_session, "state": row.state,
                 "dispatched_at": row.dispatched_at, "completed_at": row.completed_at, "result": row.result,
                 "event": row.event, "delivery_state": row.delivery_state, "delivery_attempts": row.delivery_attempts,
-                "origin_session_id": row.origin_session_id, "parent_session_id": row.parent_session_id}
+                "origin_session_id": row.origin_session_id, "parent_session_id": row.parent_session_id,
+                "delivery_progress": row.delivery_progress, "drop_reason": row.drop_reason}
 
     def reset(self) -> None:
         self.health.reset()
@@ -305,6 +315,11 @@ class Deliveries:
         self._last_claim_check.clear()
         self._offered.clear()
         self._listened.clear()
+
+
+def exhausted(budget: int, why: str) -> str:
+    """The drop reason of a result whose last delivery attempt failed."""
+    return f"{why} on the last of its {budget} delivery attempts"
 
 
 def _told(delegation_id: str, outcome: str, changed: Any) -> Any:

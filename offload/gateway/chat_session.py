@@ -4,7 +4,10 @@ A ``ChatSession`` owns one worker thread that runs that chat's turns one at a ti
 messages, and batches of background results handed over by the delivery watcher. A results
 batch is shown in the chat, injected as ONE new turn (coalesced), the turn stored, and only
 then are the claims completed. A send the platform refuses for good (``ChatGone``) drops the
-batch with the reason; a transient failure gives it back to the watcher, which retries later.
+batch with the reason (kept in the ledger); a transient failure gives it back to the watcher,
+which retries later. A result too long for one message is shown in parts, and every part shown
+is recorded under the claim, so a retry -- here, or by another gateway after this one died --
+continues from the first part not shown instead of repeating the others.
 
 Invariants: the worker is the only code that runs a turn of this chat, so a result is never
 spliced into a running turn; a result whose delegation id a stored turn already carries is
@@ -25,7 +28,6 @@ from offload.engine.states import event_state
 from offload.gateway.platform import ChatGone, Incoming, Platform, Route
 from offload.gateway.runner import BATCH_PREFIX
 from offload.gateway.session_context import clear_session_vars, set_session_vars
-from offload.gateway.state import record_drop
 from offload.render.truncation import unfinished_reason
 from offload.default_runtime import engine
 
@@ -43,6 +45,7 @@ class Claimed:
     event: Event
     text: str
     claim: str
+    shown_parts: int = 0  # parts of a split message already shown, by any attempt (from the ledger)
 
     @property
     def delegation_id(self) -> str:
@@ -62,9 +65,14 @@ class Claimed:
     def drop(self, reason: str) -> None:
         if not self.dedupe_id:
             return  # an interim notice has no row of its own; the unit's result is still to come
-        engine.drop_completion_delivery(self.delegation_id, self.claim or None)
-        record_drop(self.delegation_id, reason)
+        engine.drop_completion_delivery(self.delegation_id, self.claim or None, reason)
         logger.warning("dropped delegation %s: %s", self.delegation_id, reason)
+
+    def shown(self, parts: int) -> None:
+        """The first ``parts`` parts of this result reached the chat: a retry starts after them."""
+        self.shown_parts = parts
+        if self.claim:
+            engine.record_delivery_progress(self.delegation_id, self.claim, parts)
 
 
 # What the worker tells the watcher about a batch: settled, or give it back for a retry.
@@ -176,7 +184,8 @@ class ChatSession:
             return
         try:
             for item in fresh:
-                self.platform.send(self.route, item.text, header=_header(item, self._from_previous_session(item)))
+                self.platform.send(self.route, item.text, header=_header(item, self._from_previous_session(item)),
+                                   first_part=item.shown_parts, on_part=item.shown)
         except ChatGone as exc:
             for item in fresh:
                 item.drop(f"chat {self.route.chat_id} cannot be reached: {exc}")

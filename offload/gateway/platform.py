@@ -51,8 +51,11 @@ class Platform(Protocol):
         confirmed to the platform only after ``handle`` returned. Returns how many updates came."""
         ...
 
-    def send(self, route: Route, body: str, header: str = "") -> list[str]:
-        """Send ``header`` + ``body`` (split as needed); returns the platform's message ids."""
+    def send(self, route: Route, body: str, header: str = "", first_part: int = 0,
+             on_part: Callable[[int], None] | None = None) -> list[str]:
+        """Send ``header`` + ``body`` (split as needed) from part ``first_part`` on (the parts
+        before it were shown by an earlier attempt), calling ``on_part(n)`` once the first ``n``
+        parts are shown; returns the platform's ids of the messages sent now."""
         ...
 
     def edit(self, route: Route, message_id: str, body: str, header: str = "") -> None:

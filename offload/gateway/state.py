@@ -1,8 +1,8 @@
 """The gateway's small durable state in ``$HERMES_HOME/gateway/``.
 
 ``<platform>-state.json`` holds the update offset, each chat's current session id (by session
-key) and the chats already refused; ``drops.jsonl`` records every result the gateway dropped and
-why, which ``offload inbox --all`` shows. Invariant: every change is a read-modify-write under an
+key) and the chats already refused. (Why a result was dropped is a ledger column, so every host
+can show it.) Invariant: every change is a read-modify-write under an
 exclusive ``flock`` and lands by atomic rename, so two gateway processes on one home never lose
 each other's writes and a crash never leaves half a file. A corrupt state file is an error that
 names the file and the fix, never silently reset (that would replay or skip updates).
@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -71,27 +70,3 @@ class GatewayState:
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
             return out
-
-
-def record_drop(delegation_id: str, reason: str, directory: Path | None = None) -> None:
-    """Remember why the gateway dropped a result (shown by ``offload inbox --all``)."""
-    line = json.dumps({"delegation_id": delegation_id, "reason": reason, "dropped_at": time.time()})
-    with open((directory or gateway_dir()) / "drops.jsonl", "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-
-
-def drop_reasons(directory: Path | None = None) -> dict[str, str]:
-    """Delegation id -> the reason the gateway dropped it (latest wins); unreadable lines skipped."""
-    path = (directory or hermes_home() / "gateway") / "drops.jsonl"
-    reasons: dict[str, str] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return reasons
-    for line in lines:
-        try:
-            item = json.loads(line)
-            reasons[str(item["delegation_id"])] = str(item["reason"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return reasons

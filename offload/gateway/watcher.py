@@ -24,7 +24,6 @@ from typing import Any, Callable
 from offload.gateway.chat_session import ChatSession, Claimed
 from offload.gateway.platform import Route
 from offload.gateway.session_keys import parse_session_key
-from offload.gateway.state import record_drop
 from offload.default_runtime import engine
 from offload.engine.bus import CompletionBus
 
@@ -75,9 +74,8 @@ class DeliveryWatcher:
         if claim is None:
             return  # another gateway, perhaps still serving that chat, holds it
         did = str(evt.get("delegation_id") or "")
-        engine.drop_completion_delivery(did, claim or None)
-        record_drop(did, f"chat {parse_session_key(evt['session_key'])['chat_id']} is not in "
-                         f"gateway.{self.platform_name}.allowed_chat_ids")
+        engine.drop_completion_delivery(did, claim or None, f"chat {parse_session_key(evt['session_key'])['chat_id']}"
+                                        f" is not in gateway.{self.platform_name}.allowed_chat_ids")
 
     def _ready_keys(self, now: float) -> list[str]:
         with self._lock:
@@ -98,7 +96,7 @@ class DeliveryWatcher:
             if claim is None:
                 logger.info("delegation %s is being delivered by another consumer", evt.get("delegation_id"))
                 continue
-            batch.append(Claimed(evt, text, claim))
+            batch.append(Claimed(evt, text, claim, _shown_parts(evt, claim)))
         if batch:
             chat.submit_results(batch)
         return len(batch)
@@ -115,11 +113,9 @@ class DeliveryWatcher:
             delay_s = min(self.max_backoff_s, self.backoff_s * 2 ** (pending.failures - 1))
             pending.not_before = now + delay_s
         for item in batch:
-            if engine.release_event_delivery(item.event, item.claim) != "dropped":
+            if engine.release_event_delivery(item.event, item.claim, "the chat could not be reached") != "dropped":
                 with self._lock:
                     pending.events.append((item.event, item.text))
-            else:
-                record_drop(item.delegation_id, "the chat could not be reached within the delivery attempt budget")
 
     def pending_count(self) -> int:
         with self._lock:
@@ -133,3 +129,10 @@ class DeliveryWatcher:
             except Exception:
                 logger.exception("gateway delivery tick failed")
             stop.wait(interval_s)
+
+
+def _shown_parts(evt: Event, claim: str) -> int:
+    """How many parts of this result an earlier attempt showed (it resumes after them)."""
+    if not claim:
+        return 0  # an interim notice: nothing durable
+    return int((engine.get_durable_delegation(str(evt.get("delegation_id"))) or {}).get("delivery_progress") or 0)

@@ -53,4 +53,5 @@ def decode_row(raw: Mapping[str, Any]) -> LedgerRow:
         delivery_claim=raw["delivery_claim"], delivery_claimed_at=raw["delivery_claimed_at"],
         owner_pid=raw["owner_pid"], owner_started_at=raw["owner_started_at"],
         delivery_claim_pid=raw.get("delivery_claim_pid"), delivery_claim_started_at=raw.get("delivery_claim_started_at"),
+        delivery_progress=raw.get("delivery_progress") or 0, drop_reason=raw.get("drop_reason"),
     )

@@ -64,10 +64,11 @@ class DeliverySql:
     claim: str  # (claim, now, holder pid, holder started_at, delegation_id, now - lease_s)
     claim_holder: str  # (delegation_id,)
     complete: str  # (now, now, delegation_id, claim)
-    release: str  # (max_attempts, max_attempts, now, delegation_id, claim) -> delivery_state
+    release: str  # (max_attempts, max_attempts, reason, max_attempts, now, delegation_id, claim) -> delivery_state
     defer: str  # (now, delegation_id, claim)
-    drop: str  # (now, delegation_id)
-    drop_claimed: str  # (now, delegation_id, claim)
+    progress: str  # (parts, now, delegation_id, claim)
+    drop: str  # (now, reason, delegation_id)
+    drop_claimed: str  # (now, reason, delegation_id, claim)
     mark_delivered: str  # (now, now, delegation_id)
     prune_expired: str  # (cutoff,)
     prune_over_cap: str  # (max_settled,)
@@ -77,7 +78,7 @@ class DeliverySql:
         return cls(**{f.name: dialect.render(_TEMPLATES[f.name]) for f in fields(cls)})
 
 
-_DROP = f"UPDATE {TABLE} SET delivery_state='dropped', updated_at=?, delivery_claim=NULL" \
+_DROP = f"UPDATE {TABLE} SET delivery_state='dropped', updated_at=?, delivery_claim=NULL, drop_reason=?" \
         " WHERE delegation_id=? AND delivery_state='pending'"
 _TEMPLATES: dict[str, str] = {
     "pending_filter": _PENDING,
@@ -93,7 +94,8 @@ _TEMPLATES: dict[str, str] = {
     "write_results": f"UPDATE {TABLE} SET result_json=?, updated_at=? WHERE delegation_id=?",
     # The terminal write on the row written at dispatch; delivery bookkeeping restarts.
     "complete_row": f"UPDATE {TABLE} SET state=?, completed_at=?, updated_at=?, event_json=?, result_json=?,"
-                    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL WHERE delegation_id=?",
+                    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL, delivery_progress=0"
+                    " WHERE delegation_id=?",
     "settle_abandoned": f"UPDATE {TABLE} SET state='unknown', completed_at=?, updated_at=?, event_json=?,"
                         " result_json=? WHERE delegation_id=? AND state='running'",
     "claimed_where": "WHERE {r}delivery_state='pending' AND {r}delivery_claim IS NOT NULL ORDER BY {r}delivery_claimed_at",
@@ -103,9 +105,10 @@ _TEMPLATES: dict[str, str] = {
     "claim_holder": f"SELECT delivery_claim FROM {TABLE} WHERE delegation_id=?",
     "complete": f"UPDATE {TABLE} SET delivery_state='delivered', delivered_at=?, updated_at=?, delivery_claim=NULL"
                 " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
-    # One statement: out of attempts -> dropped (the claim time kept as a record), else pending
-    # and claimable again at once.
+    # One statement: out of attempts -> dropped with the reason (the claim time kept as a
+    # record), else pending and claimable again at once. What was shown stays shown.
     "release": f"UPDATE {TABLE} SET delivery_state=CASE WHEN delivery_attempts>=? THEN 'dropped' ELSE 'pending' END,"
+               " drop_reason=CASE WHEN delivery_attempts>=? THEN ? ELSE drop_reason END,"
                " delivery_claim=NULL, delivery_claimed_at=CASE WHEN delivery_attempts>=? THEN delivery_claimed_at END,"
                " updated_at=? WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?"
                " RETURNING delivery_state",
@@ -113,10 +116,12 @@ _TEMPLATES: dict[str, str] = {
     "defer": f"UPDATE {TABLE} SET delivery_claim=NULL, delivery_claimed_at=NULL, updated_at=?,"
              " delivery_attempts={greatest}(0, delivery_attempts-1)"
              " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
+    "progress": f"UPDATE {TABLE} SET delivery_progress=?, updated_at=?"
+                " WHERE delegation_id=? AND delivery_state='pending' AND delivery_claim=?",
     "drop": _DROP,
     "drop_claimed": _DROP + " AND delivery_claim=?",
     "mark_delivered": f"UPDATE {TABLE} SET delivery_state='delivered', delivered_at=?, updated_at=?,"
-                      " delivery_claim=NULL WHERE delegation_id=? AND delivery_state!='delivered'",
+                      " delivery_claim=NULL, drop_reason=NULL WHERE delegation_id=? AND delivery_state!='delivered'",
     "prune_expired": f"DELETE FROM {TABLE} WHERE {SETTLED} AND updated_at < ?",
     # Keep exactly the newest max_settled by row, not by timestamp: rows settled in one tick
     # share updated_at, and a timestamp cutoff would delete them all.

@@ -59,7 +59,7 @@ def _new_row(row: DispatchRow, state: str, completed_at: float | None, now: floa
             "event_json": event_json, "result_json": result_json, "delivery_state": "pending",
             "delivery_attempts": 0, "delivered_at": None, "delivery_claim": None, "delivery_claimed_at": None,
             "owner_pid": row.owner_pid, "owner_started_at": row.owner_started_at,
-            "delivery_claim_pid": None, "delivery_claim_started_at": None}
+            "delivery_claim_pid": None, "delivery_claim_started_at": None, "delivery_progress": 0, "drop_reason": None}
 
 
 class MemoryLedger(MemorySideTables, SingleHostOwners):
@@ -104,7 +104,7 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
                 return
             stored.update(state=state, completed_at=completed_at, updated_at=now, event_json=event_json,
                           result_json=result_json, delivery_state="pending", delivery_claim=None,
-                          delivery_claimed_at=None)
+                          delivery_claimed_at=None, delivery_progress=0)
 
     # -- recovery and replay -------------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:
@@ -162,12 +162,13 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
         return self._change(delegation_id, _holds(claim), lambda r: r.update(
             delivery_state="delivered", delivered_at=now, updated_at=now, delivery_claim=None))
 
-    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int,
+                         reason: str | None = None) -> str:
         outcome = [""]
 
         def release(r: Row) -> None:
             if r["delivery_attempts"] >= max_attempts:
-                r.update(delivery_state="dropped", updated_at=now, delivery_claim=None)
+                r.update(delivery_state="dropped", updated_at=now, delivery_claim=None, drop_reason=reason)
             else:
                 r.update(delivery_claim=None, delivery_claimed_at=None, updated_at=now)
             outcome[0] = r["delivery_state"]
@@ -175,19 +176,22 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
         self._change(delegation_id, _holds(claim), release)
         return outcome[0]
 
+    def record_progress(self, delegation_id: str, claim: str, parts: int, now: float) -> bool:
+        return self._change(delegation_id, _holds(claim), lambda r: r.update(delivery_progress=parts, updated_at=now))
+
     def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
         return self._change(delegation_id, _holds(claim), lambda r: r.update(
             delivery_claim=None, delivery_claimed_at=None, updated_at=now,
             delivery_attempts=max(0, r["delivery_attempts"] - 1)))
 
-    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float, reason: str | None = None) -> bool:
         guard = _holds(claim) if claim is not None else (lambda r: r["delivery_state"] == "pending")
         return self._change(delegation_id, guard, lambda r: r.update(
-            delivery_state="dropped", updated_at=now, delivery_claim=None))
+            delivery_state="dropped", updated_at=now, delivery_claim=None, drop_reason=reason))
 
     def mark_delivered(self, delegation_id: str, now: float) -> bool:
         return self._change(delegation_id, lambda r: r["delivery_state"] != "delivered", lambda r: r.update(
-            delivery_state="delivered", delivered_at=now, updated_at=now, delivery_claim=None))
+            delivery_state="delivered", delivered_at=now, updated_at=now, delivery_claim=None, drop_reason=None))
 
     # -- housekeeping ------------------------------------------------------------------------------
     def prune(self, now: float, retention_s: float, max_settled: int) -> int:

@@ -337,19 +337,26 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
                            _updating(_SQL.complete, (now, now, delegation_id, claim)),
                            _updating(COMPLETE_REPLAYED, (now, now, delegation_id, claim)), no_payload, missing=False)
 
-    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int,
+                         reason: str | None = None) -> str:
         def release(conn: Any) -> Any:
-            return conn.execute(_SQL.release, (max_attempts, max_attempts, now, delegation_id, claim)).fetchone()
+            return conn.execute(_SQL.release, (max_attempts, max_attempts, reason, max_attempts, now, delegation_id,
+                                               claim)).fetchone()
         state = self._write("releasing a delivery", delegation_id, release, release, no_payload, missing=None)
         return state[0] if state else ""
 
     def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
         return self._update(_SQL.defer, (now, delegation_id, claim), "deferring a delivery", delegation_id)
 
-    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+    def record_progress(self, delegation_id: str, claim: str, parts: int, now: float) -> bool:
+        return self._update(_SQL.progress, (parts, now, delegation_id, claim), "recording a delivery's progress",
+                            delegation_id)
+
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float, reason: str | None = None) -> bool:
         if claim is None:
-            return self._update(_SQL.drop, (now, delegation_id), "dropping a delivery", delegation_id)
-        return self._update(_SQL.drop_claimed, (now, delegation_id, claim), "dropping a delivery", delegation_id)
+            return self._update(_SQL.drop, (now, reason, delegation_id), "dropping a delivery", delegation_id)
+        return self._update(_SQL.drop_claimed, (now, reason, delegation_id, claim), "dropping a delivery",
+                            delegation_id)
 
     def mark_delivered(self, delegation_id: str, now: float) -> bool:
         return self._update(_SQL.mark_delivered, (now, now, delegation_id), "acknowledging a delivery",

@@ -71,7 +71,7 @@ _INSERT = f"INSERT INTO async_delegations ({', '.join(_WRITE_COLUMNS)}) VALUES (
 # A dispatch replaces any row of the same id whole, as SQLite's INSERT OR REPLACE does.
 INSERT_DISPATCH = _INSERT + " ON CONFLICT (delegation_id) DO UPDATE SET " + ", ".join(
     [f"{c}=excluded.{c}" for c in _WRITE_COLUMNS[1:]]
-    + ["delivered_at=NULL", "delivery_claim=NULL", "delivery_claimed_at=NULL"])
+    + ["delivered_at=NULL", "delivery_claim=NULL", "delivery_claimed_at=NULL", "delivery_progress=0", "drop_reason=NULL"])
 SQL = DeliverySql.for_dialect(POSTGRES)  # the statements shared with SQLite
 # A write of a running row is fenced: it moves only a row still running under the writer's
 # lease token, so an owner whose lease was revoked cannot overwrite the recovered row.

@@ -118,6 +118,8 @@ class LedgerRow:
     owner_started_at: int | None = None
     delivery_claim_pid: int | None = None  # the claim holder's pid and start time (see claim_abandoned)
     delivery_claim_started_at: int | None = None
+    delivery_progress: int = 0  # parts of a split message already shown
+    drop_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -178,14 +180,21 @@ class DelegationLedger(Protocol):
 
     def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool: ...
 
-    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
-        """Clear the claim; returns the new delivery state ('' if the claim did not match)."""
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int,
+                         reason: str | None = None) -> str:
+        """Clear the claim; returns the new delivery state ('' if the claim did not match).
+        Out of attempts the row is dropped, with ``reason`` as its drop reason."""
+
+    def record_progress(self, delegation_id: str, claim: str, parts: int, now: float) -> bool:
+        """Under a matching claim, note that the first ``parts`` parts of the result were shown;
+        a later attempt (of any consumer) resumes after them."""
 
     def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
         """Clear the claim and give back the attempt it cost."""
 
-    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
-        """Pending → dropped (with a matching claim, or unconditionally when claim is None)."""
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float, reason: str | None = None) -> bool:
+        """Pending → dropped (with a matching claim, or unconditionally when claim is None), with
+        ``reason`` recorded for ``offload inbox``, ``agents`` and the dashboard on any host."""
 
     def mark_delivered(self, delegation_id: str, now: float) -> bool: ...
 

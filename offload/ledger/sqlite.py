@@ -333,19 +333,23 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
     def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
         return self._update(_SQL.complete, (now, now, delegation_id, claim))
 
-    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int) -> str:
+    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int,
+                         reason: str | None = None) -> str:
+        params = (max_attempts, max_attempts, reason, max_attempts, now, delegation_id, claim)
         # fetchall: SQLite finishes a RETURNING statement (and frees its lock) only when stepped to the end
-        rows = self._write(lambda conn: conn.execute(
-            _SQL.release, (max_attempts, max_attempts, now, delegation_id, claim)).fetchall() if conn else [])
+        rows = self._write(lambda conn: conn.execute(_SQL.release, params).fetchall() if conn else [])
         return rows[0][0] if rows else ""
+
+    def record_progress(self, delegation_id: str, claim: str, parts: int, now: float) -> bool:
+        return self._update(_SQL.progress, (parts, now, delegation_id, claim))
 
     def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
         return self._update(_SQL.defer, (now, delegation_id, claim))
 
-    def drop_delivery(self, delegation_id: str, claim: str | None, now: float) -> bool:
+    def drop_delivery(self, delegation_id: str, claim: str | None, now: float, reason: str | None = None) -> bool:
         if claim is None:
-            return self._update(_SQL.drop, (now, delegation_id))
-        return self._update(_SQL.drop_claimed, (now, delegation_id, claim))
+            return self._update(_SQL.drop, (now, reason, delegation_id))
+        return self._update(_SQL.drop_claimed, (now, reason, delegation_id, claim))
 
     def mark_delivered(self, delegation_id: str, now: float) -> bool:
         return self._update(_SQL.mark_delivered, (now, now, delegation_id))

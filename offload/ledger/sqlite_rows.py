@@ -35,6 +35,10 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     # is known dead is released at once instead of after the claim lease.
     ("delivery_claim_pid", "INTEGER"),
     ("delivery_claim_started_at", "INTEGER"),
+    # Parts of a result a consumer has shown (a long message is split): the next attempt
+    # resumes after them. Reset when the row gets a (new) terminal event.
+    ("delivery_progress", "INTEGER NOT NULL DEFAULT 0"),
+    ("drop_reason", "TEXT"),  # why the result was dropped undelivered, for every host to show
 )
 _COLUMN_NAMES = tuple(name for name, _ in _COLUMNS)
 _SELECT = f"SELECT {', '.join(_COLUMN_NAMES)} FROM async_delegations"
@@ -57,7 +61,7 @@ _INSERT_DISPATCH = (
 _UPSERT_COMPLETION = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT") + (
     " ON CONFLICT(delegation_id) DO UPDATE SET state=excluded.state, completed_at=excluded.completed_at,"
     " updated_at=excluded.updated_at, event_json=excluded.event_json, result_json=excluded.result_json,"
-    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL"
+    " delivery_state='pending', delivery_claim=NULL, delivery_claimed_at=NULL, delivery_progress=0"
 )
 SQL = DeliverySql.for_dialect(SQLITE)  # the statements shared with PostgreSQL
 # The common case of the terminal write: the same fields, on the row written at dispatch.

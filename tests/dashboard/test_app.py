@@ -69,6 +69,9 @@ def test_ack_and_drop_settle_a_pending_result_like_the_cli(client, held):
     assert "already delivered" in client.post(f"/d/{first}/drop").text
     assert f"dropped {second}" in client.post(f"/d/{second}/drop").text
     assert current_ledger().get(second).delivery_state == "dropped"
+    assert current_ledger().get(second).drop_reason == "dropped from the dashboard"
+    assert "dropped: dropped from the dashboard" in client.get(f"/d/{second}").text  # the reason, for any host
+    assert "dropped from the dashboard" in client.get("/history").text
 
 
 def _other_owner() -> tuple[subprocess.Popen, str]:

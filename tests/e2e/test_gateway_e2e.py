@@ -211,8 +211,9 @@ def test_a_blocked_bot_drops_the_result_with_a_reason_inbox_shows(api, configure
     [row] = settled()
     inbox = cli("inbox", "--all")
     assert inbox.finish() == 0
-    inbox.wait_for(rf"dropped by the gateway: {row.delegation_id}: chat {DM} cannot be reached: "
+    inbox.wait_for(rf"{row.delegation_id} .*dropped: chat {DM} cannot be reached: "
                    "403 Forbidden: bot was blocked by the user")
+    assert row.drop_reason == f"chat {DM} cannot be reached: 403 Forbidden: bot was blocked by the user"
     assert api.messages(DM) == []
     stop(gateway)
 

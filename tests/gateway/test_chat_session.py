@@ -10,7 +10,6 @@ import yaml
 from offload.agent.session_store import SessionStore, new_session_id
 from offload.gateway.chat_session import ChatSession, Claimed
 from offload.gateway.platform import ChatGone, Incoming, Route
-from offload.gateway.state import drop_reasons
 from offload.config import load_config
 from offload.testing.model_server import text_reply
 from offload.runtime import Conversation, build_agent
@@ -29,7 +28,7 @@ class RecordingPlatform:
         self.sent: list[tuple[str, str]] = []  # (header, body)
         self.changed = threading.Condition()
 
-    def send(self, route: Route, body: str, header: str = "") -> list[str]:
+    def send(self, route: Route, body: str, header: str = "", first_part: int = 0, on_part=None) -> list[str]:
         if self.gone:
             raise ChatGone("403 Forbidden: bot was blocked by the user")
         with self.changed:
@@ -95,14 +94,14 @@ def test_a_result_a_stored_turn_already_carries_is_only_acknowledged(chat_factor
 
 
 def test_a_chat_that_is_gone_drops_the_batch_with_the_reason(chat_factory, monkeypatch):
-    dropped: list[tuple[str, str | None]] = []
-    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None: dropped.append((did, claim)) or True)
+    dropped: list[tuple[str, str | None, str | None]] = []
+    monkeypatch.setattr(engine, "drop_completion_delivery",
+                        lambda did, claim=None, reason=None: dropped.append((did, claim, reason)) or True)
     chat = chat_factory(RecordingPlatform(gone=True))
     evt = {"type": "async_delegation", "delegation_id": "deleg_2", "parent_session_id": chat.conversation.session_id}
     chat.submit_results([Claimed(evt, "the result", "claim-2")])
     assert chat_factory.settled.wait(30)
-    assert dropped == [("deleg_2", "claim-2")]
-    assert drop_reasons()["deleg_2"] == "chat 1 cannot be reached: 403 Forbidden: bot was blocked by the user"
+    assert dropped == [("deleg_2", "claim-2", "chat 1 cannot be reached: 403 Forbidden: bot was blocked by the user")]
     assert chat_factory.server.requests == []  # no turn ran for it
 
 
@@ -110,7 +109,8 @@ def test_a_chat_that_is_gone_drops_the_batch_with_the_reason(chat_factory, monke
 def test_an_interim_notice_is_shown_but_never_stands_in_for_the_units_result(chat_factory, monkeypatch):
     settled: list[tuple[str, str | None]] = []
     monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: settled.append(("done", claim)) or True)
-    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None: settled.append(("drop", claim)))
+    monkeypatch.setattr(engine, "drop_completion_delivery",
+                        lambda did, claim=None, reason=None: settled.append(("drop", claim)))
     platform = RecordingPlatform()
     chat = chat_factory(platform)
     sid = chat.conversation.session_id
@@ -133,7 +133,7 @@ def test_an_interim_notice_is_shown_but_never_stands_in_for_the_units_result(cha
 def test_after_compression_a_result_of_the_earlier_id_is_this_sessions_own(chat_factory, monkeypatch):
     monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: True)
     dropped: list[str] = []
-    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None: dropped.append(did) or True)
+    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None, reason=None: dropped.append(did) or True)
     platform = RecordingPlatform()
     chat = chat_factory(platform, on_new_session="drop")
     before = chat.conversation.session_id

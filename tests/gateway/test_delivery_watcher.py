@@ -6,7 +6,6 @@ import queue
 
 import pytest
 
-from offload.gateway import watcher as watcher_module
 from offload.gateway.platform import Route
 from offload.gateway.watcher import DeliveryWatcher
 from tools import async_delegation as engine
@@ -53,8 +52,10 @@ class Claims:
         self.claimed.append(evt["delegation_id"])
         return f"{consumer}:{evt['delegation_id']}"
 
-    def release(self, evt, claim):
+    def release(self, evt, claim, why=""):
         self.released.append(evt["delegation_id"])
+        if self.release_state == "dropped":
+            self.drops.append((evt["delegation_id"], why))
         return self.release_state
 
 
@@ -63,7 +64,7 @@ def claims(monkeypatch) -> Claims:
     fake = Claims()
     monkeypatch.setattr(engine, "claim_event_delivery", fake.claim)
     monkeypatch.setattr(engine, "release_event_delivery", fake.release)
-    monkeypatch.setattr(watcher_module, "record_drop", lambda did, reason: fake.drops.append((did, reason)))
+    monkeypatch.setattr(engine, "get_durable_delegation", lambda did: None)  # nothing shown by an earlier attempt
     return fake
 
 
@@ -152,15 +153,15 @@ def test_a_result_out_of_attempts_is_dropped_with_a_reason_not_rebuffered(bus, w
     claims.release_state = "dropped"
     watcher.batch_done(DM_KEY, chats[DM_KEY].batches[0], "retry")
     assert watcher.pending_count() == 0
-    assert claims.drops == [("d1", "the chat could not be reached within the delivery attempt budget")]
+    assert claims.drops == [("d1", "the chat could not be reached")]  # the ledger words the rest
 
 
 def test_a_result_for_a_chat_no_longer_allowed_is_dropped_with_the_reason(bus, chats, claims, monkeypatch):
-    dropped: list[tuple[str, str]] = []
-    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None: dropped.append((did, claim)))
+    dropped: list[tuple[str, str | None, str | None]] = []
+    monkeypatch.setattr(engine, "drop_completion_delivery",
+                        lambda did, claim=None, reason=None: dropped.append((did, claim, reason)))
     watcher = DeliveryWatcher("telegram", bus, lambda *a: pytest.fail("no chat may be opened"), consumer="gw",
                               allowed=lambda chat_id: chat_id == "-100")
     bus.completion_queue.put(result("d1"))
     assert watcher.tick(now=0) == 0
-    assert dropped == [("d1", "gw:d1")] and chats == {}
-    assert claims.drops == [("d1", "chat 7 is not in gateway.telegram.allowed_chat_ids")]
+    assert dropped == [("d1", "gw:d1", "chat 7 is not in gateway.telegram.allowed_chat_ids")] and chats == {}

@@ -344,6 +344,35 @@ def test_a_claim_records_its_holder_and_is_abandoned_only_when_the_holder_is_kno
     assert sorted(r.delegation_id for r in ledger.claimed_rows()) == ["deleg_dead", "deleg_unknown"]
 
 
+def test_drop_reasons_are_kept_and_an_acknowledgement_clears_them(ledger):
+    for did in ("deleg_dropped", "deleg_spent", "deleg_acked"):
+        terminal(ledger, did)
+    assert ledger.drop_delivery("deleg_dropped", None, T0 + 100, "chat 7 is not allowed") is True
+    ledger.claim_delivery("deleg_spent", "A", T0 + 100, LEASE_S)
+    assert ledger.release_delivery("deleg_spent", "A", T0 + 101, 1, "the chat could not be reached") == "dropped"
+    ledger.drop_delivery("deleg_acked", None, T0 + 100, "given up")
+    assert ledger.mark_delivered("deleg_acked", T0 + 102) is True
+
+    reasons = {i: ledger.get(i).drop_reason for i in ("deleg_dropped", "deleg_spent", "deleg_acked")}
+    assert reasons == {"deleg_dropped": "chat 7 is not allowed", "deleg_spent": "the chat could not be reached",
+                       "deleg_acked": None}
+    assert {r.delegation_id: r.drop_reason for r in ledger.settled_rows(10)}["deleg_dropped"] == "chat 7 is not allowed"
+
+
+def test_progress_is_recorded_under_the_claim_survives_a_release_and_resets_with_a_new_result(ledger):
+    row = terminal(ledger, "deleg_0001")
+    ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)
+    assert ledger.record_progress("deleg_0001", "B", 2, T0 + 101) is False  # not the holder
+    assert ledger.record_progress("deleg_0001", "A", 2, T0 + 101) is True
+    assert ledger.release_delivery("deleg_0001", "A", T0 + 102, 8) == "pending"
+    ledger.claim_delivery("deleg_0001", "B", T0 + 103, LEASE_S)
+
+    assert ledger.get("deleg_0001").delivery_progress == 2  # the next attempt resumes after part 2
+    ledger.persist_dispatch(row, T0 + 200)  # the same id dispatched again (a retried queue insert)
+    ledger.persist_completion(row, event_for(row, completed_at=T0 + 210), {"status": "completed"}, T0 + 210)
+    assert ledger.get("deleg_0001").delivery_progress == 0  # a new result is shown from its start
+
+
 def test_claim_within_the_lease_is_refused_and_after_it_granted(ledger):
     terminal(ledger, "deleg_0001")
     ledger.claim_delivery("deleg_0001", "A", T0 + 100, LEASE_S)

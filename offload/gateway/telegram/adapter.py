@@ -40,11 +40,15 @@ class TelegramPlatform:
             self.state.update(lambda data: data.__setitem__("offset", max(int(data.get("offset") or 0), last + 1)))
         return len(updates)
 
-    def send(self, route: Route, body: str, header: str = "") -> list[str]:
+    def send(self, route: Route, body: str, header: str = "", first_part: int = 0,
+             on_part: Callable[[int], None] | None = None) -> list[str]:
         ids = []
-        for part in render_parts(body, header, self.limit_chars):
+        parts = render_parts(body, header, self.limit_chars)  # the same text splits the same way every time
+        for number, part in enumerate(parts[first_part:], start=first_part + 1):
             result = self.client.call("sendMessage", {**_target(route), "text": part, "parse_mode": "HTML"})
             ids.append(str((result or {}).get("message_id", "")))
+            if on_part is not None:
+                on_part(number)
         return ids
 
     def edit(self, route: Route, message_id: str, body: str, header: str = "") -> None:
