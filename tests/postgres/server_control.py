@@ -13,8 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServerControl:
-    def __init__(self, dsn: str) -> None:
-        self.dir = Path(os.environ.get("OFFLOAD_PG_DIR") or "/tmp/offload-pg")
+    def __init__(self, dsn: str, directory: Path | None = None) -> None:
+        """``directory``: the cluster's ``OFFLOAD_PG_DIR`` (default: the environment's, as
+        ``.ci/postgres-up`` uses it)."""
+        self.dir = directory or Path(os.environ.get("OFFLOAD_PG_DIR") or "/tmp/offload-pg")
         self.port = str(urlsplit(dsn).port or 5432)
         self.env = {**os.environ, "OFFLOAD_PG_DIR": str(self.dir), "OFFLOAD_PG_PORT": self.port}
 
