@@ -4,7 +4,9 @@ exactly what their ``--json`` emits (documented in the README, so scripts can re
 Pure: a row and ``now`` in, a dict out; the owner's liveness is the only probe of the world.
 Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``state``,
 ``dispatched_at``, ``completed_at`` (epoch seconds or null), ``delivery_state``,
-``delivery_attempts``, ``drop_reason`` (why a dropped result was dropped, else null), ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
+``delivery_attempts``, ``drop_reason`` (why a dropped result was dropped, else null),
+``claimed_by`` (``{"consumer", "pid", "host", "since"}`` of the consumer delivering a pending
+result right now, else null), ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
 ``children``: one ``{"task", "goal", "status", "duration_seconds"}`` per task, ``task``
 counting from 1, ``status`` ``running`` until that child has finished. ``state`` is a unit
 state and each child's ``status`` a child state of ``offload.engine.states`` (``row_state``:
@@ -80,6 +82,14 @@ def owner_host(row: LedgerRow) -> str | None:
     return (row.extra or {}).get("owner_host")
 
 
+def claimed_by(row: LedgerRow) -> dict[str, Any] | None:
+    """Who holds the delivery claim of a pending row (the consumer delivering it now), else None."""
+    if row.delivery_state != "pending" or not row.delivery_claim:
+        return None
+    return {"consumer": row.delivery_claim.split(":", 1)[0], "pid": row.delivery_claim_pid,
+            "host": (row.extra or {}).get("claim_host"), "since": row.delivery_claimed_at}
+
+
 def label(row: LedgerRow) -> str:
     task, event = row.task or {}, row.event or {}
     if task.get("group"):
@@ -93,7 +103,7 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None) -> dict[str, Any]
     return {"id": row.delegation_id, "session": row.parent_session_id or row.origin_session or None,
             "label": label(row), "state": row_state(row), "dispatched_at": row.dispatched_at,
             "completed_at": row.completed_at, "delivery_state": row.delivery_state,
-            "delivery_attempts": row.delivery_attempts, "drop_reason": row.drop_reason,
+            "delivery_attempts": row.delivery_attempts, "drop_reason": row.drop_reason, "claimed_by": claimed_by(row),
             "owner_pid": row.owner_pid, "owner": owner_state(row),
             "owner_host": owner_host(row),
             "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),

@@ -141,6 +141,11 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
             return f"{text}  dropped: {rec['drop_reason']}"
         if rec["delivery_state"] != "pending":
             return text
+        holder = rec.get("claimed_by")
+        if holder:
+            where = f"process {holder['pid']}" if holder.get("pid") else "a consumer"
+            where += f" on {holder['host']}" if holder.get("host") else ""
+            return f"{text}  being delivered by {holder['consumer']} ({where}) since {_age(holder['since'], now)} ago"
         # Whoever ran it, any consumer of its session delivers it (offload.engine.delivery).
         session = rec["session"] or "SESSION"
         return f"{text}  delivered by a running chat, run or gateway of its session, else `offload chat --resume {session}`"

@@ -133,13 +133,30 @@ class Deliveries:
         offered = 0
         try:
             self.recover_abandoned(now)
-            offered = self._offer(ledger, target_queue, ledger.pending_rows(), now, only_new)
+            pending = ledger.pending_rows()
+            offered = self._offer(ledger, target_queue, pending, now, only_new)
+            self._forget_settled(ledger, target_queue, {row.delegation_id for row in pending}, now)
         except LedgerError as exc:
             # An unreadable or locked ledger must not take the consumer down with it; what it
             # holds stays there and is replayed by the first start after it is repaired.
             self.health.report(ledger, "restoring undelivered completions", exc,
                                "Undelivered results recorded there are replayed once it is readable again.")
         return offered
+
+    def _forget_settled(self, ledger: DelegationLedger, target_queue: queue.Queue, pending: set[str],
+                        now: float) -> None:
+        """Drop what was offered here before ``now`` and is no longer pending (delivered or
+        dropped by someone): a replayed event of another session waits on our queue for nobody,
+        so without this a long-lived consumer would keep every such result of every host."""
+        with self._offer_lock:
+            stale = {did for (location, did), at in self._offered.items()
+                     if location == ledger.location and did not in pending and at < now}
+            for did in stale:
+                self._offered.pop((ledger.location, did), None)
+                self._listened.pop((ledger.location, did), None)
+        take_all = getattr(target_queue, "take_all", None)  # an IndexedQueue; a plain queue keeps them
+        if stale and take_all is not None:
+            take_all(lambda evt: bool(evt.get("restored")) and evt.get("delegation_id") in stale)
 
     def _offer(self, ledger: DelegationLedger, target_queue: queue.Queue, rows: list[LedgerRow], now: float,
                only_new: bool) -> int:

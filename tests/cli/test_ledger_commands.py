@@ -50,3 +50,28 @@ def test_a_unit_whose_owner_died_is_listed_recovered_shown_and_acknowledged():
     assert "acknowledged deleg_dead" in acked and "pending results: none" in acked
     assert "delivered (attempts 0)" in invoke("inbox", "--all")
     assert "running: none" in invoke("agents")
+
+
+def test_inbox_says_who_delivers_a_pending_result_and_why_one_was_dropped():
+    import json
+
+    now = time.time()
+    ledger = current_ledger()
+    for did in ("deleg_free", "deleg_held", "deleg_gone"):
+        row = DispatchRow(did, "sess_y", now - 5, {"goal": did}, parent_session_id="sess_y", owner_pid=dead_pid())
+        ledger.persist_dispatch(row, now - 5)
+        ledger.persist_completion(row, {"type": "async_delegation", "delegation_id": did, "status": "completed"},
+                                  {"status": "completed"}, now - 1)
+    ledger.claim_delivery("deleg_held", "gateway:1:abc", now, 300.0, holder=(4242, None))
+    ledger.drop_delivery("deleg_gone", None, now, "chat 7 cannot be reached: 403 Forbidden")
+
+    inbox = invoke("inbox", "--all")
+    assert "deleg_free" in inbox and "delivered by a running chat, run or gateway of its session, else " \
+                                     "`offload chat --resume sess_y`" in inbox
+    assert "being delivered by gateway (process 4242) since" in inbox
+    assert "dropped: chat 7 cannot be reached: 403 Forbidden" in inbox
+    data = json.loads(invoke("inbox", "--all", "--json"))
+    held = next(r for r in data["pending"] if r["id"] == "deleg_held")
+    assert held["claimed_by"]["consumer"] == "gateway" and held["claimed_by"]["pid"] == 4242
+    gone = next(r for r in data["settled"] if r["id"] == "deleg_gone")
+    assert gone["drop_reason"] == "chat 7 cannot be reached: 403 Forbidden" and gone["claimed_by"] is None

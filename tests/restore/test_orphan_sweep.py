@@ -76,6 +76,21 @@ def test_a_claim_whose_holder_cannot_be_told_holds_until_the_claim_lease(seed):
     assert delivery.maybe_sweep_orphaned_completions(q, now=now + ad._CLAIM_LEASE_S + 1) == 1
 
 
+def test_a_replayed_result_delivered_elsewhere_leaves_the_queue_at_the_next_sweep(seed):
+    from offload.engine.bus_queue import IndexedQueue
+
+    q = IndexedQueue()
+    now = time.time()
+    seed("deleg_theirs", completed_at=now - 1, session_key="another-session")
+    seed("deleg_still", completed_at=now - 1, session_key="another-session")
+    assert ad.restore_undelivered_completions(q, now=now) == 2  # nobody here consumes that session
+    assert delivery.mark_completion_delivered("deleg_theirs")  # its own consumer delivered it
+
+    later = now + ad._ORPHAN_SWEEP_INTERVAL_S + 1
+    assert delivery.maybe_sweep_orphaned_completions(q, now=later) == 0
+    assert offered_ids(q) == ["deleg_still"]  # what is still pending stays; nothing piles up
+
+
 def test_the_bus_runs_the_sweep_on_drain(seed, notifications_stub, monkeypatch):
     from tools.process_registry import CompletionBus
     registry = CompletionBus()
