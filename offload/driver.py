@@ -185,7 +185,7 @@ class SessionDriver:
 
     def live_count(self) -> int:
         """Background units of this session that have not reported yet, here or elsewhere."""
-        return sum(1 for item in self.units() if item.get("status") in LIVE_STATES or item.get("status") in WAITING_STATES)
+        return sum(1 for item in self.units() if item.get("status") in LIVE_STATES | WAITING_STATES)
 
     def outstanding_count(self) -> int:
         """Results this session still waits for: units that have not reported, and results that
@@ -210,6 +210,7 @@ class SessionDriver:
         from offload.ledger import LedgerError
 
         asked = 0
+        self._ledger_rows.forget()  # a Ctrl-C may have cut the last read short: ask the ledger now
         for item in self.units():
             if item.get("where") and item.get("status") == "running":
                 try:

@@ -67,6 +67,10 @@ class SessionRows:
         self._cached = (time.monotonic(), wanted, rows)
         return rows
 
+    def forget(self) -> None:
+        """The next ``rows`` reads the ledger again."""
+        self._cached = (0.0, (), [])
+
     def _read(self, sessions: tuple[str, ...]) -> list[LedgerRow]:
         try:
             ledger = self.ledger()

@@ -6,7 +6,7 @@ never delivers it. Every wait is on an observable line, message or row, never a 
 from __future__ import annotations
 
 import os
-import queue
+import signal
 import time
 
 import pytest
@@ -82,6 +82,31 @@ def test_offload_run_waits_for_the_workers_result_and_delivers_it(cli, model_ser
     assert run.finish() == 0
     assert "42 files" in parent_requests_with_results(server)[0]["messages"][-1]["content"]
     assert delivered(did) == "delivered"
+
+
+def test_ctrl_c_in_offload_run_stops_the_unit_a_worker_runs_and_delivers_its_partial_result(
+        cli, model_server, write_config, on_workers, worker):
+    from offload.testing.model_server import hang_reply
+
+    server = model_server(scripted_parent(child=lambda r: hang_reply("still counting…"),
+                                          delegate={"goal": "count forever"},
+                                          on_result=text_reply("The worker's unit was stopped.")))
+    write_config(server)
+    on_workers()
+    worker_proc, _ = worker()
+    run = cli("run", "count forever")
+    did = run.wait_for(HANDLE_RE).group(1)
+    worker_proc.wait_for(rf"started {did}")
+    run.proc.send_signal(signal.SIGINT)  # Ctrl-C: stop the session's background work, wherever it runs
+    run.wait_for(r"stopping 1 background delegation")
+    run.wait_for(rf"background result {did} landed")
+    run.wait_for(r"agent> The worker's unit was stopped\.")
+    assert run.finish() == 130
+    from tools.async_delegation import get_durable_delegation
+
+    row = get_durable_delegation(did)
+    assert row["delivery_state"] == "delivered"
+    assert [child["status"] for child in row["result"]["results"]] == ["interrupted"]  # stopped on the worker
 
 
 def test_offload_chat_delivers_a_workers_result_as_a_new_turn(cli, model_server, write_config, on_workers, worker):
