@@ -220,9 +220,7 @@ class Deliveries:
             logger.warning("Released the delivery claim on %s: its holder (pid %s) is gone; delivering it again.",
                            row.delegation_id, row.delivery_claim_pid)
         if state == "dropped":
-            _told(row.delegation_id, "dropped", True)
-            logger.warning("Delegation %s exhausted its %d delivery attempts and was dropped; the result remains "
-                           "queryable with `offload inbox --all`.", row.delegation_id, budget)
+            _out_of_attempts(row.delegation_id, budget)
         return state == "pending"
 
     def _still_deliverable(self, ledger: DelegationLedger, row: LedgerRow, now: float) -> bool:
@@ -272,9 +270,7 @@ class Deliveries:
             delegation_id, claim_id, time.time(), budget, exhausted(budget, why or "delivering it failed")))
         _told(delegation_id, "released", bool(state))
         if state == "dropped":
-            _told(delegation_id, "dropped", True)
-            logger.warning("Delegation %s exhausted its %d delivery attempts and was dropped; the result remains "
-                           "queryable with `offload inbox --all`.", delegation_id, budget)
+            _out_of_attempts(delegation_id, budget)
         return state
 
     def defer(self, delegation_id: str, claim_id: str) -> bool:
@@ -337,6 +333,12 @@ class Deliveries:
 def exhausted(budget: int, why: str) -> str:
     """The drop reason of a result whose last delivery attempt failed."""
     return f"{why} on the last of its {budget} delivery attempts"
+
+
+def _out_of_attempts(delegation_id: str, budget: int) -> None:
+    _told(delegation_id, "dropped", True)
+    logger.warning("Delegation %s exhausted its %d delivery attempts and was dropped; the result remains "
+                   "queryable with `offload inbox --all`.", delegation_id, budget)
 
 
 def _told(delegation_id: str, outcome: str, changed: Any) -> Any:
