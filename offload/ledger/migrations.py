@@ -6,6 +6,10 @@
    stored as ``completed`` although a child was interrupted or failed (or ``error`` although
    its children were all interrupted) gets the state its children give (``partial``,
    ``interrupted`` …). Only the ``state`` column changes; the stored event is kept as written.
+3. the delivery columns of issue 27: who holds a claim (``delivery_claim_pid``,
+   ``delivery_claim_started_at``; on PostgreSQL also ``delivery_claim_host`` and
+   ``delivery_claim_token``), the parts of a split result already shown (``delivery_progress``,
+   0) and why a result was dropped (``drop_reason``); added empty, rows untouched.
 
 Invariant: every step is idempotent and runs inside the migration's one transaction.
 """
@@ -49,7 +53,11 @@ def _sqlite_states(conn: sqlite3.Connection) -> None:
                      restated(conn.execute(_FINISHED).fetchall()))
 
 
-SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states))
+def _sqlite_delivery_columns(conn: sqlite3.Connection) -> None:
+    _sqlite_tables(conn)  # adds exactly the columns this layout has and the store lacks
+
+
+SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_delivery_columns))
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -67,4 +75,8 @@ def _postgres_states(conn: Any) -> None:
             cur.executemany("UPDATE async_delegations SET state=%s WHERE delegation_id=%s", changes)
 
 
-POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states))
+def _postgres_delivery_columns(conn: Any) -> None:
+    _postgres_tables(conn)  # ADD COLUMN IF NOT EXISTS for every column this layout has
+
+
+POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states, _postgres_delivery_columns))

@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from offload.ledger.protocol import LedgerError
 from offload.ledger.postgres_errors import classify, error_kind, redact
 from offload.ledger.migrations import POSTGRES_LEDGER
-from offload.ledger.postgres_sql import SCHEMA_LOCK_KEY
+from offload.ledger.postgres_sql import SCHEMA_LOCK_KEY, TABLE_EXISTS
 from offload.ledger.versions import check_postgres, migrate_postgres
 
 _T = TypeVar("_T")
@@ -128,7 +128,11 @@ class PostgresConnections:
         self._schema = self._version_checked = conn.execute("SELECT current_schema()").fetchone()[0]
 
     def _check_version(self, conn: Any) -> None:
-        """Once per schema: a read refuses a ledger a newer offload migrated (``SchemaTooNew``)."""
+        """Once per schema: a read refuses a ledger a newer offload migrated (``SchemaTooNew``),
+        and brings one an older offload made up to this version first (its reads name columns
+        the older layout lacks); a read still never creates the tables."""
         if self._version_checked is None:
-            check_postgres(conn, POSTGRES_LEDGER, self.location)
+            found = check_postgres(conn, POSTGRES_LEDGER, self.location)
+            if found < POSTGRES_LEDGER.version and conn.execute(TABLE_EXISTS).fetchone()[0]:
+                self._ensure_schema(conn)
             self._version_checked = conn.execute("SELECT current_schema()").fetchone()[0]

@@ -19,6 +19,8 @@ from offload.ledger.versions import Component, SchemaTooNew, migrate_sqlite, sql
 from tests.e2e.conftest import offload
 
 T0 = 1_700_000_000.0
+NEWER = SQLITE_LEDGER.version + 1  # a version only a newer offload knows
+_DELIVERY_COLUMNS = ("delivery_claim_pid", "delivery_claim_started_at", "delivery_progress", "drop_reason")
 # state.db as offload wrote it before schema versions (commit 44c8b85), word for word.
 _PREVIOUS_LAYOUT = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, created_at REAL NOT NULL, updated_at REAL NOT NULL,"
@@ -89,7 +91,7 @@ def test_a_state_db_of_the_previous_layout_is_migrated_and_every_row_stays_reada
     finally:
         ledger.close()
     assert _versions(db) == {"sessions": SESSIONS.version, "ledger": SQLITE_LEDGER.version} == {"sessions": 1,
-                                                                                                 "ledger": 2}
+                                                                                                 "ledger": 3}
 
 
 def test_the_cli_lists_a_migrated_row_in_todays_words():
@@ -137,7 +139,7 @@ def test_processes_opening_the_previous_layout_together_migrate_it_once(tmp_path
     for thread in threads:
         thread.join(timeout=30)
     assert outcomes == ["partial"] * starters
-    assert _versions(db) == {"ledger": 2}
+    assert _versions(db) == {"ledger": SQLITE_LEDGER.version}
 
 
 def _open_ledger(db: Path) -> None:
@@ -158,16 +160,17 @@ def test_an_older_offload_refuses_a_newer_sqlite_store_and_changes_nothing(tmp_p
     make_previous_state_db(db)
     SessionStore(db).close()
     _open_ledger(db)
-    _bump(db, "ledger", 3)
+    _bump(db, "ledger", NEWER)
     ledger = SqliteLedger(db)
     with pytest.raises(SchemaTooNew) as refused:
         ledger.pending_rows()
     ledger.close()
     message = str(refused.value)
     assert isinstance(refused.value, LedgerError) and refused.value.kind == "too_new"
-    assert f"{db} holds offload's ledger schema version 3" in message and "versions up to 2" in message
+    assert f"{db} holds offload's ledger schema version {NEWER}" in message
+    assert f"versions up to {SQLITE_LEDGER.version}" in message
     assert "Upgrade offload here (pip install -U offload)" in message
-    assert _versions(db) == {"sessions": 1, "ledger": 3}
+    assert _versions(db) == {"sessions": 1, "ledger": NEWER}
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
     listed = offload("agents")
     assert listed.returncode == 2 and listed.stderr.strip() == f"offload: {message}", listed
@@ -192,11 +195,11 @@ def test_the_engine_refuses_a_unit_it_could_not_record_beside_a_newer_offload():
     from tools import async_delegation as ad
 
     _open_ledger(state_db_path())
-    _bump(state_db_path(), "ledger", 3)
+    _bump(state_db_path(), "ledger", NEWER)
     handle = ad.dispatch_async_delegation(goal="g", context=None, toolsets=None, role="leaf", model="m",
                                           session_key="", runner=lambda: {"status": "completed"},
                                           max_async_children=1)
-    assert handle["status"] == "rejected" and "ledger schema version 3" in handle["error"], handle
+    assert handle["status"] == "rejected" and f"ledger schema version {NEWER}" in handle["error"], handle
     assert "Upgrade offload here" in handle["error"] and ad.active_count() == 0
 
 
@@ -222,15 +225,18 @@ def test_a_postgres_ledger_of_the_previous_layout_is_migrated_once(pg):
     from offload.ledger.postgres_sql import SCHEMA
 
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        for statement in SCHEMA:  # the tables as the previous version made them: no version row
+        for statement in SCHEMA:  # the tables as the previous version made them: no version row...
             conn.execute(statement)
+        for column in (*_DELIVERY_COLUMNS, "delivery_claim_host", "delivery_claim_token"):
+            conn.execute(f"ALTER TABLE async_delegations DROP COLUMN {column}")  # ...nor these columns
         conn.execute("INSERT INTO async_delegations (delegation_id, state, dispatched_at, completed_at, updated_at,"
                      " event_json, delivery_state) VALUES ('deleg_stopped', 'completed', %s, %s, %s, %s, 'pending')",
                      (T0, T0 + 5, T0 + 5, json.dumps(_STOPPED)))
     ledger = _pg_ledger(pg.url)
     try:
-        assert [(r.delegation_id, r.state) for r in ledger.pending_rows()] == [("deleg_stopped", "completed")]
-        ledger.persist_dispatch(DispatchRow("deleg_new", "agent:main", T0, {"goal": "g"}), T0)  # a write migrates
+        # The first read migrates a ledger that has tables (it never creates them).
+        assert [(r.delegation_id, r.state) for r in ledger.pending_rows()] == [("deleg_stopped", "partial")]
+        ledger.persist_dispatch(DispatchRow("deleg_new", "agent:main", T0, {"goal": "g"}), T0)
         assert ledger.get("deleg_stopped").state == "partial"
     finally:
         ledger.close()
@@ -246,19 +252,72 @@ def test_an_older_offload_on_a_shared_postgres_ledger_stops_instead_of_writing(p
     newer.persist_dispatch(DispatchRow("deleg_a", "agent:main", T0, {"goal": "g"}), T0)  # tables at this version
     newer.close()
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute("UPDATE offload_schema SET version=3 WHERE component='ledger'")
+        conn.execute("UPDATE offload_schema SET version=%s WHERE component='ledger'", (NEWER,))
     older = _pg_ledger(pg.url)
     try:
-        with pytest.raises(SchemaTooNew, match="ledger schema version 3, but this offload knows versions up to 2"):
+        with pytest.raises(SchemaTooNew, match=f"ledger schema version {NEWER}, but this offload knows versions up to "
+                                                 f"{POSTGRES_LEDGER.version}"):
             older.pending_rows()
         with pytest.raises(SchemaTooNew):
             older.persist_dispatch(DispatchRow("deleg_b", "agent:main", T0, {"goal": "g"}), T0)
     finally:
         older.close()
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM offload_schema").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM offload_schema").fetchall() == [(NEWER,)]
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
     for command in (("agents",), ("worker",)):  # a listing, and a worker that would run units on it
         refused = offload(*command, OFFLOAD_LEDGER_URL=pg.url, OFFLOAD_BASE_URL="http://127.0.0.1:9/v1")
-        assert refused.returncode == 2 and "ledger schema version 3" in refused.stderr, refused
+        assert refused.returncode == 2 and f"ledger schema version {NEWER}" in refused.stderr, refused
         assert "Upgrade offload here" in refused.stderr and "offload:" in refused.stderr
+
+
+# -- version 3: the delivery columns (issue 27) ------------------------------------------------
+
+
+def test_a_version_2_sqlite_ledger_gains_the_delivery_columns_and_keeps_its_rows(tmp_path):
+    db = tmp_path / "state.db"
+    make_previous_state_db(db)  # the layout version 2 still had: none of the delivery columns
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE offload_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL,"
+                 " migrated_at REAL NOT NULL)")
+    conn.execute("INSERT INTO offload_schema VALUES ('ledger', 2, ?)", (T0,))
+    conn.commit()
+    conn.close()
+
+    ledger = SqliteLedger(db)
+    try:
+        [row] = ledger.pending_rows()
+        assert (row.delegation_id, row.delivery_progress, row.drop_reason) == ("deleg_done", 0, None)
+        assert ledger.claim_delivery("deleg_done", "cli:1:x", T0 + 10, 300.0, holder=(4242, 7)) is True
+        assert ledger.record_progress("deleg_done", "cli:1:x", 2, T0 + 11) is True
+        got = ledger.get("deleg_done")
+        assert (got.delivery_claim_pid, got.delivery_claim_started_at, got.delivery_progress) == (4242, 7, 2)
+    finally:
+        ledger.close()
+    assert _versions(db)["ledger"] == 3
+
+
+def test_a_version_2_postgres_ledger_is_brought_to_version_3_by_a_read(pg):
+    import psycopg
+
+    from offload.ledger.postgres_sql import SCHEMA
+
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        for statement in SCHEMA:
+            conn.execute(statement)
+        for column in (*_DELIVERY_COLUMNS, "delivery_claim_host", "delivery_claim_token"):
+            conn.execute(f"ALTER TABLE async_delegations DROP COLUMN {column}")  # as version 2 made it
+        conn.execute("CREATE TABLE offload_schema (component text PRIMARY KEY, version integer NOT NULL,"
+                     " migrated_at double precision NOT NULL)")
+        conn.execute("INSERT INTO offload_schema VALUES ('ledger', 2, %s)", (T0,))
+        conn.execute("INSERT INTO async_delegations (delegation_id, state, dispatched_at, completed_at, updated_at,"
+                     " event_json, delivery_state) VALUES ('deleg_done', 'completed', %s, %s, %s, %s, 'pending')",
+                     (T0, T0 + 5, T0 + 5, json.dumps(_DONE)))
+    ledger = _pg_ledger(pg.url)
+    try:
+        [row] = ledger.pending_rows()  # a read: it names the new columns, so it migrates first
+        assert (row.delegation_id, row.delivery_progress, row.drop_reason) == ("deleg_done", 0, None)
+    finally:
+        ledger.close()
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM offload_schema").fetchall() == [(3,)]
