@@ -55,9 +55,19 @@ def worker(cli):
     return start
 
 
-def answered(did: str):
-    return scripted_parent(child=lambda r: text_reply(f"worker answer for {did}"), delegate={"goal": "count the files"},
-                           on_result=text_reply("Noted the worker's result."))
+@pytest.fixture
+def run_on_worker(cli, model_server, write_config, on_workers, worker):
+    """``offload run PROMPT`` whose one delegated goal a real worker runs with ``child``; the
+    model server, the run, the unit's id and the worker (process, pid)."""
+    def start(prompt: str, child, answer: str):
+        server = model_server(scripted_parent(child=child, delegate={"goal": prompt},
+                                              on_result=text_reply(answer)))
+        write_config(server)
+        on_workers()
+        worker_proc, worker_pid = worker()
+        run = cli("run", prompt)
+        return server, run, run.wait_for(HANDLE_RE).group(1), worker_proc, worker_pid
+    return start
 
 
 def delivered(did: str) -> str:
@@ -66,15 +76,9 @@ def delivered(did: str) -> str:
     return (get_durable_delegation(did) or {}).get("delivery_state", "")
 
 
-def test_offload_run_waits_for_the_workers_result_and_delivers_it(cli, model_server, write_config, on_workers,
-                                                                  worker):
-    server = model_server(scripted_parent(child=lambda r: text_reply("42 files"), delegate={"goal": "count the files"},
-                                          on_result=text_reply("The worker counted 42 files.")))
-    write_config(server)
-    on_workers()
-    _, worker_pid = worker()
-    run = cli("run", "count the files")
-    did = run.wait_for(HANDLE_RE).group(1)
+def test_offload_run_waits_for_the_workers_result_and_delivers_it(run_on_worker):
+    server, run, did, _, worker_pid = run_on_worker("count the files", lambda r: text_reply("42 files"),
+                                                    "The worker counted 42 files.")
     run.wait_for(r"waiting for 1 background result")
     run.wait_for(rf"{did}: (queued for an `offload worker`|running in process {worker_pid})")
     run.wait_for(rf"background result {did} landed")
@@ -84,18 +88,11 @@ def test_offload_run_waits_for_the_workers_result_and_delivers_it(cli, model_ser
     assert delivered(did) == "delivered"
 
 
-def test_ctrl_c_in_offload_run_stops_the_unit_a_worker_runs_and_delivers_its_partial_result(
-        cli, model_server, write_config, on_workers, worker):
+def test_ctrl_c_in_offload_run_stops_the_unit_a_worker_runs_and_delivers_its_partial_result(run_on_worker):
     from offload.testing.model_server import hang_reply
 
-    server = model_server(scripted_parent(child=lambda r: hang_reply("still counting…"),
-                                          delegate={"goal": "count forever"},
-                                          on_result=text_reply("The worker's unit was stopped.")))
-    write_config(server)
-    on_workers()
-    worker_proc, _ = worker()
-    run = cli("run", "count forever")
-    did = run.wait_for(HANDLE_RE).group(1)
+    _, run, did, worker_proc, _ = run_on_worker("count forever", lambda r: hang_reply("still counting…"),
+                                                "The worker's unit was stopped.")
     worker_proc.wait_for(rf"started {did}")
     run.proc.send_signal(signal.SIGINT)  # Ctrl-C: stop the session's background work, wherever it runs
     run.wait_for(r"stopping 1 background delegation")
