@@ -26,6 +26,13 @@ def start_owner(hosts, tmp_path, url: str, host_id: str, *goals: str) -> tuple[H
     return owner, owner.wait_for("D ").split()[1]
 
 
+def wait_recorded(owner: Host, delegation_id: str, count: int = 1) -> None:
+    """Until ``count`` of the unit's children were recorded: an ``ok`` child may finish (its
+    ``R`` line) before ``delegate_task`` returns (``D``), so lines already read count too."""
+    while sum(line.startswith(f"R {delegation_id} ") for line in owner.lines) < count:
+        owner.wait_for(f"R {delegation_id} ")
+
+
 def wait_lease_expired(ledger, delegation_id: str) -> float:
     """Wait (on the database clock) until the row's owner lease is no longer live; seconds waited."""
     started = time.monotonic()
@@ -43,8 +50,7 @@ def test_a_killed_owner_on_another_host_is_recovered_after_its_lease_with_real_r
         hosts, tmp_path, pg_schema, host_b):
     owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-a",
                               "ok task 0", "ok task 1", "hang task 2", "hang task 3")
-    owner.wait_for(f"R {did} ")
-    owner.wait_for(f"R {did} ")
+    wait_recorded(owner, did, 2)
     owner.signal(signal.SIGKILL)
     killed_at = time.monotonic()
 
@@ -67,7 +73,7 @@ def test_a_killed_owner_on_another_host_is_recovered_after_its_lease_with_real_r
 def test_on_the_owners_own_host_a_dead_pid_is_recovered_without_waiting_for_the_lease(
         hosts, tmp_path, pg_schema, host_b, monkeypatch):
     owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-b", "ok task 0", "hang task 1")
-    owner.wait_for(f"R {did} 0")
+    wait_recorded(owner, did)
     owner.signal(signal.SIGKILL)
     owner.proc.wait()
 
@@ -78,7 +84,7 @@ def test_on_the_owners_own_host_a_dead_pid_is_recovered_without_waiting_for_the_
 
 def test_a_paused_owner_whose_lease_expired_cannot_overwrite_the_recovery(hosts, tmp_path, pg_schema, host_b):
     owner, did = start_owner(hosts, tmp_path, pg_schema.url, "host-a", "ok task 0", "gate task 1")
-    owner.wait_for(f"R {did} 0")
+    wait_recorded(owner, did)
     owner.signal(signal.SIGSTOP)
     wait_lease_expired(host_b, did)
     assert delivery.recover_abandoned_delegations() == 1
