@@ -22,7 +22,6 @@ from typing import Any, Callable
 from bench import harness
 from bench.baselines import HUEY_WORKERS, Floor, HueyRig
 from bench.stats import headline, percentile, spread, to_us
-from offload.engine.bus import process_registry
 
 TRIVIAL_RESULT = {"status": "completed", "summary": "ok"}
 SYSTEMS = ("offload", "floor", "huey")
@@ -88,11 +87,12 @@ def _dispatch_all(n: int, threads: int, submit: Callable[[int], Any]) -> list[fl
     return dispatch_s
 
 
-def run_offload(n: int, root: Path, threads: int = 1) -> SystemRun:
+def run_offload(n: int, root: Path, threads: int = 1, owner_loop: bool = True) -> SystemRun:
+    """``owner_loop=False``: without the runtime's owner loop (what it costs is measured)."""
     harness.reset_engine()
-    harness.new_home(root, "offload")
+    off = harness.use_home(harness.new_home(root, "offload"), owner_loop=owner_loop)
     returned_at, runners = _stamping_runners(n)
-    collector = harness.Collector(process_registry.completion_queue, n, harness.goal_index).start()
+    collector = harness.Collector(off.bus.completion_queue, n, harness.goal_index).start()
     rejected: list[int] = []
 
     def submit(i: int) -> None:

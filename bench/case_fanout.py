@@ -23,24 +23,22 @@ from typing import Any, Callable
 
 from bench import harness
 from bench.stats import headline, spread
-from offload.engine.bus import process_registry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODES = {"one_unit": False, "per_child_units": True}  # mode -> delegation.independent_completions
 
 
-def _imports() -> tuple[Any, Any] | str:
+def _imports() -> Any:
     try:
         import offload
         from offload.agent.core import AIAgent
         from offload.testing import model_server
-        from offload.subagents.tool import delegate_task
     except ImportError as exc:
         return f"the agent runtime or loopback model server is not available yet ({exc})"
     # An editable install of another checkout can serve a module this one lacks: refuse the mix.
     if Path(model_server.__file__).resolve().parent != Path(offload.__file__).resolve().parent:
         return f"offload/model_server.py is not in this checkout (found {model_server.__file__} instead)"
-    return AIAgent, delegate_task
+    return AIAgent
 
 
 class ServerProcess:
@@ -79,14 +77,15 @@ def _write_config(home: Path, children: int, independent: bool) -> None:
 def _await_events(count: int, timeout_s: float) -> list[dict]:
     events, deadline = [], time.monotonic() + timeout_s
     while len(events) < count and time.monotonic() < deadline:
-        evt = process_registry.completion_queue.get(timeout=max(0.1, deadline - time.monotonic()))
+        evt = harness.runtime().bus.completion_queue.get(timeout=max(0.1, deadline - time.monotonic()))
         if evt.get("type") == "async_delegation":
             events.append(evt)
     return events
 
 
-def _fan_out(delegate_task, parent, home: Path, children: int, independent: bool, timeout_s: float) -> dict:
+def _fan_out(parent, home: Path, children: int, independent: bool, timeout_s: float) -> dict:
     _write_config(home, children, independent)
+    delegate_task = harness.use_home(home).delegate_tool  # a runtime on the config just written
     tasks = [{"goal": f"child {i}"} for i in range(children)]
     cpu0, start = time.process_time(), time.perf_counter()
     handle = json.loads(delegate_task(tasks=tasks, background=True, parent_agent=parent))
@@ -101,22 +100,23 @@ def _fan_out(delegate_task, parent, home: Path, children: int, independent: bool
     return {"wall_s": wall_s, "cpu_s_per_child": cpu_s / children}
 
 
-def _one_round(mods: tuple, children: int, chunks: int, delay_s: float, root: Path) -> dict[str, float]:
-    AIAgent, delegate_task = mods
+def _one_round(AIAgent: Any, children: int, chunks: int, delay_s: float, root: Path) -> dict[str, float]:
     harness.reset_engine()
     home = harness.new_home(root, "fanout")
     _write_config(home, children, False)
+    off = harness.use_home(home)  # its runtime reads the config just written
     server = ServerProcess(chunks, delay_s, root / "model_server.log")
     try:
-        parent = AIAgent(model="bench-model", base_url=server.url, api_key="bench-key", toolsets=["delegation"])
+        parent = AIAgent(model="bench-model", base_url=server.url, api_key="bench-key", toolsets=["delegation"],
+                         provided_toolsets=off.toolsets())
         cpu0, start = time.process_time(), time.perf_counter()
-        sync = json.loads(delegate_task(goal="floor child", background=False, parent_agent=parent))
+        sync = json.loads(off.delegate_tool(goal="floor child", background=False, parent_agent=parent))
         figures = {"floor_wall_s": time.perf_counter() - start, "floor_cpu_s": time.process_time() - cpu0,
                    "text_chunks_x_delay_s": chunks * delay_s}
         if sync.get("status") != "completed":
             raise RuntimeError(f"the floor child did not complete: {sync}")
         for mode, independent in MODES.items():
-            out = _fan_out(delegate_task, parent, home, children, independent, 60 + 10 * chunks * delay_s)
+            out = _fan_out(parent, home, children, independent, 60 + 10 * chunks * delay_s)
             figures.update({f"{mode}_{k}": v for k, v in out.items()})
             harness.drain_queue()
     finally:

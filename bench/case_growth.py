@@ -21,7 +21,6 @@ from bench import harness
 from bench.case_scale import LiveUnits
 from bench.ledger_fill import fill
 from bench.stats import headline, median, percentile, spread, to_ms, to_us
-from offload.engine.bus import process_registry
 
 DISPATCH_BURST = 300  # dispatches timed per ledger per round
 
@@ -48,11 +47,9 @@ def _fresh_home(root: Path, name: str, template: Path | None) -> Path:
 
 
 def _replay(home: Path) -> tuple[float, int]:
-    harness.use_home(home)
-    harness.reset_engine()  # drops the cached ledger: replay opens the file as a new process would
-    process_registry._completions_restored = False  # once per process, so re-arm it per round
+    bus = harness.use_home(home).bus  # a new runtime: replay opens the file as a new process would
     start = time.perf_counter()
-    offered = process_registry.restore_completions()
+    offered = bus.restore_completions()
     elapsed = time.perf_counter() - start
     drained = harness.drain_queue()
     return elapsed, min(offered, drained)

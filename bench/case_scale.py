@@ -23,8 +23,6 @@ from typing import Any, Callable
 
 from bench import harness
 from bench.stats import check, headline, median, spread, to_ms, to_us
-from offload.default_runtime import engine as ad
-from offload.engine.bus import process_registry
 
 BURSTS, SAMPLES_PER_BURST, BURST_GAP_S = 5, 5, 0.05  # timed samples per point, spread out in time
 EXTRA_DISPATCHES = 10  # "one more dispatch", timed this many times at each live count
@@ -60,8 +58,9 @@ class LiveUnits:
 
     def wait_started(self, timeout_s: float = 60) -> None:
         def all_started() -> bool:
-            with ad._records_lock:
-                return all(r.get("_started") for r in ad._records.values() if r["status"] == "running")
+            engine = harness.runtime().engine
+            with engine.lock:
+                return all(r.get("_started") for r in engine.records.values() if r["status"] == "running")
         if not harness.wait_until(all_started, timeout_s):
             raise RuntimeError("live units did not all start in time")
 
@@ -70,7 +69,7 @@ class LiveUnits:
         received = 0
         deadline = time.monotonic() + timeout_s
         while received < self.dispatched and time.monotonic() < deadline:
-            process_registry.completion_queue.get(timeout=max(0.1, deadline - time.monotonic()))
+            harness.runtime().bus.completion_queue.get(timeout=max(0.1, deadline - time.monotonic()))
             received += 1
         return received
 
@@ -105,12 +104,13 @@ def _timed_min(fn: Callable[[], Any], calls: int = 1, clock: Callable[[], float]
 def _measure_point(units: LiveUnits, calls: int) -> dict[str, float]:
     units.wait_started()
     live = units.dispatched
-    sweep_s = _timed_min(lambda: ad._check_stalls(time.monotonic()), calls=calls)
-    listing_s = _timed_min(ad.list_async_delegations, calls=calls)
+    engine = harness.runtime().engine
+    sweep_s = _timed_min(lambda: engine.stalls.check(time.monotonic()), calls=calls)
+    listing_s = _timed_min(engine.list, calls=calls)
     # The listing never blocks (the samplers are ours), so its CPU time is its cost.
-    listing_cpu_s = _timed_min(ad.list_async_delegations, calls=calls, clock=time.thread_time)
+    listing_cpu_s = _timed_min(engine.list, calls=calls, clock=time.thread_time)
     # Back-to-back listings of 100 units find them all in cache; of 1,000 they do not.
-    cold_cpu_s = _timed_min(ad.list_async_delegations, clock=time.thread_time, evict=True)
+    cold_cpu_s = _timed_min(engine.list, clock=time.thread_time, evict=True)
     dispatch_s = median(units.dispatch(EXTRA_DISPATCHES))
     return {"sweep_ms": to_ms(sweep_s), "listing_ms": to_ms(listing_s),
             "listing_cpu_us_per_unit": to_us(listing_cpu_s) / live,

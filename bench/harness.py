@@ -1,7 +1,8 @@
-"""Engine plumbing shared by the cases: a fresh ``$HERMES_HOME`` per case or round, the
-state.db put in WAL mode first (the session store owns the journal mode; the ledger never
-changes it), a clean engine and an empty completion queue between rounds, and a collector
-thread that stamps each completion event as it arrives.
+"""Engine plumbing shared by the cases: a fresh ``$HERMES_HOME`` per case or round with its
+own ``offload.Offload`` (``runtime()``; the previous one is closed), the state.db put in WAL
+mode first (the session store owns the journal mode; the ledger never changes it), a clean
+engine and an empty completion queue between rounds, and a collector thread that stamps each
+completion event as it arrives.
 """
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from offload.default_runtime import engine as ad
-from offload.engine.bus import process_registry
+from offload.engine.units import UnitSpec
+from offload.runtime import Offload
+
+_runtime: Offload | None = None  # the runtime of the home in use (one at a time in a bench process)
 
 
 def make_wal_db(path: Path) -> Path:
@@ -39,23 +42,42 @@ def new_home(root: Path, name: str) -> Path:
     return home
 
 
-def use_home(home: Path) -> None:
-    os.environ["HERMES_HOME"] = str(home)  # the engine resolves it at call time
+def use_home(home: Path, owner_loop: bool = True) -> Offload:
+    """Make ``home`` current: a new runtime on it (its config read now), the previous one closed.
+    ``owner_loop=False``: the runtime's owner loop is never started (to measure what it costs)."""
+    global _runtime
+    os.environ["HERMES_HOME"] = str(home)  # subprocesses and the session store read it
+    if _runtime is not None:
+        _runtime.close()
+    _runtime = Offload(home=home)
+    if not owner_loop:
+        _runtime.engine.on_dispatched = None
+    return _runtime
+
+
+def runtime() -> Offload:
+    if _runtime is None:
+        raise RuntimeError("no bench home yet: call harness.new_home() or use_home() first")
+    return _runtime
 
 
 def drain_queue() -> int:
     drained = 0
+    if _runtime is None:
+        return drained
     while True:
         try:
-            process_registry.completion_queue.get_nowait()
+            _runtime.bus.completion_queue.get_nowait()
         except queue.Empty:
             return drained
         drained += 1
 
 
 def reset_engine() -> None:
-    """Between rounds and cases: no records, no pool, no cached ledger, no leftover event."""
-    ad._reset_for_tests()
+    """Between rounds and cases: no records, no pool, no leftover event."""
+    if _runtime is not None:
+        _runtime.engine.reset()
+        _runtime.deliveries.reset()
     drain_queue()
 
 
@@ -95,9 +117,8 @@ def goal_index(evt: dict[str, Any]) -> int:
 
 def dispatch_unit(index: int, runner: Callable[[], Any], cap: int, progress_fn=None) -> dict[str, Any]:
     """One engine dispatch the way ``delegate_task`` makes it for a single task."""
-    return ad.dispatch_async_delegation(
-        goal=f"u{index}", context=None, toolsets=None, role="leaf", model="bench-model",
-        session_key="bench:session", runner=runner, max_async_children=cap, progress_fn=progress_fn)
+    spec = UnitSpec(f"u{index}", role="leaf", model="bench-model", session_key="bench:session")
+    return runtime().engine.dispatch(spec, runner, cap, progress_fn=progress_fn)
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.002) -> bool:

@@ -1,7 +1,7 @@
 """What the owner loop (``offload.owner_loop``: control requests + activity snapshots) costs.
 
 1. Case 1's offload run (N trivial delegations, dispatched and awaited) without and with the
-   owner loop installed (as every ``offload`` command has it), modes alternating per round:
+   owner loop (as every ``offload.Offload`` has it), modes alternating per round:
    wall and CPU per delegation. The loop is off the dispatch path; this shows it.
 2. One loop step on a SQLite ledger, per call: the control poll with nothing requested, an
    activity publish of ``--units`` live units when nothing changed (no write), and when every
@@ -19,21 +19,16 @@ import time
 from pathlib import Path
 
 from bench.case_cost import run_offload
-from offload.engine import observers
+from offload import activity, control_requests
+from offload.engine.engine import Delegations
 from offload.ledger import open_ledger
-from offload import activity, control_requests, owner_loop
 
 MODES = ("off", "owner_loop")
 
 
 def _run(mode: str, n: int, root: Path) -> tuple[float, float]:
     root.mkdir(parents=True, exist_ok=True)
-    remove = observers.add_observer(owner_loop.OwnerLoop()) if mode == "owner_loop" else None
-    try:
-        run = run_offload(n, root)
-    finally:
-        if remove is not None:
-            remove()
+    run = run_offload(n, root, owner_loop=mode == "owner_loop")
     return run.total_s / n * 1e6, run.cpu_s / n * 1e6
 
 
@@ -55,11 +50,12 @@ def loop_step(units: int, root: Path) -> dict[str, float]:
     ledger.request_control("deleg_none", "interrupt", 0.0, 1.0)  # creates the tables; expired at once
     ledger.take_control(["deleg_x"], time.time())
     publisher = activity.Publisher()
+    engine = Delegations(ledger=lambda: ledger, publish=lambda evt: None)
     now = time.time()
     publisher.publish(ledger, _items(units, "web"), now)
     figures = {
         "control poll, nothing requested": _per_call_us(
-            lambda i: control_requests.act_on_requests(ledger, now, owned=["deleg_0001"]), 500),
+            lambda i: control_requests.act_on_requests(engine, ledger, now, owned=["deleg_0001"]), 500),
         f"publish {units} units, unchanged": _per_call_us(lambda i: publisher.publish(ledger, _items(units, "web"), now),
                                                           200),
         f"publish {units} units, all changed": _per_call_us(

@@ -14,8 +14,6 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from bench import harness
-from offload.default_runtime import engine as ad
-from offload.engine.bus import process_registry
 
 
 class InlineExecutor:
@@ -37,13 +35,14 @@ def run_inline(n: int, root: Path) -> float:
     """Dispatch and finalize ``n`` trivial delegations inline; returns seconds per delegation."""
     harness.reset_engine()
     harness.new_home(root, "profile")
-    ad._engine.executor = InlineExecutor()  # the engine reuses whatever pool is installed
+    engine = harness.runtime().engine
+    engine.executor = InlineExecutor()  # the engine reuses whatever pool is installed
     started = time.perf_counter()
     for i in range(n):
         harness.dispatch_unit(i, lambda: {"status": "completed", "summary": "ok"}, cap=n)
-        process_registry.completion_queue.get_nowait()
+        harness.runtime().bus.completion_queue.get_nowait()
     elapsed = time.perf_counter() - started
-    ad._engine.executor = None
+    engine.executor = None
     harness.reset_engine()
     return elapsed / n
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 import logging
 import time
 
-from offload.ledger import DelegationLedger, LedgerError, LedgerRow
+from offload.engine.engine import Delegations
 from offload.engine.liveness import owner_alive
 from offload.engine.states import ACTIVE_STATES
-from offload.default_runtime import engine
-from offload.default_runtime.delivery import current_ledger
+from offload.ledger import DelegationLedger, LedgerError, LedgerRow
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +27,11 @@ INTERRUPT = "interrupt"
 REQUEST_TTL_S = 60.0  # an owner acts within a second (a few on a missed notification); this is slack
 
 
-def request(delegation_id: str, ttl_s: float = REQUEST_TTL_S, ledger: DelegationLedger | None = None) -> None:
+def request(ledger: DelegationLedger, delegation_id: str, ttl_s: float = REQUEST_TTL_S) -> None:
     """Ask whichever process runs ``delegation_id`` to interrupt it, within ``ttl_s``.
 
     Raises ``LedgerError`` when the request cannot be written (e.g. a read-only home), naming
     the ledger and what to do."""
-    ledger = ledger or current_ledger()
     now = time.time()
     try:
         ledger.request_control(delegation_id, INTERRUPT, now, now + ttl_s)
@@ -41,17 +39,17 @@ def request(delegation_id: str, ttl_s: float = REQUEST_TTL_S, ledger: Delegation
         raise LedgerError(f"cannot ask the owner of {delegation_id} to stop: {exc}", kind=exc.kind) from exc
 
 
-def withdraw(delegation_id: str, ledger: DelegationLedger | None = None) -> None:
+def withdraw(ledger: DelegationLedger, delegation_id: str) -> None:
     """Remove a request nobody took (the requester gave up waiting)."""
     try:
-        (ledger or current_ledger()).withdraw_control(delegation_id)
+        ledger.withdraw_control(delegation_id)
     except LedgerError:
         logger.debug("withdrawing the stop request of %s failed; it expires by itself", delegation_id, exc_info=True)
 
 
-def owner_gone(row: LedgerRow, ledger: DelegationLedger | None = None) -> bool:
+def owner_gone(ledger: DelegationLedger, row: LedgerRow) -> bool:
     """Whether the process that ran ``row`` is gone (pid check on this host, lease elsewhere)."""
-    return (ledger or current_ledger()).is_abandoned(row, owner_alive)
+    return ledger.is_abandoned(row, owner_alive)
 
 
 def owner_label(row: LedgerRow) -> str:
@@ -59,20 +57,21 @@ def owner_label(row: LedgerRow) -> str:
     return f"process {row.owner_pid}" + (f" on {host}" if host else "")
 
 
-def owned_live_ids() -> list[str]:
-    return [i["delegation_id"] for i in engine.list_async_delegations() if i.get("status") in ACTIVE_STATES]
+def owned_live_ids(engine: Delegations) -> list[str]:
+    return [i["delegation_id"] for i in engine.list() if i.get("status") in ACTIVE_STATES]
 
 
-def act_on_requests(ledger: DelegationLedger, now: float, owned: list[str] | None = None) -> list[str]:
-    """Take the requests for units this process runs and interrupt them; the ids signalled.
+def act_on_requests(engine: Delegations, ledger: DelegationLedger, now: float,
+                    owned: list[str] | None = None) -> list[str]:
+    """Take the requests for the units ``engine`` runs and interrupt them; the ids signalled.
     With nothing requested this is one ledger read: the engine is not even asked for its units."""
     requested = ledger.requested_controls(now)
     if not requested:
         return []
-    owned = set(owned_live_ids() if owned is None else owned).intersection(requested)
+    owned = set(owned_live_ids(engine) if owned is None else owned).intersection(requested)
     stopped = []
     for delegation_id, action in ledger.take_control(sorted(owned), now):
-        if action == INTERRUPT and engine.interrupt_delegation(delegation_id, reason="stop request"):
+        if action == INTERRUPT and engine.interrupt_one(delegation_id, reason="stop request"):
             logger.info("stopped %s on request", delegation_id)
             stopped.append(delegation_id)
     return stopped

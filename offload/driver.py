@@ -14,17 +14,14 @@ import logging
 import time
 from typing import Any, Callable
 
-from offload.agent.session_store import SessionStore
 from offload.context import result_chain
-from offload.engine.states import LIVE_STATES
 from offload import exit_codes
-from offload.config import load_config
+from offload.cli.views import Ui
+from offload.conversation import Conversation, TurnResult, open_conversation
+from offload.engine.states import LIVE_STATES
 from offload.exit_codes import ExitCode
 from offload.inbox import Delivery, SessionInbox
-from offload.runtime import Conversation, TurnResult, apply_engine_tuning, open_conversation
-from offload.cli.views import Ui
-from offload.default_runtime.delivery import current_ledger
-from offload.default_runtime.engine import get_durable_delegation, interrupt_for_session, list_async_delegations
+from offload.runtime import Offload
 from offload.render.truncation import unfinished_reason
 from offload.session_units import WAITING_STATES, SessionRows, item as ledger_item
 from offload.subagents.usage import roll_up_event
@@ -34,26 +31,21 @@ logger = logging.getLogger(__name__)
 POLL_S = 0.2
 
 
-def start_session(resume: str | None = None, *, sync_delegation: bool = False, ui: Ui | None = None,
-                  endpoint: dict[str, str] | None = None, wakeable: bool = False) -> SessionDriver:
-    """Load the config, tune the engine, open the store and the session (new, or ``resume``).
-
-    ``endpoint`` (``model``, ``base_url``) replaces the configured endpoint for this process
-    only, e.g. the scripted demo server of ``--demo-model``; the file is not changed.
-    ``wakeable``: one request on a stateless channel whose session can be woken later by id."""
-    cfg = load_config()
-    if endpoint:
-        cfg = cfg.model_copy(update=endpoint)
-    apply_engine_tuning(cfg.delegation)
-    store = SessionStore()
-    conversation = open_conversation(cfg, store, resume, sync_delegation=sync_delegation, wakeable=wakeable)
-    return SessionDriver(conversation, SessionInbox(conversation.session_id, store), ui or Ui(),
-                         lambda: open_conversation(cfg, store, sync_delegation=sync_delegation, wakeable=wakeable))
+def start_session(off: Offload, resume: str | None = None, *, sync_delegation: bool = False,
+                  ui: Ui | None = None, wakeable: bool = False) -> SessionDriver:
+    """Open the session store of ``off``'s home and the session (new, or ``resume``), whose
+    agent delegates through ``off``. ``wakeable``: one request on a stateless channel whose
+    session can be woken later by id."""
+    store = off.session_store()
+    conversation = open_conversation(off, store, resume, sync_delegation=sync_delegation, wakeable=wakeable)
+    return SessionDriver(off, conversation, SessionInbox(conversation.session_id, store, off), ui or Ui(),
+                         lambda: open_conversation(off, store, sync_delegation=sync_delegation, wakeable=wakeable))
 
 
 class SessionDriver:
-    def __init__(self, conversation: Conversation, inbox: SessionInbox, ui: Ui,
+    def __init__(self, off: Offload, conversation: Conversation, inbox: SessionInbox, ui: Ui,
                  new_conversation: Callable[[], Conversation] | None = None) -> None:
+        self.runtime = off
         self.conversation = conversation
         self.inbox = inbox
         self.ui = ui
@@ -64,7 +56,7 @@ class SessionDriver:
         self.answers: list[dict[str, Any]] = []
         self.delivered: list[dict[str, Any]] = []
         self._new_conversation = new_conversation
-        self._ledger_rows = SessionRows(current_ledger)
+        self._ledger_rows = SessionRows(lambda: self.runtime.ledger())
 
     def new_session(self) -> str:
         """/new: a fresh session (a user boundary, not a continuation: no lineage link).
@@ -163,10 +155,10 @@ class SessionDriver:
         each live one with ``children_finished``: its children already recorded in the ledger,
         by task index; then the ones another process runs (an ``offload worker``), from the
         ledger, each with ``where`` it is."""
-        items = [item for item in list_async_delegations() if self.inbox.owns(item)]
+        items = [item for item in self.runtime.engine.list() if self.inbox.owns(item)]
         for item in items:
             if item.get("status") in LIVE_STATES:
-                row = get_durable_delegation(str(item.get("delegation_id"))) or {}
+                row = self.runtime.deliveries.get(str(item.get("delegation_id"))) or {}
                 entries = (row.get("result") or {}).get("results") or []
                 item["children_finished"] = {e["task_index"]: e for e in entries
                                              if isinstance(e, dict) and isinstance(e.get("task_index"), int)}
@@ -175,7 +167,7 @@ class SessionDriver:
         if elsewhere:
             from offload.activity import remote_views
 
-            live = remote_views(current_ledger(), [row.delegation_id for row in elsewhere])
+            live = remote_views(self.runtime.ledger(), [row.delegation_id for row in elsewhere])
             items.extend(ledger_item(row, live.get(row.delegation_id)) for row in elsewhere)
         return items
 
@@ -200,7 +192,7 @@ class SessionDriver:
         context compression moved it to its current id."""
         stopped = 0
         for sid in self.conversation.store.lineage(self.session_id):
-            stopped += interrupt_for_session(session_key=sid, parent_session_id=sid, reason=reason)
+            stopped += self.runtime.engine.interrupt_session(session_key=sid, parent_session_id=sid, reason=reason)
         return stopped + self._stop_elsewhere()
 
     def _stop_elsewhere(self) -> int:
@@ -214,7 +206,7 @@ class SessionDriver:
         for item in self.units():
             if item.get("where") and item.get("status") == "running":
                 try:
-                    control_requests.request(str(item["delegation_id"]))
+                    control_requests.request(self.runtime.ledger(), str(item["delegation_id"]))
                     asked += 1
                 except LedgerError as exc:
                     self.ui.error(f"could not ask the worker to stop {item['delegation_id']}: {exc}")

@@ -13,19 +13,20 @@ owned by the live session at the tip of the lineage (``SessionStore.live_tip``).
 Invariants: delivery is at least once and deduplicated by delegation id — an event whose
 result a stored turn already carries (a crash hit between "turn stored" and "claim
 completed") is only acknowledged, never injected again; an event another consumer holds a
-live claim on is left to it. The first poll of a process replays the ledger (lazily, through
-``process_registry.restore_completions``).
+live claim on is left to it. The first poll replays the ledger (lazily, through the
+runtime's ``bus.restore_completions``).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from offload.agent.session_store import SessionStore
-from offload.default_runtime import delivery
-from offload.default_runtime.engine import is_interim_delegation_event
-from offload.engine.bus import CompletionBus, process_registry
+from offload.engine.events import is_interim
+
+if TYPE_CHECKING:
+    from offload.runtime import Offload
 
 logger = logging.getLogger(__name__)
 
@@ -48,16 +49,17 @@ class Delivery:
     @property
     def dedupe_id(self) -> str | None:
         """The id a stored turn records; interim notices are not the result, so they have none."""
-        if is_interim_delegation_event(self.event) or self.event.get("type") != "async_delegation":
+        if is_interim(self.event) or self.event.get("type") != "async_delegation":
             return None
         return self.delegation_id or None
 
 
 class SessionInbox:
-    def __init__(self, session_id: str, store: SessionStore, registry: CompletionBus = process_registry) -> None:
+    def __init__(self, session_id: str, store: SessionStore, runtime: Offload) -> None:
         self.session_id = session_id
         self.store = store
-        self.registry = registry
+        self.registry = runtime.bus
+        self.deliveries = runtime.deliveries
 
     def owns(self, evt: Event) -> bool:
         """Whether this session should receive ``evt``: it names this session, or a session whose
@@ -80,7 +82,7 @@ class SessionInbox:
         """Claim and return every owned result that is ready; never blocks on the bus."""
         ready: list[Delivery] = []
         for evt, text in self.registry.drain_notifications(session_key=self.session_id, owns_event=self.owns):
-            claim = delivery.claim_event_delivery(evt, CONSUMER)
+            claim = self.deliveries.claim_event(evt, CONSUMER)
             if claim is None:
                 logger.info("delegation %s is being delivered by another consumer", evt.get("delegation_id"))
                 continue
@@ -97,12 +99,12 @@ class SessionInbox:
 
     def acknowledge(self, item: Delivery) -> None:
         """The turn carrying ``item`` is stored: settle the claim."""
-        if item.claim and not delivery.complete_event_delivery(item.event, item.claim):
+        if item.claim and not self.deliveries.complete_event(item.event, item.claim):
             # The lease ran out and the row moved on; the stored turn is what counts.
-            delivery.mark_completion_delivered(item.delegation_id)
+            self.deliveries.mark_delivered(item.delegation_id)
 
     def give_back(self, item: Delivery) -> None:
         """Injecting failed: release the claim and put the event back for a later poll."""
-        state = delivery.release_event_delivery(item.event, item.claim)
+        state = self.deliveries.release_event(item.event, item.claim)
         if state != "dropped":
             self.registry.completion_queue.put(item.event)

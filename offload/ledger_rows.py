@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offload.ledger import LedgerRow
+from offload.ledger import DelegationLedger, LedgerRow
 from offload.engine.liveness import owner_alive
 from offload.engine.states import RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
 
@@ -69,13 +69,12 @@ def row_state(row: LedgerRow) -> str:
     return event_state({**row.event, "status": row.state})
 
 
-def owner_state(row: LedgerRow) -> str | None:
-    from offload.default_runtime.delivery import current_ledger
-
-    if not row.owner_pid:
+def owner_state(row: LedgerRow, ledger: DelegationLedger | None) -> str | None:
+    """``running`` | ``exited``, as ``ledger`` judges (the pid check for an owner on this host,
+    the lease for another host's); None without an owner or a ledger to ask."""
+    if not row.owner_pid or ledger is None:
         return None
-    # The ledger judges: the pid check for an owner on this host, the lease for another host's.
-    return "exited" if current_ledger().is_abandoned(row, owner_alive) else "running"
+    return "exited" if ledger.is_abandoned(row, owner_alive) else "running"
 
 
 def owner_host(row: LedgerRow) -> str | None:
@@ -97,14 +96,15 @@ def label(row: LedgerRow) -> str:
     return str(task.get("goal") or event.get("goal") or "")
 
 
-def record(row: LedgerRow, live: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``live``: the owner's published activity for this row (``offload.activity.live_view``)."""
+def record(row: LedgerRow, live: dict[str, Any] | None = None, ledger: DelegationLedger | None = None) -> dict[str, Any]:
+    """``live``: the owner's published activity for this row (``offload.activity.live_view``);
+    ``ledger``: the one the row was read from (it judges whether the owner is alive)."""
     live = live if row.state == "running" else None
     return {"id": row.delegation_id, "session": row.parent_session_id or row.origin_session or None,
             "label": label(row), "state": row_state(row), "dispatched_at": row.dispatched_at,
             "completed_at": row.completed_at, "delivery_state": row.delivery_state,
             "delivery_attempts": row.delivery_attempts, "drop_reason": row.drop_reason, "claimed_by": claimed_by(row),
-            "owner_pid": row.owner_pid, "owner": owner_state(row),
+            "owner_pid": row.owner_pid, "owner": owner_state(row, ledger),
             "owner_host": owner_host(row),
             "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),
             "children": (_with_activity(children(row), (live or {}).get("children_activity") or [])

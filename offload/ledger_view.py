@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Callable, TypeVar
 from urllib.parse import quote
 
-from offload.default_runtime.delivery import current_ledger
 from offload.ledger import DelegationLedger, LedgerError, LedgerRow
 from offload.ledger.select import MisconfiguredLedger
 from offload.ledger.sqlite import BUSY_TIMEOUT_S, SqliteLedger
@@ -45,10 +44,10 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
 
 
 class LedgerView:
-    def __init__(self, on_read_only: Callable[[str], None] | None = None) -> None:
-        self._ledger: DelegationLedger = current_ledger()
-        if isinstance(self._ledger, MisconfiguredLedger):  # never list a broken ledger as empty
-            raise self._ledger.error
+    def __init__(self, ledger: DelegationLedger, on_read_only: Callable[[str], None] | None = None) -> None:
+        if isinstance(ledger, MisconfiguredLedger):  # never list a broken ledger as empty
+            raise ledger.error
+        self._ledger: DelegationLedger = ledger
         self._on_read_only = on_read_only
         self.read_only = False
 
@@ -71,6 +70,11 @@ class LedgerView:
         self._ledger = _ReadOnlySqliteLedger(self._ledger.path)
         if self._on_read_only is not None:
             self._on_read_only(READ_ONLY_NOTE.format(home=self._ledger.path.parent))
+
+    @property
+    def ledger(self) -> DelegationLedger:
+        """The ledger read (the read-only one once a write was refused)."""
+        return self._ledger
 
     def running(self) -> list[LedgerRow]:
         return self._read(lambda ledger: ledger.running_rows(), [])

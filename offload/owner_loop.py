@@ -1,9 +1,9 @@
-"""The owner side of cross-process control and visibility: one daemon thread per process,
-alive only while the process runs units, that carries out control requests other processes
+"""The owner side of cross-process control and visibility: one daemon thread per runtime,
+alive only while its engine runs units, that carries out control requests other processes
 and hosts left in the ledger (``offload.control_requests``) and publishes its units' live
 activity there (``offload.activity``, at most every ``activity.INTERVAL_S``, only changes).
 
-Every offload command installs it (``install()``, from the CLI's entry point), so chat, run,
+Every ``offload.Offload`` owns one (its engine starts it on each dispatch), so chat, run,
 gateway and worker all honour ``offload stop`` and the dashboard's interrupt. On a ledger that
 can notify (PostgreSQL: ``watch_control``, LISTEN/NOTIFY) the thread sleeps until a request
 is made on any host, with a slow poll (``SHARED_POLL_S``) for a missed notification; on a
@@ -15,7 +15,7 @@ step at the earlier of the two. A busy spell (from the first dispatch to the las
 opens its ledger and listener on its first step and closes them, withdrawing what it
 published, when the engine has no live unit left.
 
-Invariants: the loop starts on the engine's ``dispatched`` notification and exits when the
+Invariants: the loop starts when its engine dispatches (``start``) and exits when the
 engine has no live unit (re-checked under the loop's start lock, which a dispatch takes after
 its unit is live), so an idle process costs nothing; it never dies of a failed poll; it never
 touches the dispatch path.
@@ -29,7 +29,6 @@ from typing import Any, Callable
 
 from offload import activity
 from offload.engine.loop import Clock, Loop
-from offload.engine.observers import add_observer
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +48,10 @@ class _Spell:
 
 
 class OwnerLoop:
-    def __init__(self, *, clock: Clock | None = None, engine: Any = None,
-                 ledger: Callable[[], Any] | None = None) -> None:
-        """``engine``: what runs this process's units (``active_count()``,
-        ``list_async_delegations()``); ``ledger()``: the ledger to act on, asked at the start
-        of each busy spell. Both default to the process's default runtime."""
+    def __init__(self, *, engine: Any, ledger: Callable[[], Any], clock: Clock | None = None) -> None:
+        """``engine``: what runs this runtime's units (a ``Delegations``: ``active_count()``,
+        ``list()``, ``interrupt_one()``); ``ledger()``: the ledger to act on, asked at the start
+        of each busy spell."""
         self.publisher = activity.Publisher()
         self._engine, self._ledger = engine, ledger
         self._spell: _Spell | None = None
@@ -65,9 +63,9 @@ class OwnerLoop:
     def thread(self) -> threading.Thread | None:
         return self.loop.thread
 
-    def __call__(self, kind: str, delegation_id: str, fields: dict[str, Any]) -> None:
-        if kind == "dispatched":
-            self.loop.start()
+    def start(self) -> None:
+        """A unit was dispatched: run the loop (if it is not running already)."""
+        self.loop.start()
 
     def step(self, now: float) -> float | bool:
         """Act on what is due at monotonic ``now``; the seconds until the next step, or False
@@ -76,10 +74,10 @@ class OwnerLoop:
         spell = self._spell or self._open(now)
         if self._woken or now >= spell.next_control_at:
             self._woken = False
-            self.tick(spell.ledger)
+            self.tick(spell.ledger, units)
             spell.next_control_at = now + spell.control_s
         if now >= spell.next_activity_at:
-            self.publish(spell.ledger, units.list_async_delegations())
+            self.publish(spell.ledger, units.list())
             spell.next_activity_at = now + activity.INTERVAL_S
         if units.active_count() == 0:
             self._close()
@@ -92,16 +90,9 @@ class OwnerLoop:
             self._close()
 
     def _units(self) -> Any:
-        if self._engine is None:
-            # Imported here: installing the loop must not load the engine (`offload --help` stays light).
-            from offload.default_runtime import engine
-            self._engine = engine
         return self._engine
 
     def _open(self, now: float) -> _Spell:
-        if self._ledger is None:
-            from offload.default_runtime.delivery import current_ledger
-            self._ledger = current_ledger
         ledger = self._ledger()
         self._spell = _Spell(ledger, self._listen(ledger), now)
         return self._spell
@@ -137,22 +128,11 @@ class OwnerLoop:
         return listener
 
     @staticmethod
-    def tick(ledger: Any, now: float | None = None) -> None:
+    def tick(ledger: Any, engine: Any, now: float | None = None) -> None:
         from offload import control_requests
 
         try:
-            control_requests.act_on_requests(ledger, time.time() if now is None else now)
+            control_requests.act_on_requests(engine, ledger, time.time() if now is None else now)
         except Exception:  # the loop outlives a bad request or an unreachable ledger
             logger.debug("acting on control requests failed", exc_info=True)
 
-
-_loop: OwnerLoop | None = None
-
-
-def install() -> OwnerLoop:
-    """Honour control requests for units this process runs (idempotent)."""
-    global _loop
-    if _loop is None:
-        _loop = OwnerLoop()
-        add_observer(_loop)
-    return _loop

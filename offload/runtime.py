@@ -1,47 +1,88 @@
-"""App wiring shared by ``chat``, ``run`` and the demo: config → engine tuning and agent, and
-``Conversation``, one session's agent plus its stored history.
+"""``Offload``: the composition root. One instance owns, for one data home and one ledger, the
+ledger, the completion bus, the engine (``Delegations``), durable delivery (``Deliveries``),
+the ``delegate_task`` tool bound to that engine, and the background loops of the process (the
+engine's stall loop, the owner loop, and the PostgreSQL lease/listen/outbox threads the ledger
+runs), and closes them in one order::
+
+    with Offload(home="/srv/agent-home") as off:      # or Offload(config), or Offload()
+        agent = off.build_agent("sess_1")               # its delegate_task runs on ``off``
+        ...
 
 Invariants:
-- the parent agent's ``session_id`` is the session id, and every turn runs with the session
-  key bound to it, so ``delegate_task`` routes each background result back to this session;
-- a turn is stored whole (its new messages, plus the delegation ids it injected, in one
-  transaction) only after the agent returned; a turn the process did not survive is not
-  stored, and the results it dispatched still come back through the ledger;
-- one turn at a time: ``run_turn`` is not re-entrant, and nothing is injected into a running
-  turn (callers inject results only between turns);
-- near the context window, a turn first compresses old turns into a successor session
-  (``session_id`` changes; the lineage is stored with it), so the session id is read per turn.
+- nothing here is process-global: two instances on two homes or ledgers share no records,
+  slots, bus, loops or ledger, and each reads its configuration once, when built;
+- policy numbers come from the config (``delegation.stall_*``) or the ``policy`` argument,
+  never from module constants;
+- ``close()`` stops, in order: the owner loop, the engine (no new units; the stall loop and
+  the pool stop), then the ledger (its lease, listener and outbox). Units still running keep
+  their daemon threads and finalize; a result that cannot be recorded any more is recovered
+  by the next owner, as after a crash. ``close()`` is idempotent.
+
+``Hooks`` is the one seam through which the hermes compat adapter (``compat/``, which offload
+never imports) plugs in the names its acceptance suite patches; every hook is read when used.
 """
 from __future__ import annotations
 
-import contextvars
-import json
-import logging
+import os
 import threading
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Mapping
 
-from offload.agent import compression
-from offload.agent.core import AIAgent
-from offload.agent.session_store import SessionStore, new_session_id
-from offload.config import ConfigError, OffloadConfig, resolve_api_key
-from offload.errors import CliError
-from offload.ids import resolve
-from offload.default_runtime import engine
-from offload.context.approval import reset_current_session_key, set_current_session_key
+from offload.config import ConfigError, OffloadConfig, load_config, resolve_api_key
+from offload.engine.bus import CompletionBus
+from offload.engine.delivery import Deliveries, is_this_process
+from offload.engine.engine import Delegations
+from offload.engine.health import LedgerHealth
+from offload.engine.liveness import owner_alive
+from offload.engine.loop import Clock, Loop
+from offload.engine.policy import DEFAULTS, Policy
+from offload.engine.pool import DaemonThreadPool
+from offload.home import get_hermes_home
+from offload.ledger import DelegationLedger, open_ledger
+from offload.ledger.config import with_env
+from offload.ledger.select import open_configured_ledger
+from offload.owner_loop import OwnerLoop
+from offload.render.notification import format_event
 from offload.subagents.config import DelegationConfig
-from offload.context.session_env import set_async_delivery, set_wake_session
+from offload.subagents.tool import DelegateTool, Seams, resolve_delegation_credentials
+from offload.subagents.child import build_child_agent, finalize_child_results, run_single_child
+from offload.toolsets.toolset_names import DELEGATION_TOOLSET
 
-logger = logging.getLogger(__name__)
+Event = dict[str, Any]
 
 
-def apply_engine_tuning(delegation: DelegationConfig) -> None:
-    """Hand the configured stall thresholds to the engine (it reads them at call time)."""
-    engine._STALE_IDLE_SECONDS = float(delegation.stall_idle_seconds)
-    engine._STALE_IN_TOOL_SECONDS = float(delegation.stall_in_tool_seconds)
-    engine._STALL_GRACE_SECONDS = float(delegation.stall_grace_seconds)
-    engine._STALE_CHECK_INTERVAL = float(delegation.stall_check_interval_seconds)
+@dataclass(frozen=True)
+class Hooks:
+    """Replacements for what an ``Offload`` would otherwise own or compute itself. Each is
+    optional and called per use, so whoever plugs one in may change what it returns at any
+    time. Records and events stay plain dicts across this boundary."""
+
+    ledger: Callable[[], DelegationLedger] | None = None  # e.g. the ledger of $HERMES_HOME as it is now
+    policy: Callable[[], Policy] | None = None
+    owner_alive: Callable[[int | None, int | None], bool] | None = None
+    new_id: Callable[[], str] | None = None
+    executor: Callable[[int], Any] | None = None  # the pool for a number of workers
+    persist_completion: Callable[[Event, dict[str, Any], "dict[str, Any] | None"], None] | None = None
+    records: dict[str, dict[str, Any]] | None = None  # the engine's records, lock and slot counter
+    records_lock: Any = None
+    slots: Counter[str] | None = None
+    bus: CompletionBus | None = None
+    render: Callable[[Event], "str | None"] | None = None
+    delegation_config: Callable[[], DelegationConfig | Mapping[str, Any]] | None = None
+    resolve_credentials: Callable[[DelegationConfig, Any], dict[str, Any]] | None = None
+    build_child: Callable[..., Any] | None = None
+    run_child: Callable[..., dict[str, Any]] | None = None
+    finalize_results: Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]] | None = None
+
+
+def policy_of(delegation: DelegationConfig, base: Policy = DEFAULTS) -> Policy:
+    """``base`` with the stall monitor tuning of the ``delegation`` config section."""
+    return replace(base, stall_idle_s=float(delegation.stall_idle_seconds),
+                   stall_in_tool_s=float(delegation.stall_in_tool_seconds),
+                   stall_grace_s=float(delegation.stall_grace_seconds),
+                   stall_check_interval_s=float(delegation.stall_check_interval_seconds))
 
 
 def workspace_of(cfg: OffloadConfig) -> Path:
@@ -52,173 +93,141 @@ def workspace_of(cfg: OffloadConfig) -> Path:
     return path.resolve()
 
 
-def build_agent(cfg: OffloadConfig, session_id: str, *, api_key: str | None = None) -> AIAgent:
-    return AIAgent(model=cfg.model, base_url=cfg.base_url,
-                   api_key=api_key if api_key is not None else resolve_api_key(cfg),
-                   toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
-                   session_id=session_id, tool_settings={"max_spawn_depth": cfg.delegation.max_spawn_depth},
-                   stream_idle_timeout_s=cfg.stream_idle_timeout_s)
+class _Engine(Delegations):
+    """The engine, with the id, pool and terminal write routed through the hooks when set."""
+
+    def __init__(self, hooks: Hooks, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._hooks = hooks
+
+    def new_id(self) -> str:
+        return self._hooks.new_id() if self._hooks.new_id is not None else super().new_id()
+
+    def pool_for(self, max_workers: int) -> DaemonThreadPool:
+        hook = self._hooks.executor
+        return hook(max_workers) if hook is not None else self.get_executor(max_workers)
+
+    def persist(self, evt: Event, result: dict[str, Any], snapshot: dict[str, Any] | None) -> None:
+        hook = self._hooks.persist_completion
+        (hook if hook is not None else self.persist_completion)(evt, result, snapshot)
 
 
-def open_conversation(cfg: OffloadConfig, store: SessionStore, resume: str | None = None, *,
-                      sync_delegation: bool = False, api_key: str | None = None,
-                      wakeable: bool = False) -> Conversation:
-    """A new session, or the stored one ``resume`` names (``last`` = the most recent)."""
-    session_id = _resolve_session(store, resume) if resume else new_session_id()
-    agent = build_agent(cfg, session_id, api_key=api_key)  # first: a config error must not leave an empty session
-    if not resume:
-        store.create_session(session_id, model=cfg.model)
-    return Conversation(agent, store, sync_delegation=sync_delegation, wakeable=wakeable,
-                        context_window_tokens=cfg.context_window_tokens, compress_at_ratio=cfg.compress_at_ratio)
+class Offload:
+    """See the module docstring. ``config``: the validated configuration (default: the home's
+    ``config.yaml``, read once now, with its environment overrides); ``home``: the data home
+    (default ``$HERMES_HOME``, else ``~/.hermes``); ``ledger_url``: the ledger, over
+    ``ledger.url`` and ``OFFLOAD_LEDGER_URL`` (default: ``<home>/state.db``); ``policy``: the
+    engine's numbers (default: the defaults with the config's stall tuning)."""
 
+    def __init__(self, config: OffloadConfig | None = None, *, home: str | os.PathLike[str] | None = None,
+                 ledger_url: str | None = None, policy: Policy | None = None, clock: Clock | None = None,
+                 hooks: Hooks | None = None) -> None:
+        self.home = Path(home).expanduser() if home is not None else get_hermes_home()
+        self.config = config if config is not None else load_config(self.home / "config.yaml")
+        self.hooks = hooks = hooks or Hooks()
+        self.policy = policy or policy_of(self.config.delegation)
+        self.health = LedgerHealth()
+        self.clock = clock
+        self._ledger = None if hooks.ledger is not None else self._open_ledger(ledger_url)
+        self.deliveries = Deliveries(ledger=self.ledger, owner_alive=self._owner_alive, policy=self.current_policy,
+                                     health=self.health, is_me=self._is_me)
+        self.bus = hooks.bus or CompletionBus(restore=self.deliveries.restore, sweep=self.deliveries.maybe_sweep,
+                                              render=self.render)
+        self.engine: Delegations = _Engine(hooks, ledger=self.ledger, publish=self._publish,
+                                           policy=self.current_policy, health=self.health, records=hooks.records,
+                                           lock=hooks.records_lock, slots=hooks.slots, clock=clock,
+                                           on_dispatched=lambda: self.owner_loop.start())
+        self.owner_loop = OwnerLoop(engine=self.engine, ledger=self.ledger, clock=clock)
+        self.delegate_tool = DelegateTool(self.engine, self.ledger, Seams(
+            load_config=hooks.delegation_config or (lambda: self.config.delegation),
+            resolve_credentials=hooks.resolve_credentials or resolve_delegation_credentials,
+            build_child=hooks.build_child or build_child_agent, run_child=hooks.run_child or run_single_child,
+            finalize_results=hooks.finalize_results or finalize_child_results))
+        self._close_lock = threading.Lock()
+        self.closed = False
 
-def _resolve_session(store: SessionStore, wanted: str) -> str:
-    """``last``, a full session id, or a unique prefix of one."""
-    if wanted == "last":
-        recent = store.list_sessions(limit=1)
-        if not recent:
-            raise CliError("there is no session to resume yet; start one with `offload chat`")
-        return recent[0].session_id
-    if store.session_exists(wanted):
-        return store.live_tip(wanted) or wanted  # a compressed session continues at its live tip
-    found = resolve(wanted, (s.session_id for s in store.list_sessions(limit=-1)), kind="session",
-                    id_prefix="sess_", listing="offload sessions")
-    return store.live_tip(found) or found
+    def _open_ledger(self, url: str | None) -> DelegationLedger:
+        """``url`` (any ``open_ledger`` URL; a PostgreSQL one with the ``ledger:`` lease settings),
+        else ``ledger.url`` / ``OFFLOAD_LEDGER_URL``, else ``<home>/state.db``."""
+        if url and not url.startswith(("postgresql://", "postgres://")):
+            return open_ledger(url)  # a path, sqlite:///PATH or memory://NAME; a bad one raises LedgerError
+        settings = with_env(self.config.ledger)
+        if url:
+            settings = settings.model_copy(update={"url": url})
+        return open_configured_ledger(self.home / "state.db", settings)
 
+    # -- what the parts are given ---------------------------------------------------------------
+    def ledger(self) -> DelegationLedger:
+        """The ledger this instance records in (the hook's, per call, when one is plugged in)."""
+        return self.hooks.ledger() if self.hooks.ledger is not None else self._ledger  # type: ignore[return-value]
 
-@dataclass
-class TurnResult:
-    answer: str | None
-    exit_reason: str
-    error: str | None = None
-    handles: list[dict[str, Any]] = field(default_factory=list)  # what each delegate_task call returned
-    error_kind: str | None = None  # "model" | "endpoint" | "internal" when exit_reason is "error"
-    compressed_from: str | None = None  # the session this turn's context was compressed out of
-    finish_reason: str | None = None  # how the model's last reply ended ("length": cut off)
+    def current_policy(self) -> Policy:
+        return self.hooks.policy() if self.hooks.policy is not None else self.policy
 
-    @property
-    def dispatched(self) -> list[dict[str, Any]]:
-        return [h for h in self.handles if h.get("status") == "dispatched"]
+    def _owner_alive(self, pid: int | None, started_at: int | None) -> bool:
+        return (self.hooks.owner_alive or owner_alive)(pid, started_at)
 
+    def _is_me(self, pid: int | None, started_at: int | None) -> bool:
+        """Whether a row's owner is this process; also asks the liveness check, so a hook that
+        declares this process's owner dead sees its rows replayed, as a later process would."""
+        return self._owner_alive(pid, started_at) and is_this_process(pid, started_at)
 
-class Conversation:
-    """One session: its agent, its history (as stored) and the turn runner."""
+    def _publish(self, evt: Event) -> None:
+        self.bus.completion_queue.put(evt)
 
-    def __init__(self, agent: AIAgent, store: SessionStore, *, sync_delegation: bool = False,
-                 wakeable: bool = False, context_window_tokens: int | None = None,
-                 compress_at_ratio: float = 0.8, session_key: str = "") -> None:
-        self.agent = agent
-        self.session_key = session_key  # a chat gateway routes results by its chat key; "" = by session id
-        self.store = store
-        self.session_id = agent.session_id
-        self.sync_delegation = sync_delegation
-        # A stateless front end (one request, then gone) whose session can be woken later by id:
-        # background results are recorded for that id and delivered when it is resumed.
-        self.wakeable = wakeable
-        self.context_window_tokens = context_window_tokens
-        self.compress_at_ratio = compress_at_ratio
-        self.history: list[dict[str, Any]] = store.load_messages(self.session_id)
-        self._turn_lock = threading.Lock()
+    def render(self, evt: Event) -> str | None:
+        """The parent-facing text of a completion-bus event (None for types nobody renders)."""
+        if self.hooks.render is not None:
+            return self.hooks.render(evt)
+        return format_event(evt, lambda: self.config.delegation.model_dump())
 
-    def run_turn(self, text: str, injected_ids: Iterable[str] = (),
-                 on_wait: Callable[[], None] | None = None) -> TurnResult:
-        """Run one turn on a worker thread and store it; Ctrl-C interrupts the turn, not us.
+    # -- agents -----------------------------------------------------------------------------------
+    def toolsets(self) -> dict[str, Callable[[], list[Any]]]:
+        """The toolsets this runtime provides to the agents it builds (``delegation``)."""
+        return {DELEGATION_TOOLSET: lambda: [self.delegate_tool.tool]}
 
-        ``on_wait`` is called about every 0.1 s while the turn runs (e.g. to refresh a view).
-        """
-        if not self._turn_lock.acquire(blocking=False):
-            raise RuntimeError("a turn is already running in this conversation; wait for it to finish")
-        try:
-            box: dict[str, Any] = {}
-            done = threading.Event()
-            context = contextvars.copy_context()
-            worker = threading.Thread(target=context.run, args=(self._turn, text, list(injected_ids), box, done),
-                                      name="offload-turn", daemon=True)
-            # Wait on an Event, not Thread.join: a join interrupted by Ctrl-C marks a running
-            # thread as finished on Python 3.11 (it releases the thread's state lock). The start
-            # is inside the guarded loop too: Thread.start itself waits, and Ctrl-C may land there.
-            started = False
-            while not done.is_set():
-                try:
-                    if not started:
-                        started = True
-                        worker.start()
-                    done.wait(0.1)
-                    if on_wait is not None:
-                        on_wait()
-                except KeyboardInterrupt:
-                    self.agent.interrupt("stopped by the user (Ctrl-C)")
-            if "error" in box:
-                raise box["error"]
-            return box["result"]
-        finally:
-            self._turn_lock.release()
+    def build_agent(self, session_id: str, *, api_key: str | None = None, config: OffloadConfig | None = None) -> Any:
+        """A parent agent for ``session_id`` whose ``delegate_task`` runs on this runtime.
+        ``config`` replaces this instance's for the agent only (e.g. another endpoint)."""
+        from offload.agent.core import AIAgent
 
-    def _turn(self, text: str, injected_ids: list[str], box: dict[str, Any], done: threading.Event) -> None:
-        compressed_from = self._compress_if_needed(text)  # first: the turn runs in the live session
-        token = set_current_session_key(self.session_key or self.session_id)
-        if self.sync_delegation:
-            set_async_delivery(False)  # delegate_task then runs its children in this turn
-        elif self.wakeable:
-            set_async_delivery(False)  # no push back into this request...
-            set_wake_session(self.session_id)  # ...but the session can be woken later by its id
-        try:
-            out = self.agent.run_conversation(text, self.history)
-            messages = out.get("messages") or []
-            new = _new_messages(self.history, messages)
-            self.store.append_turn(self.session_id, new, injected_ids)
-            self.history = messages
-            box["result"] = TurnResult(out.get("final_response"), out.get("exit_reason") or "?", out.get("error"),
-                                       delegate_handles(new), out.get("error_kind"), compressed_from,
-                                       out.get("finish_reason"))
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
-        finally:
-            reset_current_session_key(token)
-            done.set()
+        cfg = config or self.config
+        return AIAgent(model=cfg.model, base_url=cfg.base_url,
+                       api_key=api_key if api_key is not None else resolve_api_key(cfg),
+                       toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
+                       session_id=session_id, tool_settings={"max_spawn_depth": cfg.delegation.max_spawn_depth},
+                       stream_idle_timeout_s=cfg.stream_idle_timeout_s, provided_toolsets=self.toolsets())
 
-    def _compress_if_needed(self, incoming: str) -> str | None:
-        """Summarise old turns into a successor session when the context is nearly full.
+    def session_store(self) -> Any:
+        """The session store of this home (``state.db``, where the ledger is a guest table)."""
+        from offload.agent.session_store import SessionStore
 
-        Returns the old session id when it compressed. A summary that fails is logged and the
-        turn runs uncompressed: losing the user's turn would be worse than a long request.
-        """
-        old = self.session_id
-        try:
-            if not compression.needs_compression(self.history, incoming, self.context_window_tokens,
-                                                 self.compress_at_ratio):
-                return None
-            _, old_turns, _ = compression.split_for_compression(self.history)
-            history = compression.compressed_history(self.history, compression.summarize(self.agent.llm, old_turns))
-            new = self.store.continue_session(old, history, model=getattr(self.agent, "model", None))
-        except Exception:
-            logger.warning("context compression of session %s failed; continuing uncompressed", old, exc_info=True)
-            return None
-        self.session_id = self.agent.session_id = new
-        self.history = history
-        logger.info("context compressed: session %s continues as %s", old, new)
-        return old
+        return SessionStore(self.home / "state.db")
 
+    def loops(self) -> list[Loop]:
+        """Every background loop of this runtime: the owner loop, the engine's (the stall loop)
+        and its ledger's (PostgreSQL: lease heartbeat, outbox replayer, listener)."""
+        ledger_loops = getattr(self._ledger, "loops", None)
+        return [self.owner_loop.loop, *self.engine.loops(), *(ledger_loops() if ledger_loops else [])]
 
-def _new_messages(history: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What the turn added. The agent puts its system prompt first when history has none."""
-    start = len(history)
-    if history and messages and messages[0].get("role") == "system" and history[0].get("role") != "system":
-        start += 1
-    return messages[start:] if history else messages
+    # -- lifetime ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the owner loop, the engine and the ledger, in that order (see the module docstring)."""
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
+        self.owner_loop.stop()
+        self.engine.close()
+        if self._ledger is not None:  # a hooked ledger belongs to whoever plugged it in
+            self._ledger.close()
 
+    def __enter__(self) -> Offload:
+        return self
 
-def delegate_handles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The parsed results of the delegate_task calls among ``messages``, in call order."""
-    call_ids = [call.get("id") for m in messages if m.get("role") == "assistant"
-                for call in m.get("tool_calls") or [] if (call.get("function") or {}).get("name") == "delegate_task"]
-    by_id = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
-    handles = []
-    for call_id in call_ids:
-        try:
-            parsed = json.loads(by_id.get(call_id) or "")
-        except ValueError:
-            continue
-        if isinstance(parsed, dict):
-            handles.append(parsed)
-    return handles
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<Offload home={str(self.home)!r} ledger={getattr(self.ledger(), 'location', '?')!r} {state}>"

@@ -23,10 +23,12 @@ import queue
 import signal
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from offload.config import OffloadConfig
 from offload.errors import CliError
+
+if TYPE_CHECKING:
+    from offload.runtime import Offload
 
 logger = logging.getLogger(__name__)
 POLL_S = 5.0  # fallback when a notification was missed
@@ -34,22 +36,18 @@ WAKE = {"type": "offload_worker_wake"}
 
 
 class Worker:
-    def __init__(self, cfg: OffloadConfig, concurrency: int | None, say: Callable[[str], None]) -> None:
-        from offload.runtime import apply_engine_tuning, build_agent
-        from offload.default_runtime import delivery
+    def __init__(self, off: Offload, concurrency: int | None, say: Callable[[str], None]) -> None:
         from offload.subagents.queue import needs_shared_ledger
-        from offload.engine.bus import process_registry
 
-        self.cfg, self.say = cfg, say
-        self.ledger = delivery.current_ledger()
+        self.runtime, self.cfg, self.say = off, off.config, say
+        self.ledger = off.ledger()
         problem = needs_shared_ledger(self.ledger)
         if problem:
             raise CliError(problem.replace("delegation.run_on is `workers`, but", "offload worker needs a shared "
                                            "ledger, but"))
-        apply_engine_tuning(cfg.delegation)
-        self.capacity = concurrency or cfg.delegation.max_concurrent_children
-        self.parent = build_agent(cfg, session_id=f"worker-{self.ledger.host_id}-{os.getpid()}")
-        self.bus = process_registry.completion_queue  # nobody else drains it in a worker
+        self.capacity = concurrency or self.cfg.delegation.max_concurrent_children
+        self.parent = off.build_agent(f"worker-{self.ledger.host_id}-{os.getpid()}")
+        self.bus = off.bus.completion_queue  # nobody else drains it in a worker
         self.running: set[str] = set()
         self.draining = threading.Event()
         self._next_recovery = 0.0
@@ -83,7 +81,7 @@ class Worker:
                 return
             if row is None:
                 return
-            handle = start_claimed(row, self.parent, self.cfg.delegation, self.capacity)
+            handle = start_claimed(self.runtime.delegate_tool, row, self.parent, self.cfg.delegation, self.capacity)
             if handle.get("status") == "dispatched":
                 self.running.add(row.delegation_id)
                 self.say(f"started {row.delegation_id}")
@@ -91,13 +89,11 @@ class Worker:
                 logger.error("offload worker: could not start %s: %s", row.delegation_id, handle.get("error"))
 
     def _recover_when_due(self) -> None:
-        from offload.default_runtime import delivery
-
         if time.monotonic() < self._next_recovery:
             return
         self._next_recovery = time.monotonic() + max(1.0, self.cfg.ledger.lease_seconds / 2)
         try:
-            delivery.recover_abandoned_delegations()
+            self.runtime.deliveries.recover_abandoned()
         except Exception:
             logger.debug("recovery pass failed", exc_info=True)
 
@@ -106,17 +102,17 @@ class Worker:
             evt = self.bus.get(timeout=min(POLL_S, max(0.2, self._next_recovery - time.monotonic())))
         except queue.Empty:
             return
-        from offload.default_runtime.engine import is_interim_delegation_event
+        from offload.engine.events import is_interim
 
         did = evt.get("delegation_id")
-        if did in self.running and not is_interim_delegation_event(evt):  # after a notice the unit still runs
+        if did in self.running and not is_interim(evt):  # after a notice the unit still runs
             self.running.discard(did)
             self.say(f"finished {did} {evt.get('status')}")
 
 
-def serve(cfg: OffloadConfig, concurrency: int | None, say: Callable[[str], None]) -> int:
-    """Run a worker until Ctrl-C/SIGTERM drains it; a second one exits at once."""
-    worker = Worker(cfg, concurrency, say)
+def serve(off: Offload, concurrency: int | None, say: Callable[[str], None]) -> int:
+    """Run a worker on ``off`` until Ctrl-C/SIGTERM drains it; a second one exits at once."""
+    worker = Worker(off, concurrency, say)
 
     def on_signal(signum: int, _frame: Any) -> None:
         if worker.draining.is_set():

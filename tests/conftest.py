@@ -1,5 +1,6 @@
-"""Every test gets its own HERMES_HOME, so no test reads or writes ~/.hermes; ``model_server``
-starts loopback scripted model servers and stops them at teardown.
+"""Every test gets its own HERMES_HOME, so no test reads or writes ~/.hermes; ``runtime`` is an
+``offload.Offload`` on it; ``model_server`` starts loopback scripted model servers and stops
+them at teardown.
 
 ``OFFLOAD_TEST_LEDGER=postgresql`` runs the tests with the ledger in PostgreSQL instead
 (``OFFLOAD_LEDGER_URL`` on a fresh schema of ``.ci/postgres-up``'s server per test), so the
@@ -43,6 +44,15 @@ def _isolated_hermes_home(tmp_path, monkeypatch):
     async_delegation_delivery.reset_for_tests()  # close pools before the schemas go
     schema.drop()
     drop_per_home_schemas()
+
+
+@pytest.fixture
+def runtime(_isolated_hermes_home):
+    """An ``offload.Offload`` on this test's home (and ledger), closed at teardown."""
+    from offload.runtime import Offload
+
+    with Offload(home=_isolated_hermes_home) as off:
+        yield off
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from offload.agent.child import derive_child_settings
 from offload.agent.llm import DEFAULT_STREAM_IDLE_TIMEOUT_S, AssistantTurn, LLMClient, LLMError, ModelNotFoundError
 from offload.agent.prompts import default_system_prompt
 from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
-from offload.agent.toolsets import KNOWN_TOOLSETS, resolve_tools, validate_toolsets
+from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
 from offload.engine.observers import span
 from offload.render.truncation import CUT_OFF_EXIT_REASON, cut_off_reason
 from offload.toolsets.toolspec import Tool, ToolContext
@@ -85,6 +85,7 @@ class AIAgent:
         tool_settings: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
         stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
+        provided_toolsets: Mapping[str, ToolLoader] | None = None,
     ) -> None:
         self.model = model
         self.base_url = base_url
@@ -96,6 +97,8 @@ class AIAgent:
         self.session_id = session_id or f"sess_{uuid.uuid4().hex[:12]}"
         self.tool_settings: dict[str, Any] = dict(tool_settings or {})
         self.stream_idle_timeout_s = float(stream_idle_timeout_s)
+        # Toolsets the runtime hands in (its bound ``delegation``); children inherit them.
+        self.provided_toolsets: dict[str, ToolLoader] = dict(provided_toolsets or {})
         self._delegate_depth = int(delegate_depth)
         self._subagent_id: str | None = None
         self._delegate_role: str | None = None
@@ -132,7 +135,7 @@ class AIAgent:
     def tools(self) -> list[Tool]:
         # Lazy: tool modules import only when a run needs them (see offload.agent.toolsets).
         if self._tools is None:
-            self._tools = resolve_tools(self.enabled_toolsets)
+            self._tools = resolve_tools(self.enabled_toolsets, self.provided_toolsets)
         return self._tools
 
     # --- control from other threads -------------------------------------------------------
@@ -338,6 +341,7 @@ class AIAgent:
             delegate_depth=self._delegate_depth + 1,
             tool_settings=self.tool_settings,
             stream_idle_timeout_s=stream_idle_timeout_s or self.stream_idle_timeout_s,
+            provided_toolsets=self.provided_toolsets,
         )
         child._subagent_id = subagent_id or f"sa-{task_index}-{uuid.uuid4().hex[:8]}"
         child._delegate_role = derived.role

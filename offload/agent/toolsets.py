@@ -2,23 +2,24 @@
 
 Owns the mapping from the names an agent is configured with ("terminal", "file", "web",
 "delegation", plus any registered at run time) to the tools themselves. Invariant: loaders
-import their module lazily, so naming a toolset never imports a tool module (and
-``offload.subagents.tool``, which needs this package, cannot form an import cycle with it); an
-unknown name is a ValueError that lists the valid ones.
+import their module lazily, so naming a toolset never imports a tool module; an unknown name is
+a ValueError that lists the valid ones. ``delegation`` is known here but provided by the
+runtime that builds the agent (its ``delegate_task`` is bound to that runtime's engine), so
+this package never imports the subagents package.
 """
 from __future__ import annotations
 
 import importlib
 import threading
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
-from offload.toolsets.toolset_names import BUILTIN_TOOLSET_MODULES, KNOWN_TOOLSETS  # noqa: F401 - re-exported
+from offload.toolsets.toolset_names import BUILTIN_TOOLSET_MODULES, DELEGATION_TOOLSET
+from offload.toolsets.toolset_names import KNOWN_TOOLSETS  # noqa: F401 - re-exported
 from offload.toolsets.toolspec import Tool
 
 ToolLoader = Callable[[], list[Tool]]
 
 _BUILTIN_MODULES = BUILTIN_TOOLSET_MODULES
-DELEGATION_TOOLSET = "delegation"
 
 
 def _module_loader(module_name: str) -> ToolLoader:
@@ -28,8 +29,15 @@ def _module_loader(module_name: str) -> ToolLoader:
     return load
 
 
+def _from_the_runtime() -> list[Tool]:
+    raise ValueError("the delegation toolset (delegate_task) comes from an offload runtime: build the agent "
+                     "through offload.Offload (e.g. Offload.build_agent), or pass provided_toolsets="
+                     "{'delegation': ...} to AIAgent")
+
+
 _registry_lock = threading.Lock()
 _LOADERS: dict[str, ToolLoader] = {name: _module_loader(module) for name, module in _BUILTIN_MODULES.items()}
+_LOADERS[DELEGATION_TOOLSET] = _from_the_runtime
 
 
 def register_toolset(name: str, loader: ToolLoader) -> None:
@@ -45,6 +53,8 @@ def unregister_toolset(name: str) -> None:
     with _registry_lock:
         if name in _BUILTIN_MODULES:
             _LOADERS[name] = _module_loader(_BUILTIN_MODULES[name])
+        elif name == DELEGATION_TOOLSET:
+            _LOADERS[name] = _from_the_runtime
         else:
             _LOADERS.pop(name, None)
 
@@ -68,12 +78,14 @@ def validate_toolsets(names: Iterable[str]) -> list[str]:
     return result
 
 
-def resolve_tools(toolset_names: Iterable[str]) -> list[Tool]:
-    """Load the tools of every named toolset, in order. Two tools with one name is an error,
-    because the model could not say which one it means."""
+def resolve_tools(toolset_names: Iterable[str], provided: Mapping[str, ToolLoader] | None = None) -> list[Tool]:
+    """Load the tools of every named toolset, in order; ``provided`` (e.g. the runtime's
+    ``delegation``) wins over the registry. Two tools with one name is an error, because the
+    model could not say which one it means."""
     names = validate_toolsets(toolset_names)
+    provided = provided or {}
     with _registry_lock:
-        loaders = [(name, _LOADERS[name]) for name in names]
+        loaders = [(name, provided.get(name) or _LOADERS[name]) for name in names]
     tools: list[Tool] = []
     owner_by_tool: dict[str, str] = {}
     for toolset, loader in loaders:

@@ -13,10 +13,11 @@ runs, and typer formats help without rich. ``tests/cli/test_cli_polish.py`` chec
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 
@@ -46,9 +47,7 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print offload's version and exit.")) -> None:
-    from offload import owner_loop
-
-    owner_loop.install()  # every command that runs units honours `offload stop` and the dashboard's interrupt
+    pass
 
 _VERBOSE = typer.Option(False, "--verbose", "-v", help="log engine activity to stderr")
 _RESUME = typer.Option(None, "--resume", "-r", metavar="SESSION", help="continue a stored session (id or 'last')")
@@ -56,21 +55,31 @@ _DEMO_MODEL = typer.Option(False, "--demo-model", help="no API key: talk to the 
                                                        "(canned answers, not a real model)")
 
 
-def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False,
-            wakeable: bool = False, quiet_stdout: bool = False) -> SessionDriver:
-    """``quiet_stdout``: everything the session prints goes to stderr (``run --json`` owns stdout)."""
-    from offload.driver import start_session
-    from offload.cli.views import Ui, make_console
-
+def _log_to_stderr(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="offload: %(levelname)s: %(message)s")
+
+
+@contextlib.contextmanager
+def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False,
+            wakeable: bool = False, quiet_stdout: bool = False) -> Iterator[SessionDriver]:
+    """The session driver of this command, on a runtime built from the config (with the demo
+    endpoint for ``--demo-model``; the file is not changed), closed when the command ends.
+    ``quiet_stdout``: everything the session prints goes to stderr (``run --json`` owns stdout)."""
+    from offload.cli.views import Ui, make_console
+    from offload.config import load_config
+    from offload.driver import start_session
+    from offload.runtime import Offload
+
+    _log_to_stderr(verbose)
     ui = Ui(console=make_console(stderr=True)) if quiet_stdout else Ui()
-    endpoint = None
+    cfg = load_config()
     if demo_model:
         from offload.cli.demo_model import start_demo_endpoint
 
-        endpoint = start_demo_endpoint(ui)
-    return start_session(resume, sync_delegation=sync, ui=ui, endpoint=endpoint, wakeable=wakeable)
+        cfg = cfg.model_copy(update=start_demo_endpoint(ui))
+    with Offload(cfg) as off:
+        yield start_session(off, resume, sync_delegation=sync, ui=ui, wakeable=wakeable)
 
 
 @app.command()
@@ -81,7 +90,9 @@ def chat(resume: Optional[str] = _RESUME, demo_model: bool = _DEMO_MODEL, verbos
     /agents shows the live roster, /stop interrupts background subagents, /quit leaves."""
     from offload.cli.chat import ChatLoop
 
-    raise typer.Exit(ChatLoop(_driver(verbose, resume, demo_model=demo_model)).run())
+    with _driver(verbose, resume, demo_model=demo_model) as driver:
+        code = ChatLoop(driver).run()
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -98,7 +109,12 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
     if not prompt and not resume:
         raise CliError("give a prompt (offload run \"...\"), or --resume SESSION to collect its pending results")
     # one request; its session can be woken later
-    driver = _driver(verbose, resume, sync, demo_model, wakeable=True, quiet_stdout=as_json)
+    with _driver(verbose, resume, sync, demo_model, wakeable=True, quiet_stdout=as_json) as driver:
+        code = _run_one(driver, prompt, sync, as_json)
+    raise typer.Exit(code)
+
+
+def _run_one(driver: SessionDriver, prompt: str | None, sync: bool, as_json: bool) -> int:
     ui = driver.ui
     ui.say(f"offload run — session {driver.session_id}", style="bold")
     driver.deliver_ready()  # results replayed for a resumed session come before the new prompt
@@ -128,7 +144,7 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
         from offload.cli.ledger import emit_json, run_results
 
         emit_json(run_results(driver, dispatched))
-    raise typer.Exit(int(driver.exit_code))
+    return int(driver.exit_code)
 
 
 app.command()(cli_ledger.agents)
@@ -154,10 +170,12 @@ def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to b
         raise CliError(f"the dashboard needs its libraries ({exc.name} is missing): "
                        "pip install 'offload[dashboard]'") from None
 
-    cli_ledger.check_config()
+    from offload.cli.ledger import runtime
+
     guard = "; every request must carry the token (open it once with ?token=SECRET)" if token else ""
-    DashboardServer(host, port, token, allowed_hosts=allow_host).serve_until_stopped(
-        lambda url: typer.echo(f"offload dashboard on {url}/ (Ctrl-C stops it){guard}", err=True))
+    with runtime() as off:
+        DashboardServer(off, host, port, token, allowed_hosts=allow_host).serve_until_stopped(
+            lambda url: typer.echo(f"offload dashboard on {url}/ (Ctrl-C stops it){guard}", err=True))
 
 
 @config_app.command("get")
@@ -226,11 +244,13 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
     Parents queue their background work with `delegation.run_on: workers`; start this on any
     host that points at the same ledger.url. Ctrl-C drains (running units finish), twice exits."""
     from offload.config import load_config
+    from offload.runtime import Offload
     from offload.worker import serve
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="offload: %(levelname)s: %(message)s")
-    raise typer.Exit(serve(load_config(), concurrency, lambda line: print(line, flush=True)))
+    _log_to_stderr(verbose)
+    with Offload(load_config()) as off:
+        code = serve(off, concurrency, lambda line: print(line, flush=True))
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -127,6 +127,7 @@ class ChatLoop:
             self.ui.error("usage: /show ID (the id in the result's header; a unique prefix is enough)")
             return
         try:
-            self.ui.say(full_result(LedgerView(), wanted))
+            off = self.driver.runtime
+            self.ui.say(full_result(off, LedgerView(off.ledger()), wanted))
         except Exception as exc:  # CliError, or a ledger problem: said here, the chat goes on
             self.ui.error(str(exc))

@@ -35,8 +35,8 @@ from offload.driver import start_session
 from offload.testing.model_server import ScriptedModelServer
 from offload.cli.progress import RosterView
 from offload.cli.views import Ui
-from offload.default_runtime.engine import get_durable_delegation
 from offload.ledger.queries import running_rows
+from offload.runtime import Offload
 
 DRILL_DEADLINE_S = 30.0
 _ENV_OVERRIDES = ("OFFLOAD_MODEL", "OFFLOAD_BASE_URL", "OFFLOAD_API_KEY")
@@ -57,8 +57,9 @@ def run_demo(keep: bool = False) -> int:
         write_config_file(home / "config.yaml", {
             "model": DEMO_MODEL, "base_url": server.url, "workspace": str(workspace),
             "toolsets": ["terminal", "file", "delegation"], "delegation": {"independent_completions": True}})
-        _fan_out(ui)
-        _crash_and_recover(ui, workspace)
+        with Offload(home=home) as off:
+            _fan_out(ui, off)
+            _crash_and_recover(ui, off, workspace)
     ui.say(f"demo finished in {time.monotonic() - started:.1f} s. Next: point offload at a real model "
            "(docs/configuration.md) and run `offload chat`.", style="bold")
     return 0
@@ -89,9 +90,9 @@ def _demo_home(keep: bool) -> Iterator[tuple[Path, Path]]:
 
 
 # -- 1. fan-out with the live roster ------------------------------------------------------------
-def _fan_out(ui: Ui) -> None:
+def _fan_out(ui: Ui, off: Offload) -> None:
     ui.say("\n1/2 background fan-out: a group 'compare' of two tasks, plus one terminal task", style="bold")
-    driver = start_session(ui=ui)
+    driver = start_session(off, ui=ui)
     ui.answer(DEMO_PROMPT, label="you")
     driver.user_turn(DEMO_PROMPT)
     with RosterView(driver, snapshots=True) as view:
@@ -100,11 +101,11 @@ def _fan_out(ui: Ui) -> None:
 
 
 # -- 2. crash mid-fan-out, then restart ----------------------------------------------------------
-def _crash_and_recover(ui: Ui, workspace: Path) -> None:
+def _crash_and_recover(ui: Ui, off: Offload, workspace: Path) -> None:
     ui.say("\n2/2 crash drill: a second parent, in its own process, fans out a quick and a slow task",
            style="bold")
     crashed = _spawn(["run", CRASH_PROMPT], ui, cwd=workspace)
-    row = _wait_for_partial_row(crashed)
+    row = _wait_for_partial_row(off, crashed)
     crashed.kill()  # SIGKILL: no cleanup, no goodbye — as in a real crash
     crashed.wait(timeout=10)
     ui.say(f"killed pid {crashed.pid} with SIGKILL mid-fan-out: ledger row {row.delegation_id} still says "
@@ -113,7 +114,7 @@ def _crash_and_recover(ui: Ui, workspace: Path) -> None:
     restarted = _spawn(["run", "--resume", row.parent_session_id or row.origin_session], ui, cwd=workspace)
     if restarted.wait(timeout=DRILL_DEADLINE_S) != 0:
         raise RuntimeError(f"the restarted process exited with {restarted.returncode}")
-    final = get_durable_delegation(row.delegation_id) or {}
+    final = off.deliveries.get(row.delegation_id) or {}
     ui.say(f"ledger after the restart: {row.delegation_id} is '{final.get('state')}', delivery "
            f"'{final.get('delivery_state')}' — delivered once, and never replayed again", style="bold green")
 
@@ -135,13 +136,13 @@ def _echo(stream: IO[str], pid: int, ui: Ui) -> None:
         ui.say(f"  [pid {pid}] {line.rstrip()}", style="dim")
 
 
-def _wait_for_partial_row(proc: subprocess.Popen[str]):
+def _wait_for_partial_row(off: Offload, proc: subprocess.Popen[str]):
     """The drill's ledger row once its quick child is recorded (the slow one never finishes)."""
     deadline = time.monotonic() + DRILL_DEADLINE_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the crash-drill process exited early with {proc.returncode}")
-        for row in running_rows():
+        for row in running_rows(off.ledger()):
             if row.owner_pid == proc.pid and (row.result or {}).get("results"):
                 return row
         time.sleep(0.05)

@@ -1,4 +1,5 @@
-"""``offload gateway``: wire config, token, store and the Telegram platform into a ``GatewayApp``.
+"""``offload gateway``: wire config, runtime, token, store and the Telegram platform into a
+``GatewayApp``.
 
 Errors a user can fix (no token, empty allow-list) are ``ConfigError``s naming the key or the
 variable to set. The token is read from the environment variable ``gateway.telegram.token_env``
@@ -13,18 +14,12 @@ import signal
 import sys
 import threading
 
-from offload.agent.session_store import SessionStore
-from offload.config import ConfigError, load_config
-from offload.runtime import Conversation, apply_engine_tuning, build_agent
-from offload.engine.bus import process_registry
+from offload.config import ConfigError, OffloadConfig, load_config
+from offload.conversation import Conversation
+from offload.runtime import Offload
 
 
 def run_gateway(verbose: bool = False) -> int:
-    from offload.gateway.app import GatewayApp
-    from offload.gateway.state import GatewayState, GatewayStateError
-    from offload.gateway.telegram.adapter import TelegramPlatform
-    from offload.gateway.telegram.client import TelegramAuthError, TelegramClient
-
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="offload gateway: %(levelname)s: %(name)s: %(message)s")
     cfg = load_config()
@@ -36,21 +31,32 @@ def run_gateway(verbose: bool = False) -> int:
     if not tg.allowed_chat_ids:
         raise ConfigError("gateway.telegram.allowed_chat_ids is empty, so the bot would serve nobody; add your chat "
                           "id: `offload config set gateway.telegram.allowed_chat_ids '[123456789]'`")
-    apply_engine_tuning(cfg.delegation)
-    build_agent(cfg, "sess_check")  # fail now on a bad model config, not on the first message
-    store = SessionStore()
+    with Offload(cfg) as off:
+        off.build_agent("sess_check")  # fail now on a bad model config, not on the first message
+        return _serve(off, cfg)
+
+
+def _serve(off: Offload, cfg: OffloadConfig) -> int:
+    from offload.gateway.app import GatewayApp
+    from offload.gateway.state import GatewayState, GatewayStateError
+    from offload.gateway.telegram.adapter import TelegramPlatform
+    from offload.gateway.telegram.client import TelegramAuthError, TelegramClient
+
+    tg = cfg.gateway.telegram
+    token = os.environ.get(tg.token_env, "").strip()
+    store = off.session_store()
     stop = threading.Event()
     client = TelegramClient(tg.base_url, token, max_attempts=tg.send_attempts, stop=stop)
     state = GatewayState("telegram")
 
     def build(session_id: str, key: str) -> Conversation:
-        return Conversation(build_agent(cfg, session_id), store, session_key=key)
+        return Conversation(off.build_agent(session_id), store, session_key=key)
 
-    app = GatewayApp(TelegramPlatform(client, state), cfg.gateway, {str(c) for c in tg.allowed_chat_ids},
+    app = GatewayApp(off, TelegramPlatform(client, state), cfg.gateway, {str(c) for c in tg.allowed_chat_ids},
                      build, store, state, stop)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    restored = process_registry.restore_completions()
+    restored = off.bus.restore_completions()
     print(f"offload gateway: restored {restored} undelivered result(s) from the ledger", flush=True)
     print(f"offload gateway: serving {len(tg.allowed_chat_ids)} allowed Telegram chat(s) via {tg.base_url}; "
           "Ctrl-C stops", flush=True)

@@ -8,32 +8,38 @@ abbreviated to a unique prefix (``offload.ids``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import typer
 
 from offload.errors import CliError
 
 if TYPE_CHECKING:
-    from offload.ledger_view import LedgerView
     from offload.cli.views import Ui
+    from offload.ledger_view import LedgerView
+    from offload.runtime import Offload
 
 _JSON = typer.Option(False, "--json", help="print JSON with stable keys (docs/commands.md) instead of text")
 SETTLED_SHOWN = 10
 
 
-def check_config() -> None:
-    """config.yaml checked as `offload run` checks it: a broken file is its one-line error
-    (exit 2), never an empty listing that reads as lost history."""
-    from offload.config import load_config
-
-    load_config()
-
-
 def emit_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@contextlib.contextmanager
+def runtime() -> Iterator[Offload]:
+    """This command's runtime, on the config of ``$HERMES_HOME`` (read once, checked as `offload
+    run` checks it: a broken file is its one-line error, exit 2, never an empty listing that
+    reads as lost history), closed at the end."""
+    from offload.config import load_config
+    from offload.runtime import Offload
+
+    with Offload(load_config()) as off:
+        yield off
 
 
 def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
@@ -44,27 +50,33 @@ def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
     Shows running units (owner alive or not, each child done or running with its API calls,
     current tool and seconds idle as its owner last published them), results awaiting
     delivery and recently delivered ones."""
+    from offload.cli.views import Ui
+    from offload.ledger_view import LedgerView
+
+    ui = Ui()
+    with runtime() as off:
+        _agents(ui, LedgerView(off.ledger(), on_read_only=ui.warn), watch, interval_s, as_json)
+
+
+def _agents(ui: Ui, view: LedgerView, watch: bool, interval_s: float, as_json: bool) -> None:
     from rich.console import Group
     from rich.live import Live
 
     from offload import ledger_rows
-    from offload.ledger_view import LedgerView
-    from offload.cli.views import Ui, ledger_finished, ledger_running
+    from offload.cli.views import ledger_finished, ledger_running
 
-    check_config()
-    ui = Ui()
-    view = LedgerView(on_read_only=ui.warn)
     if as_json:
         running = view.running()
         live = view.activity(running)
-        emit_json({"running": [ledger_rows.record(r, live.get(r.delegation_id)) for r in running],
+        emit_json({"running": [ledger_rows.record(r, live.get(r.delegation_id), view.ledger) for r in running],
                     "pending": [ledger_rows.record(r) for r in view.pending()],
                     "recent": [ledger_rows.record(r) for r in view.settled(SETTLED_SHOWN)]})
         return
 
     def tables() -> Group:
         running = view.running()
-        return Group(ledger_running(running, activity=view.activity(running)), ledger_finished(view.pending(), "finished, awaiting delivery"),
+        return Group(ledger_running(running, activity=view.activity(running), ledger=view.ledger),
+                     ledger_finished(view.pending(), "finished, awaiting delivery"),
                      ledger_finished(view.settled(SETTLED_SHOWN), "recently delivered or dropped"))
     if not watch:
         ui.show(tables())
@@ -87,24 +99,31 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
 
     `offload chat --resume SESSION` delivers them; --ack marks one handled without delivery.
     IDs may be shortened to a unique prefix (deleg_eb85, or eb85)."""
-    from offload import ledger_rows
+    from offload.cli.views import Ui
     from offload.ledger_view import LedgerView
-    from offload.cli.views import Ui, ledger_finished
 
-    check_config()
     ui = Ui()
-    view = LedgerView(on_read_only=ui.warn)
-    _recover(ui, view, quiet=as_json)
-    if show:
-        if as_json:  # the result document: also for a unit still running (state, children so far)
-            emit_json(result_document(view, delegation_id(view, show)).to_json())
+    with runtime() as off:
+        view = LedgerView(off.ledger(), on_read_only=ui.warn)
+        _recover(ui, off, view, quiet=as_json)
+        if show:
+            if as_json:  # the result document: also for a unit still running (state, children so far)
+                emit_json(result_document(off, view, delegation_id(view, show)).to_json())
+                return
+            ui.say(full_result(off, view, show))
             return
-        _show(ui, view, show)
-        return
+        _inbox(ui, off, view, ack, ack_all, all_rows, as_json)
+
+
+def _inbox(ui: Ui, off: Offload, view: LedgerView, ack: list[str], ack_all: bool, all_rows: bool,
+           as_json: bool) -> None:
+    from offload import ledger_rows
+    from offload.cli.views import ledger_finished
+
     pending = view.pending()
     targets = [row.delegation_id for row in pending] if ack_all else [_pending_id(view, i, pending) for i in ack]
     if targets:
-        _acknowledge(ui, view, targets)
+        _acknowledge(ui, off, view, targets)
         pending = view.pending()
     if as_json:
         data = {"pending": [ledger_rows.record(r) for r in pending]}
@@ -120,15 +139,14 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
         ui.show(ledger_finished(view.settled(50), "delivered or dropped"))
 
 
-def _recover(ui: Ui, view: LedgerView, quiet: bool) -> None:
+def _recover(ui: Ui, off: Offload, view: LedgerView, quiet: bool) -> None:
     """Settle rows whose owner died (so they show as pending); skipped on a read-only home."""
-    from offload.default_runtime import engine
     from offload.ledger import LedgerError
 
     if not view.running():  # nothing to recover, and no write on a home that may be read-only
         return
     try:
-        recovered = engine.recover_abandoned_delegations()
+        recovered = off.deliveries.recover_abandoned()
     except LedgerError as exc:
         if exc.kind != "unwritable":
             raise
@@ -159,32 +177,25 @@ def _pending_id(view: LedgerView, wanted: str, pending: list[Any]) -> str:
         raise CliError(f"not pending: {wanted} ({exc}); `offload inbox` lists the pending ids") from None
 
 
-def _show(ui: Ui, view: LedgerView, wanted: str) -> None:
-    ui.say(full_result(view, wanted))
-
-
-def full_result(view: LedgerView, wanted: str) -> str:
+def full_result(off: Offload, view: LedgerView, wanted: str) -> str:
     """A finished delegation's result exactly as the agent reads it (``wanted``: an id or prefix)."""
-    from offload.render.bus_notifications import format_process_notification
-
     row = view.get(delegation_id(view, wanted))
     if row is None or not row.event:
         raise CliError(f"delegation {wanted!r} has not finished yet; `offload agents` shows what runs")
-    return format_process_notification(row.event) or ""
+    return off.render(row.event) or ""
 
 
-def result_document(view: LedgerView, full_id: str, event: dict[str, Any] | None = None) -> Any:
+def result_document(off: Offload, view: LedgerView, full_id: str, event: dict[str, Any] | None = None) -> Any:
     """``offload.result``'s document of one delegation, from its ledger row (else from
     ``event``, a result this process delivered whose row is gone); text as the agent read it."""
     from offload import result
-    from offload.render.bus_notifications import format_process_notification
 
     row = view.get(full_id)
     if row is None and event is not None:
-        return result.from_event(event, format_process_notification)
+        return result.from_event(event, off.render)
     if row is None:
         raise CliError(f"no delegation {full_id!r}; `offload agents` lists them")
-    return result.from_row(row, format_process_notification)
+    return result.from_row(row, off.render)
 
 
 def run_results(driver: Any, dispatched: list[str]) -> dict[str, Any]:
@@ -193,21 +204,19 @@ def run_results(driver: Any, dispatched: list[str]) -> dict[str, Any]:
     from offload import result
     from offload.ledger_view import LedgerView
 
-    view = LedgerView()
+    off = driver.runtime
+    view = LedgerView(off.ledger())
     events = {str(e.get("delegation_id")): e for e in driver.delivered}
     ids = [i for i in dict.fromkeys([*dispatched, *events]) if i]
-    docs = [result_document(view, i, events.get(i)) for i in ids]
+    docs = [result_document(off, view, i, events.get(i)) for i in ids]
     return result.run_document(driver.session_id, driver.answers, docs, int(driver.exit_code))
 
 
-def _acknowledge(ui: Ui, view: LedgerView, ids: list[str]) -> None:
-    from offload.default_runtime import engine
-    from offload.home import get_hermes_home
-
+def _acknowledge(ui: Ui, off: Offload, view: LedgerView, ids: list[str]) -> None:
     if view.read_only:
-        raise CliError(f"cannot acknowledge: {get_hermes_home()} is read-only; make it writable first")
+        raise CliError(f"cannot acknowledge: {off.home} is read-only; make it writable first")
     for full_id in ids:
-        engine.mark_completion_delivered(full_id)
+        off.deliveries.mark_delivered(full_id)
         ui.say(f"acknowledged {full_id}")
 
 
@@ -216,16 +225,16 @@ def sessions(limit: int = typer.Option(20, "--limit", "-n", min=1, help="how man
     """Stored chat sessions, most recent first: id, last use, messages, model, results pending.
 
     Continue one with `offload chat --resume ID` (a unique prefix is enough)."""
-    from offload.agent.session_store import SessionStore
-    from offload.ledger_view import LedgerView
     from offload.cli.views import Ui, sessions_table
+    from offload.ledger_view import LedgerView
 
-    check_config()
     ui = Ui()
-    with SessionStore() as store:
-        listed = store.list_sessions(limit=limit)
+    with runtime() as off:
+        with off.session_store() as store:
+            listed = store.list_sessions(limit=limit)
+        rows = LedgerView(off.ledger(), on_read_only=ui.warn).pending()
     pending: dict[str, int] = {}
-    for row in LedgerView(on_read_only=ui.warn).pending():
+    for row in rows:
         session = row.parent_session_id or row.origin_session
         pending[session] = pending.get(session, 0) + 1
     if as_json:
@@ -246,21 +255,25 @@ def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegat
     or worker; on a shared PostgreSQL ledger, on any host).
 
     Its partial result is still delivered to its session, as with /stop in the chat."""
-    from offload.ledger import LedgerError
+    from offload.cli.views import Ui
+    from offload.ledger_view import LedgerView
+
+    with runtime() as off:
+        _stop(Ui(), off.ledger(), LedgerView(off.ledger()), wanted, wait_s)
+
+
+def _stop(ui: Ui, ledger: Any, view: LedgerView, wanted: str, wait_s: float) -> None:
     from offload import control_requests
     from offload.exit_codes import ExitCode
-    from offload.ledger_view import LedgerView
-    from offload.cli.views import Ui
+    from offload.ledger import LedgerError
 
-    check_config()
-    ui, view = Ui(), LedgerView()
     row = _running_row(view, wanted)
     owner = control_requests.owner_label(row)
-    if control_requests.owner_gone(row):
+    if control_requests.owner_gone(ledger, row):
         raise CliError(f"{row.delegation_id} is not running any more: its owner ({owner}) exited; "
                        "`offload inbox` recovers it")
     try:
-        control_requests.request(row.delegation_id, ttl_s=wait_s + 1.0)
+        control_requests.request(ledger, row.delegation_id, ttl_s=wait_s + 1.0)
     except LedgerError as exc:
         raise CliError(f"{exc}; stop it in the process that runs it ({owner}) instead") from exc
     try:
@@ -273,7 +286,7 @@ def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegat
                 return
             time.sleep(_POLL_S)
     finally:
-        control_requests.withdraw(row.delegation_id)
+        control_requests.withdraw(ledger, row.delegation_id)
     ui.error(f"{row.delegation_id} did not stop within {wait_s:g} s: its owner ({owner}) did not act on the "
              "request; is it an offload older than this one? Stop it there.")
     raise typer.Exit(ExitCode.ERROR)

@@ -18,9 +18,9 @@ from offload.ledger import LedgerRow
 from offload import ledger_rows
 from offload.render.text import format_age
 from offload.cli.result_summary import MARKS, task_lines
+from offload.engine.events import is_interim
 from offload.engine.states import child_state, unit_state
-from offload.default_runtime.engine import is_interim_delegation_event
-from offload.render.bus_notifications import async_delegation_display_text
+from offload.render.notification import async_delegation_display_text
 
 _GOAL_CHARS = 48
 
@@ -94,9 +94,9 @@ def _child_lines(rec: dict[str, Any]) -> list[Text]:
 
 
 def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[str, Any]], str],
-                 activity: dict[str, dict[str, Any]] | None = None) -> RenderableType:
+                 activity: dict[str, dict[str, Any]] | None = None, ledger: Any = None) -> RenderableType:
     """Per row: id and ``status(record)``; its session and task; one line per child."""
-    records = [ledger_rows.record(row, (activity or {}).get(row.delegation_id)) for row in rows]
+    records = [ledger_rows.record(row, (activity or {}).get(row.delegation_id), ledger) for row in rows]
     if not records:
         return Text(f"{title}: none")
     lines = [Text(f"{title} ({len(records)})", style="bold")]
@@ -113,7 +113,7 @@ def _done(rec: dict[str, Any]) -> str:
 
 
 def ledger_running(rows: Iterable[LedgerRow], now: float | None = None,
-                   activity: dict[str, dict[str, Any]] | None = None) -> RenderableType:
+                   activity: dict[str, dict[str, Any]] | None = None, ledger: Any = None) -> RenderableType:
     """Running rows: age, owner (alive, or dead: it exited before the unit finished), children
     done; with ``activity`` (what owners published) the stall clock and how old that is."""
     now = time.time() if now is None else now
@@ -127,7 +127,7 @@ def ledger_running(rows: Iterable[LedgerRow], now: float | None = None,
                      f" (activity as of {_seconds(rec['activity_age_s'])} s ago)")
         return (f"running {_age(rec['dispatched_at'], now)}  owner {rec['owner_pid'] or '-'}{host} ({owner})  "
                 f"children done {_done(rec)}{clock}")
-    return _ledger_rows(rows, "running", status, activity)
+    return _ledger_rows(rows, "running", status, activity, ledger)
 
 
 def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = None) -> RenderableType:
@@ -202,7 +202,7 @@ class Ui:
             self.say(f"⇠ background {event.get('type')} landed{origin}", style="bold green")
             self.console.print(Text(text, style="dim"), soft_wrap=True)
             return
-        if is_interim_delegation_event(event):
+        if is_interim(event):
             self._failure_notice(event)
             return
         title = async_delegation_display_text(event)

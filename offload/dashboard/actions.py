@@ -7,49 +7,51 @@ this host, or on any host sharing a PostgreSQL ledger) gets a control request in
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from offload.ledger import LedgerError
 from offload import control_requests
-from offload.default_runtime import engine
+from offload.ledger import LedgerError
 from offload.ledger.queries import existing_ledger
 
+if TYPE_CHECKING:
+    from offload.runtime import Offload
 
-def interrupt(delegation_id: str) -> tuple[bool, str]:
-    if engine.interrupt_delegation(delegation_id, reason="dashboard") > 0:
+
+def interrupt(off: Offload, delegation_id: str) -> tuple[bool, str]:
+    if off.engine.interrupt_one(delegation_id, reason="dashboard") > 0:
         return True, f"interrupt sent to {delegation_id}; it reports what it has when it stops"
-    row = _row(delegation_id)
+    row = _row(off, delegation_id)
     if row is None:
         return False, f"no delegation {delegation_id!r}: it is not running here and not in the ledger"
     if row.state != "running":
         return False, f"{delegation_id} is not running (it is {row.state})"
     owner = control_requests.owner_label(row)
-    if control_requests.owner_gone(row):
+    if control_requests.owner_gone(off.ledger(), row):
         return False, (f"the process that ran {delegation_id} ({owner}) has exited; the next offload "
                        "command that reads the ledger (e.g. `offload inbox`) reports it as unknown")
     try:
-        control_requests.request(delegation_id)
+        control_requests.request(off.ledger(), delegation_id)
     except LedgerError as exc:
         return False, f"{exc}; stop it in the process that runs it ({owner})"
     return True, (f"interrupt requested from {owner}, which runs {delegation_id}; it stops within a second "
                   "or two and reports what it has")
 
 
-def ack(delegation_id: str) -> tuple[bool, str]:
+def ack(off: Offload, delegation_id: str) -> tuple[bool, str]:
     """Acknowledge a pending result without delivering it, as `offload inbox --ack` does."""
-    return _settle(delegation_id, engine.mark_completion_delivered,
+    return _settle(off, delegation_id, off.deliveries.mark_delivered,
                    f"acknowledged {delegation_id}; it will not be delivered")
 
 
-def drop(delegation_id: str) -> tuple[bool, str]:
+def drop(off: Offload, delegation_id: str) -> tuple[bool, str]:
     """Give up delivering a pending result; it stays visible in the history as dropped."""
-    return _settle(delegation_id, lambda did: engine.drop_completion_delivery(did, None, "dropped from the dashboard"),
+    return _settle(off, delegation_id, lambda did: off.deliveries.drop(did, None, "dropped from the dashboard"),
                    f"dropped {delegation_id}; it stays in the history")
 
 
-def _settle(delegation_id: str, settle: Callable[[str], bool], done: str) -> tuple[bool, str]:
+def _settle(off: Offload, delegation_id: str, settle: Callable[[str], bool], done: str) -> tuple[bool, str]:
     """Ack and drop differ only in the engine call that ends the row's delivery."""
-    problem = _not_pending(delegation_id)
+    problem = _not_pending(off, delegation_id)
     if problem:
         return False, problem
     if settle(delegation_id):
@@ -57,13 +59,13 @@ def _settle(delegation_id: str, settle: Callable[[str], bool], done: str) -> tup
     return False, f"{delegation_id} changed meanwhile; reload to see its state"
 
 
-def _row(delegation_id: str):
-    ledger = existing_ledger()
+def _row(off: Offload, delegation_id: str):
+    ledger = existing_ledger(off.ledger())
     return ledger.get(delegation_id) if ledger else None
 
 
-def _not_pending(delegation_id: str) -> str | None:
-    row = _row(delegation_id)
+def _not_pending(off: Offload, delegation_id: str) -> str | None:
+    row = _row(off, delegation_id)
     if row is None:
         return f"no delegation {delegation_id!r} in the ledger"
     if row.state == "running":

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -30,6 +30,9 @@ from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
 from offload.render.text import format_age
+
+if TYPE_CHECKING:
+    from offload.runtime import Offload
 
 _HERE = Path(__file__).parent
 KEEPALIVE_S = 15.0
@@ -71,11 +74,12 @@ def _state(text: str) -> str:
 class Dashboard:
     """Routes and their state: the template environment, the refresh interval, the stop flag."""
 
-    def __init__(self, refresh_s: float = 1.0) -> None:
+    def __init__(self, off: Offload, refresh_s: float = 1.0) -> None:
+        self.runtime = off
         self.env = _templates()
         self.refresh_s = refresh_s
         self.stopping = threading.Event()  # set by the server at shutdown: open streams end
-        self.registry = metrics.registry()
+        self.registry = metrics.registry(off)
         live_metrics.install()
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -83,7 +87,7 @@ class Dashboard:
 
     def roster_html(self) -> str:
         try:
-            units, problem = model.roster(), None
+            units, problem = model.roster(self.runtime), None
         except LedgerError as exc:  # the page stays up and says what to fix; the stream retries
             units, problem = [], str(exc)
         return self.env.get_template("_roster.html").render(units=units, problem=problem)
@@ -123,7 +127,7 @@ class Dashboard:
             flt = _history_filter(q)
         except ValueError as exc:
             return self.render("history.html", 400, units=[], error=str(exc), q=q, model=model)
-        units = await run_in_threadpool(model.history, flt)
+        units = await run_in_threadpool(model.history, self.runtime, flt)
         return self.render("history.html", units=units, error=None, q=q, model=model)
 
     async def api_list(self, request: Request) -> Response:
@@ -132,19 +136,19 @@ class Dashboard:
             flt = _history_filter(request.query_params)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, 400)
-        return JSONResponse({"delegations": await run_in_threadpool(model.documents, flt)})
+        return JSONResponse({"delegations": await run_in_threadpool(model.documents, self.runtime, flt)})
 
     async def api_detail(self, request: Request) -> Response:
         """``/api/delegations/ID``: one delegation's result document."""
         delegation_id = request.path_params["delegation_id"]
-        doc = await run_in_threadpool(model.document, delegation_id)
+        doc = await run_in_threadpool(model.document, self.runtime, delegation_id)
         if doc is None:
             return JSONResponse({"error": f"no delegation {delegation_id!r} in the ledger"}, 404)
         return JSONResponse(doc)
 
     async def detail_page(self, request: Request) -> Response:
         delegation_id = request.path_params["delegation_id"]
-        unit = await run_in_threadpool(model.detail, delegation_id)
+        unit = await run_in_threadpool(model.detail, self.runtime, delegation_id)
         if unit is None:
             return self.render("missing.html", 404, delegation_id=delegation_id)
         return self.render("detail.html", u=unit, message=request.query_params.get("msg"),
@@ -155,7 +159,7 @@ class Dashboard:
         act = actions.ACTIONS.get(name)
         if act is None:
             return self.render("missing.html", 404, delegation_id=delegation_id)
-        ok, message = await run_in_threadpool(act, delegation_id)
+        ok, message = await run_in_threadpool(act, self.runtime, delegation_id)
         target = request.url_for("detail", delegation_id=delegation_id).include_query_params(
             msg=message, ok="1" if ok else "0")
         return RedirectResponse(target.path + "?" + target.query, status_code=303)
@@ -165,10 +169,12 @@ class Dashboard:
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
 
-def create_app(*, token: str | None = None, refresh_s: float = 1.0, hosts: HostCheck | None = None) -> Starlette:
-    """The ASGI app. ``app.state.dashboard.stopping`` ends open event streams at shutdown;
-    ``hosts``: the Host names it answers to (default: those of a loopback bind)."""
-    dash = Dashboard(refresh_s)
+def create_app(off: Offload, *, token: str | None = None, refresh_s: float = 1.0,
+               hosts: HostCheck | None = None) -> Starlette:
+    """The ASGI app over the runtime ``off`` (its ledger, and the units it runs itself).
+    ``app.state.dashboard.stopping`` ends open event streams at shutdown; ``hosts``: the Host
+    names it answers to (default: those of a loopback bind)."""
+    dash = Dashboard(off, refresh_s)
     routes = [
         Route("/", dash.roster_page, name="roster"),
         Route("/roster", dash.roster_fragment),

@@ -11,7 +11,7 @@ ledger figures are left out of that scrape.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -22,15 +22,21 @@ from offload.dashboard import model
 from offload.ledger_rows import row_state
 from offload.telemetry import metrics as live_metrics
 
+if TYPE_CHECKING:
+    from offload.runtime import Offload
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class LedgerCollector(Collector):
-    """Gauges computed from every ledger row at scrape time."""
+    """Gauges computed from every row of the runtime's ledger at scrape time."""
+
+    def __init__(self, off: Offload) -> None:
+        self.runtime = off
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            rows = model.ledger_rows()
+            rows = model.ledger_rows(self.runtime.ledger())
         except Exception as exc:  # a scrape must still answer; the error is visible as a counter
             live_metrics.ledger_error(getattr(exc, "kind", "error"))
             return
@@ -48,10 +54,10 @@ class LedgerCollector(Collector):
         yield GaugeMetricFamily("offload_ledger_stalled_units", "Units reported stalled", value=states.count("stalled"))
 
 
-def registry() -> CollectorRegistry:
+def registry(off: Offload) -> CollectorRegistry:
     """A registry with the ledger's gauges and this process's counters and histograms."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(LedgerCollector())
+    reg.register(LedgerCollector(off))
     reg.register(live_metrics.COLLECTOR)
     return reg
 

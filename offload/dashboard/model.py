@@ -1,8 +1,9 @@
 """What the dashboard shows, as plain dicts: the roster, the filtered history and one
 delegation's detail. No HTTP and no HTML here.
 
-Sources: the ledger (every process's work on this ``$HERMES_HOME`` or shared ledger, through
-``offload.ledger.queries`` and ``get``); for units this process runs, the engine's live roster
+Sources (of the runtime ``off`` every function is given): the ledger (every process's work on
+this home or shared ledger, through ``offload.ledger.queries`` and ``get``); for units this
+runtime runs, the engine's live roster
 (per-child API calls, current tool, seconds idle, stall clock); for units of other processes
 and hosts, the activity snapshot their owner published in the ledger (``offload.activity``),
 with its age. Invariants: nothing here writes, and a value that came from a child is
@@ -12,17 +13,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from offload import activity, result
-from offload.ledger_rows import owner_host, owner_state, row_state
 from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, RUNNING, UNFINISHED, UNIT_STATES, UNKNOWN, child_state,
                                    unit_state)
-from offload.default_runtime import engine
+from offload.ledger import DelegationLedger, LedgerRow
 from offload.ledger import queries as ledger_queries
-from offload.default_runtime.delivery import current_ledger
-from offload.ledger import LedgerRow
-from offload.render.bus_notifications import format_process_notification
+from offload.ledger_rows import owner_host, owner_state, row_state
+
+if TYPE_CHECKING:
+    from offload.runtime import Offload
 
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
 HISTORY_LIMIT = 1000  # settled rows read for the history page (the ledger keeps about this many)
@@ -30,15 +31,16 @@ STATES = UNIT_STATES  # the history page's state filter offers every unit state
 DELIVERY_STATES = ("pending", "delivered", "dropped")
 
 
-def ledger_rows(settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
+def ledger_rows(ledger: DelegationLedger, settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
     """Every row the ledger reports: running, awaiting delivery, and settled (newest first)."""
-    return [*ledger_queries.running_rows(), *ledger_queries.pending_rows(), *ledger_queries.settled_rows(settled_limit)]
+    return [*ledger_queries.running_rows(ledger), *ledger_queries.pending_rows(ledger),
+            *ledger_queries.settled_rows(ledger, settled_limit)]
 
 
-def _owner(row: LedgerRow | None) -> dict[str, Any]:
+def _owner(row: LedgerRow | None, ledger: DelegationLedger) -> dict[str, Any]:
     if row is None or not row.owner_pid:
         return {"pid": None, "alive": None, "host": None}
-    return {"pid": row.owner_pid, "alive": owner_state(row) == "running", "host": owner_host(row)}
+    return {"pid": row.owner_pid, "alive": owner_state(row, ledger) == "running", "host": owner_host(row)}
 
 
 def _label(task: dict[str, Any], event: dict[str, Any]) -> str:
@@ -80,7 +82,7 @@ def _single_result(result: dict[str, Any]) -> dict[str, Any]:
     return result if result.get("status") else {}
 
 
-def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float,
+def _unit(ledger: DelegationLedger, row: LedgerRow | None, live: dict[str, Any] | None, now: float,
           remote: dict[str, Any] | None = None) -> dict[str, Any]:
     """A roster/history entry from a ledger row, a live record, or both (live wins for status);
     ``remote``: the activity another process published for a running row (``activity.live_view``)."""
@@ -96,7 +98,7 @@ def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float,
         "id": row.delegation_id if row else live["delegation_id"], "status": status, "label": _label(task, event),
         "session": (row.parent_session_id or row.origin_session) if row else
                    (live.get("parent_session_id") or live.get("session_key")),
-        "owner": _owner(row), "local": live is not None and status in ACTIVE_STATES,
+        "owner": _owner(row, ledger), "local": live is not None and status in ACTIVE_STATES,
         "dispatched_at": dispatched_at,
         "age_s": round(max(0.0, now - dispatched_at), 1) if dispatched_at else None,
         "completed_at": row.completed_at if row else live.get("completed_at"),
@@ -109,19 +111,20 @@ def _unit(row: LedgerRow | None, live: dict[str, Any] | None, now: float,
     }
 
 
-def roster(now: float | None = None, recent_s: float = RECENT_S) -> list[dict[str, Any]]:
+def roster(off: Offload, now: float | None = None, recent_s: float = RECENT_S) -> list[dict[str, Any]]:
     """Running units of every process, plus units finished in the last ``recent_s``; newest first."""
     now = time.time() if now is None else now
-    live = {item["delegation_id"]: item for item in engine.list_async_delegations()}
-    rows = {row.delegation_id: row for row in ledger_queries.running_rows()}
-    for row in [*ledger_queries.pending_rows(), *ledger_queries.settled_rows(200)]:
+    ledger = off.ledger()
+    live = {item["delegation_id"]: item for item in off.engine.list()}
+    rows = {row.delegation_id: row for row in ledger_queries.running_rows(ledger)}
+    for row in [*ledger_queries.pending_rows(ledger), *ledger_queries.settled_rows(ledger, 200)]:
         if (row.completed_at or 0) >= now - recent_s:
             rows.setdefault(row.delegation_id, row)
-    remote = activity.remote_views(current_ledger(), [did for did, row in rows.items()
-                                                      if row.state == "running" and did not in live], now)
-    units = [_unit(row, live.get(did), now, remote.get(did)) for did, row in rows.items()]
+    remote = activity.remote_views(ledger, [did for did, row in rows.items()
+                                            if row.state == "running" and did not in live], now)
+    units = [_unit(ledger, row, live.get(did), now, remote.get(did)) for did, row in rows.items()]
     # Units of this process whose ledger row is missing (the write failed) still show.
-    units += [_unit(None, item, now) for did, item in live.items() if did not in rows
+    units += [_unit(ledger, None, item, now) for did, item in live.items() if did not in rows
               and (item.get("status") in LIVE_STATES
                    or (item.get("completed_at") or 0) >= now - recent_s)]
     return sorted(units, key=lambda u: u["dispatched_at"] or 0.0, reverse=True)
@@ -147,45 +150,47 @@ class HistoryFilter:
         return self.max_age_s is None or now - row.dispatched_at <= self.max_age_s
 
 
-def history_rows(flt: HistoryFilter, now: float | None = None) -> list[LedgerRow]:
-    """The ledger rows ``flt`` keeps, newest first."""
+def history_rows(ledger: DelegationLedger, flt: HistoryFilter, now: float | None = None) -> list[LedgerRow]:
+    """The rows of ``ledger`` that ``flt`` keeps, newest first."""
     now = time.time() if now is None else now
-    rows = [row for row in ledger_rows() if flt.keeps(row, now)]
+    rows = [row for row in ledger_rows(ledger) if flt.keeps(row, now)]
     rows.sort(key=lambda row: row.dispatched_at, reverse=True)
     return rows
 
 
-def history(flt: HistoryFilter, now: float | None = None) -> list[dict[str, Any]]:
+def history(off: Offload, flt: HistoryFilter, now: float | None = None) -> list[dict[str, Any]]:
     now = time.time() if now is None else now
-    return [_unit(row, None, now) for row in history_rows(flt, now)]
+    ledger = off.ledger()
+    return [_unit(ledger, row, None, now) for row in history_rows(ledger, flt, now)]
 
 
-def documents(flt: HistoryFilter) -> list[dict[str, Any]]:
+def documents(off: Offload, flt: HistoryFilter) -> list[dict[str, Any]]:
     """The JSON API's list: the result document (``offload.result``) of every row ``flt`` keeps."""
-    return [result.from_row(row, format_process_notification).to_json() for row in history_rows(flt)]
+    return [result.from_row(row, off.render).to_json() for row in history_rows(off.ledger(), flt)]
 
 
-def document(delegation_id: str) -> dict[str, Any] | None:
+def document(off: Offload, delegation_id: str) -> dict[str, Any] | None:
     """One delegation's result document, or None if the ledger does not know it."""
-    ledger = current_ledger()
-    row = ledger.get(delegation_id) if ledger.exists() else None
-    return None if row is None else result.from_row(row, format_process_notification).to_json()
+    found = ledger_queries.existing_ledger(off.ledger())
+    row = found.get(delegation_id) if found else None
+    return None if row is None else result.from_row(row, off.render).to_json()
 
 
-def detail(delegation_id: str, now: float | None = None) -> dict[str, Any] | None:
+def detail(off: Offload, delegation_id: str, now: float | None = None) -> dict[str, Any] | None:
     """Everything about one delegation: the task, per-child results, the text the agent read,
     delivery attempts and the owner; None if the ledger and this process do not know it."""
     now = time.time() if now is None else now
-    ledger = ledger_queries.existing_ledger()
-    row = ledger.get(delegation_id) if ledger else None
-    live = next((i for i in engine.list_async_delegations() if i["delegation_id"] == delegation_id), None)
+    ledger = off.ledger()
+    found = ledger_queries.existing_ledger(ledger)
+    row = found.get(delegation_id) if found else None
+    live = next((i for i in off.engine.list() if i["delegation_id"] == delegation_id), None)
     if row is None and live is None:
         return None
-    remote = activity.remote_views(current_ledger(), [delegation_id]) if row and row.state == "running" and not live else {}
-    unit = _unit(row, live, now, remote.get(delegation_id))
+    remote = activity.remote_views(ledger, [delegation_id]) if row and row.state == "running" and not live else {}
+    unit = _unit(ledger, row, live, now, remote.get(delegation_id))
     event = (row.event if row else None) or {}
     unit.update(task=(row.task if row else None) or {}, event=event,
-                agent_text=format_process_notification(event) if event else None,
+                agent_text=off.render(event) if event else None,
                 delivered_at=row.delivered_at if row else None,
                 claimed=bool(row and row.delivery_claim))
     return unit

@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import uvicorn
 
@@ -20,16 +20,19 @@ from offload.dashboard.security import check_bind
 from offload.http_security import HostCheck
 from offload.errors import CliError
 
+if TYPE_CHECKING:
+    from offload.runtime import Offload
+
 GRACEFUL_SHUTDOWN_S = 2.0
 
 
 class DashboardServer:
     """One uvicorn server; ``start()`` returns once it listens, ``url`` says where."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+    def __init__(self, off: Offload, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  refresh_s: float = 1.0, allowed_hosts: Iterable[str] = ()) -> None:
         check_bind(host, token)
-        self.app = create_app(token=token, refresh_s=refresh_s, hosts=HostCheck(host, allowed_hosts))
+        self.app = create_app(off, token=token, refresh_s=refresh_s, hosts=HostCheck(host, allowed_hosts))
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", lifespan="off",
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         self.server = uvicorn.Server(config)

@@ -37,6 +37,7 @@ from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.recovery import git_state_hint, recovered_event
 
 OwnerAlive = Callable[[int | None, int | None], bool]
+LedgerSource = Callable[[], DelegationLedger]
 
 
 def is_this_process(pid: int | None, started_at: int | None) -> bool:
@@ -216,11 +217,11 @@ class Deliveries:
         state = ledger.release_delivery(row.delegation_id, row.delivery_claim or "", now, budget,
                                         exhausted(budget, "its consumer died while delivering it"))
         if state:
-            _told(row.delegation_id, "released", True)
+            self._told(row.delegation_id, "released", True)
             logger.warning("Released the delivery claim on %s: its holder (pid %s) is gone; delivering it again.",
                            row.delegation_id, row.delivery_claim_pid)
         if state == "dropped":
-            _out_of_attempts(row.delegation_id, budget)
+            _out_of_attempts(row.delegation_id, budget, self.ledger)
         return state == "pending"
 
     def _still_deliverable(self, ledger: DelegationLedger, row: LedgerRow, now: float) -> bool:
@@ -256,10 +257,10 @@ class Deliveries:
             got = ledger.claim_delivery(delegation_id, claim_id, time.time(), self.policy().claim_lease_s,
                                         holder=current_owner())
             return True if got is None else got
-        return _told(delegation_id, "claimed", self._guarded("claim", True, claim))
+        return self._told(delegation_id, "claimed", self._guarded("claim", True, claim))
 
     def complete(self, delegation_id: str, claim_id: str) -> bool:
-        return _told(delegation_id, "delivered", self._guarded(
+        return self._told(delegation_id, "delivered", self._guarded(
             "complete delivery", False, lambda l: l.complete_delivery(delegation_id, claim_id, time.time())))
 
     def release(self, delegation_id: str, claim_id: str, why: str = "") -> str:
@@ -268,9 +269,9 @@ class Deliveries:
         budget = self.policy().max_delivery_attempts
         state = self._guarded("release delivery", "", lambda l: l.release_delivery(
             delegation_id, claim_id, time.time(), budget, exhausted(budget, why or "delivering it failed")))
-        _told(delegation_id, "released", bool(state))
+        self._told(delegation_id, "released", bool(state))
         if state == "dropped":
-            _out_of_attempts(delegation_id, budget)
+            _out_of_attempts(delegation_id, budget, self.ledger)
         return state
 
     def defer(self, delegation_id: str, claim_id: str) -> bool:
@@ -278,7 +279,7 @@ class Deliveries:
 
     def drop(self, delegation_id: str, claim_id: str | None = None, reason: str | None = None) -> bool:
         """Drop a pending result undelivered; ``reason`` is kept in the ledger for every host."""
-        return _told(delegation_id, "dropped", self._guarded(
+        return self._told(delegation_id, "dropped", self._guarded(
             "drop delivery", False, lambda l: l.drop_delivery(delegation_id, claim_id, time.time(), reason)))
 
     def record_progress(self, delegation_id: str, claim_id: str, parts: int) -> bool:
@@ -288,7 +289,7 @@ class Deliveries:
 
     def mark_delivered(self, delegation_id: str) -> bool:
         """Acknowledge unconditionally (no claim needed). True iff the row changed."""
-        return _told(delegation_id, "acknowledged", self._guarded(
+        return self._told(delegation_id, "acknowledged", self._guarded(
             "acknowledge", False, lambda l: l.mark_delivered(delegation_id, time.time())))
 
     def claim_event(self, evt: dict[str, Any], consumer: str) -> str | None:
@@ -308,6 +309,9 @@ class Deliveries:
         if not claim_id or not _claimable(evt):
             return ""
         return self.release(evt["delegation_id"], claim_id, why)
+
+    def _told(self, delegation_id: str, outcome: str, changed: Any) -> Any:
+        return _told(delegation_id, outcome, changed, self.ledger)
 
     # -- queries ----------------------------------------------------------------------------------
     def get(self, delegation_id: str) -> dict[str, Any] | None:
@@ -335,16 +339,17 @@ def exhausted(budget: int, why: str) -> str:
     return f"{why} on the last of its {budget} delivery attempts"
 
 
-def _out_of_attempts(delegation_id: str, budget: int) -> None:
-    _told(delegation_id, "dropped", True)
+def _out_of_attempts(delegation_id: str, budget: int, ledger: LedgerSource | None = None) -> None:
+    _told(delegation_id, "dropped", True, ledger)
     logger.warning("Delegation %s exhausted its %d delivery attempts and was dropped; the result remains "
                    "queryable with `offload inbox --all`.", delegation_id, budget)
 
 
-def _told(delegation_id: str, outcome: str, changed: Any) -> Any:
-    """Tell observers about a delivery step that changed the row; returns ``changed``."""
+def _told(delegation_id: str, outcome: str, changed: Any, ledger: LedgerSource | None = None) -> Any:
+    """Tell observers about a delivery step that changed the row (``ledger``: the provider of the
+    ledger it lives in, so an observer may read it); returns ``changed``."""
     if changed:
-        notify("delivery", delegation_id, outcome=outcome)
+        notify("delivery", delegation_id, outcome=outcome, ledger=ledger)
     return changed
 
 

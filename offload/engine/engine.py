@@ -62,9 +62,13 @@ class Delegations:
     def __init__(self, *, ledger: Callable[[], DelegationLedger], publish: Callable[[dict[str, Any]], None],
                  policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
                  records: dict[str, Record] | None = None, lock: threading.Lock | None = None,
-                 slots: Counter[str] | None = None, clock: Clock | None = None) -> None:
-        """``clock``: what drives the stall loop (default: real time; tests pass a FakeClock)."""
+                 slots: Counter[str] | None = None, clock: Clock | None = None,
+                 on_dispatched: Callable[[], None] | None = None) -> None:
+        """``clock``: what drives the stall loop (default: real time; tests pass a FakeClock);
+        ``on_dispatched()``: called after each dispatch (the runtime's owner loop starts on it)."""
         self.ledger, self.publish, self.policy = ledger, publish, policy
+        self.on_dispatched = on_dispatched
+        self.closed = False
         self.health = health or LedgerHealth()
         self.records: dict[str, Record] = {} if records is None else records
         self.lock = lock or threading.Lock()
@@ -102,7 +106,8 @@ class Delegations:
 
         ``hold_slot`` keeps the unit's slot taken even if it finishes at once, until
         ``release_slot_hold``: the caller is still dispatching the other units of one call."""
-        invalid = invalid_dispatch(runner, cap)
+        invalid = invalid_dispatch(runner, cap) or (
+            "this offload runtime is closed; open a new one to delegate" if self.closed else None)
         if invalid:
             return {"status": "rejected", "error": invalid}
         record = new_record(spec, spec.delegation_id or self.new_id())
@@ -148,6 +153,8 @@ class Delegations:
                     str(record["goal"])[:80])
         handle = {"status": "dispatched", "delegation_id": did}
         notify("dispatched", did, record=record)
+        if self.on_dispatched is not None:
+            self.on_dispatched()
         if warning:
             handle["warning"] = warning
         return handle
@@ -382,6 +389,26 @@ class Delegations:
     def loops(self) -> list[Loop]:
         """The engine's background loops (the stall loop), for a runtime that stops them together."""
         return [self.stalls.loop]
+
+    def interrupt_one(self, delegation_id: str, reason: str = "user") -> int:
+        """Ask one running/stalling unit to stop; 1 if signalled, else 0."""
+        return self.interrupt(lambda r: r.get("delegation_id") == delegation_id, reason)
+
+    def interrupt_session(self, session_key: str = "", origin_ui_session_id: str = "", parent_session_id: str = "",
+                          reason: str = "session_end") -> int:
+        """Ask every running/stalling unit of one session (``roster.session_selected``) to stop."""
+        return self.interrupt(lambda r: roster.session_selected(r, session_key, origin_ui_session_id,
+                                                                parent_session_id), reason)
+
+    def close(self) -> None:
+        """Refuse new units and stop the stall loop and the pool. Units already running keep
+        their daemon threads and still finalize (persist, publish); nothing waits for them."""
+        self.closed = True
+        self.stalls.stop()
+        with self._executor_lock:
+            if self.executor is not None:
+                self.executor.shutdown(wait=False)
+            self.executor = None
 
     def reset(self) -> None:
         """Forget every unit and stop the pool and the stall loop (tests and embedding apps)."""

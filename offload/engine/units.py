@@ -36,6 +36,14 @@ class UnitSpec:
     subagent_config: dict[str, Any] | None = None  # the model-rejection notice's subject, stamped at dispatch
 
 
+def batch_spec(goals: list[Any] | None, task_indexes: list[int] | None = None, **fields: Any) -> UnitSpec:
+    """A fan-out unit's spec: ``goals`` is the whole call's goal list, ``task_indexes`` the
+    subset this unit runs (None: all of them); the label sums up the unit's own goals."""
+    goals = list(goals or [])
+    unit_goals = [goals[i] for i in task_indexes if 0 <= i < len(goals)] if task_indexes else goals
+    return UnitSpec(batch_label(unit_goals), is_batch=True, goals=goals, task_indexes=task_indexes, **fields)
+
+
 def batch_label(unit_goals: list[Any]) -> str:
     if len(unit_goals) == 1:
         return unit_goals[0]

@@ -22,11 +22,10 @@ from offload.gateway.platform import Incoming, Platform, Route, SendFailed, sess
 from offload.gateway.roster import RosterBubble, roster_text
 from offload.gateway.state import GatewayState
 from offload.gateway.watcher import DeliveryWatcher
-from offload.default_runtime.engine import interrupt_for_session, list_async_delegations
-from offload.engine.bus import process_registry
 
 if TYPE_CHECKING:  # the app builds conversations through ``build``; it never imports the CLI layer
-    from offload.runtime import Conversation
+    from offload.conversation import Conversation
+    from offload.runtime import Offload
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +38,16 @@ BuildConversation = Callable[[str, str], "Conversation"]  # (session id, session
 
 
 class GatewayApp:
-    def __init__(self, platform: Platform, cfg: GatewayConfig, allowed: set[str], build: BuildConversation,
-                 store: SessionStore, state: GatewayState, stop: threading.Event | None = None) -> None:
+    def __init__(self, runtime: Offload, platform: Platform, cfg: GatewayConfig, allowed: set[str],
+                 build: BuildConversation, store: SessionStore, state: GatewayState,
+                 stop: threading.Event | None = None) -> None:
+        self.runtime = runtime
         self.platform, self.cfg, self.allowed, self.build = platform, cfg, allowed, build
         self.store, self.state = store, state
         self.stop = stop or threading.Event()
         self.chats: dict[str, ChatSession] = {}
         self._chats_lock = threading.Lock()
-        self.watcher = DeliveryWatcher(platform.name, process_registry, self.chat_for,
+        self.watcher = DeliveryWatcher(platform.name, runtime.bus, runtime.deliveries, self.chat_for,
                                        consumer=f"gateway-{platform.name}", backoff_s=cfg.retry_backoff_s,
                                        allowed=lambda chat_id: chat_id in self.allowed)
 
@@ -112,7 +113,7 @@ class GatewayApp:
         elif command == "/agents":
             self._agents(chat)
         elif command == "/stop":
-            stopped = interrupt_for_session(session_key=key, reason="stopped from the chat (/stop)")
+            stopped = self.runtime.engine.interrupt_session(session_key=key, reason="stopped from the chat (/stop)")
             chat.say(f"stopping {stopped} background delegation(s) of this chat; their partial results will arrive here")
         elif command == "/new":
             chat.new_session()
@@ -123,7 +124,7 @@ class GatewayApp:
 
     def _agents(self, chat: ChatSession) -> None:
         def units() -> list[dict]:
-            return [i for i in list_async_delegations() if i.get("session_key") == chat.key]
+            return [i for i in self.runtime.engine.list() if i.get("session_key") == chat.key]
         if not self.cfg.live_roster:
             chat.say(roster_text(units()), header="Background agents")
             return

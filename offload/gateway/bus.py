@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from offload.engine.bus import CompletionBus
+from offload.engine.delivery import Deliveries
 from offload.gateway.runner import GatewayRunner, enrich_async_delegation_routing
 from offload.gateway.session_keys import parse_session_key
-from offload.default_runtime import delivery
-from offload.engine.bus import CompletionBus
 
 logger = logging.getLogger(__name__)
 Event = dict[str, Any]
@@ -26,15 +26,16 @@ def _routable(evt: Event) -> bool:
 
 
 class GatewayBus:
-    def __init__(self, runner: GatewayRunner, registry: CompletionBus, consumer: str = "gateway") -> None:
-        self.runner, self.registry, self.consumer = runner, registry, consumer
+    def __init__(self, runner: GatewayRunner, registry: CompletionBus, deliveries: Deliveries,
+                 consumer: str = "gateway") -> None:
+        self.runner, self.registry, self.deliveries, self.consumer = runner, registry, deliveries, consumer
 
     def tick(self) -> int:
         """Deliver what is ready; returns how many results an adapter accepted."""
         claims: dict[int, str] = {}
         claimed: list[tuple[Event, str | None]] = []
         for evt, text in self.registry.drain_notifications(owns_event=_routable):
-            claim = delivery.claim_event_delivery(evt, self.consumer)
+            claim = self.deliveries.claim_event(evt, self.consumer)
             if claim is None:
                 self.registry.completion_queue.put(evt)  # another consumer is delivering it
                 continue
@@ -43,9 +44,9 @@ class GatewayBus:
             claimed.append((evt, text))
         outcome = self.runner.deliver_pending(lambda: claimed)
         for evt in outcome.delivered:
-            delivery.complete_event_delivery(evt, claims.get(id(evt)))
+            self.deliveries.complete_event(evt, claims.get(id(evt)))
         for evt in outcome.undelivered:
-            state = delivery.release_event_delivery(evt, claims.get(id(evt)))
+            state = self.deliveries.release_event(evt, claims.get(id(evt)))
             if state != "dropped":
                 self.registry.completion_queue.put(evt)
         return outcome.delivered_count

@@ -24,15 +24,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from offload.context import result_chain
+from offload.engine.events import is_interim
 from offload.engine.states import event_state
 from offload.gateway.platform import ChatGone, Incoming, Platform, Route
 from offload.gateway.runner import BATCH_PREFIX
 from offload.gateway.session_context import clear_session_vars, set_session_vars
 from offload.render.truncation import unfinished_reason
-from offload.default_runtime import engine
 
 if TYPE_CHECKING:  # conversations are built by the caller; the gateway never imports the CLI layer
-    from offload.runtime import Conversation, TurnResult
+    from offload.conversation import Conversation, TurnResult
+    from offload.engine.delivery import Deliveries
 
 logger = logging.getLogger(__name__)
 Event = dict[str, Any]
@@ -45,6 +46,7 @@ class Claimed:
     event: Event
     text: str
     claim: str
+    deliveries: Deliveries  # the runtime's: where the claim is settled
     shown_parts: int = 0  # parts of a split message already shown, by any attempt (from the ledger)
 
     @property
@@ -55,24 +57,24 @@ class Claimed:
     def dedupe_id(self) -> str:
         """The id a stored turn records; "" for an interim notice, which is not the result: the
         unit's final event must never be deduplicated, acknowledged or dropped because of it."""
-        return "" if engine.is_interim_delegation_event(self.event) else self.delegation_id
+        return "" if is_interim(self.event) else self.delegation_id
 
     def acknowledge(self) -> None:
         """The turn carrying this result is stored (or it was before a crash): settle the claim."""
-        if self.claim and not engine.complete_event_delivery(self.event, self.claim):
-            engine.mark_completion_delivered(self.delegation_id)  # the lease ran out; the stored turn counts
+        if self.claim and not self.deliveries.complete_event(self.event, self.claim):
+            self.deliveries.mark_delivered(self.delegation_id)  # the lease ran out; the stored turn counts
 
     def drop(self, reason: str) -> None:
         if not self.dedupe_id:
             return  # an interim notice has no row of its own; the unit's result is still to come
-        engine.drop_completion_delivery(self.delegation_id, self.claim or None, reason)
+        self.deliveries.drop(self.delegation_id, self.claim or None, reason)
         logger.warning("dropped delegation %s: %s", self.delegation_id, reason)
 
     def shown(self, parts: int) -> None:
         """The first ``parts`` parts of this result reached the chat: a retry starts after them."""
         self.shown_parts = parts
         if self.claim:
-            engine.record_delivery_progress(self.delegation_id, self.claim, parts)
+            self.deliveries.record_progress(self.delegation_id, self.claim, parts)
 
 
 # What the worker tells the watcher about a batch: settled, or give it back for a retry.

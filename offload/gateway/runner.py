@@ -1,7 +1,7 @@
 """GatewayRunner: delivers background-delegation results back to the chat they came from.
 
 Owns three things: routing enrichment (session key -> platform/chat/thread on the event), the
-gateway's choice of text per event type (``_format_gateway_process_notification``), and the
+gateway's choice of text per event type (``gateway_text``, over the runtime's renderer), and the
 delivery step ``deliver_pending(drain)``: drain -> enrich -> group per route -> one turn per
 group -> ``adapter.send``. The loop around that step, with delivery claims, is
 ``offload.gateway.bus.GatewayBus.tick``.
@@ -13,9 +13,8 @@ Invariants:
   raised: the caller releases its claim and requeues it on the completion bus).
 - A group is all-or-nothing: one adapter call carries every event of one route, so a turn is
   never half delivered.
-- The completion bus and the engine (``offload.engine.bus``, ``offload.default_runtime.engine``)
-  are not imported here; the caller passes the bus's drain in. That keeps the gateway testable
-  with a fake bus and free of the engine's import-time state.
+- The completion bus and the engine are not imported here; the caller passes the bus's drain
+  (and the runtime's renderer) in. That keeps the gateway testable with a fake bus.
 """
 from __future__ import annotations
 
@@ -24,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from offload.gateway.session_keys import parse_session_key
-from offload.render.bus_notifications import format_process_notification
+from offload.render.notification import format_event
 
 logger = logging.getLogger(__name__)
 
 Event = dict[str, Any]
 Drain = Callable[[], Iterable[tuple[Event, "str | None"]]]
+Render = Callable[[Event], "str | None"]
 
 BATCH_PREFIX = (
     "[IMPORTANT: {n} background subagent delegations completed for this session. Treat these "
@@ -61,11 +61,12 @@ class DeliveryOutcome:
         return len(self.delivered)
 
 
-def _format_gateway_process_notification(evt: Event) -> str | None:
-    """Text the gateway injects for *evt*, or None when another consumer owns the type (the
-    gateway delivers ``async_delegation`` events; any other type is left to its own consumer)."""
+def gateway_text(evt: Event, render: Render = format_event) -> str | None:
+    """Text the gateway injects for *evt* (rendered by ``render``, the runtime's renderer), or
+    None when another consumer owns the type (the gateway delivers ``async_delegation`` events;
+    any other type is left to its own consumer)."""
     if isinstance(evt, dict) and evt.get("type") == "async_delegation":
-        return format_process_notification(evt)
+        return render(evt)
     return None
 
 
@@ -104,8 +105,12 @@ class GatewayRunner:
     instance made with ``object.__new__(GatewayRunner)``.
     """
 
-    def __init__(self, adapters: Mapping[str, Adapter] | None = None) -> None:
+    render: Render = staticmethod(format_event)  # the class default: instances made with __new__ render too
+
+    def __init__(self, adapters: Mapping[str, Adapter] | None = None, render: Render | None = None) -> None:
         self.adapters: dict[str, Adapter] = dict(adapters or {})
+        if render is not None:
+            self.render = render
 
     def _enrich_async_delegation_routing(self, evt: Event) -> None:
         enrich_async_delegation_routing(evt)
@@ -120,7 +125,7 @@ class GatewayRunner:
                 outcome.undelivered.append(evt)  # another consumer's event: hand it back
                 continue
             self._enrich_async_delegation_routing(evt)
-            text = text or _format_gateway_process_notification(evt)
+            text = text or gateway_text(evt, self.render)
             if not evt.get("platform") or not text:
                 outcome.undelivered.append(evt)  # CLI/desktop origin: the CLI consumer owns it
                 continue

@@ -1,10 +1,11 @@
 """Session context for a chat turn: the public API the gateway, CLI and TUI call around a turn
 to say which platform, chat, user and session it serves.
 
-The ContextVars themselves live in ``tools/session_env.py`` so the tools layer can read them
-without importing gateway/ (layers point down); this module wraps their writers under the
-session-shaped names below and re-exports the readers (``get_session_env``,
-``async_delivery_supported``) for gateway-side callers.
+The ContextVars themselves live in ``offload.context.session_env`` so the tool layer can read
+them without importing the gateway (layers point down); this module wraps their writers under
+the session-shaped names below and re-exports the readers (``get_session_env``,
+``async_delivery_supported``) for gateway-side callers. It holds no state of its own (hermes'
+process-wide "a session was bound" latch lives in the compat adapter ``gateway.session_context``).
 
 Invariants:
 - ``set_session_vars`` binds every var at once, so no field survives from a previous turn;
@@ -28,13 +29,8 @@ __all__ = [
     "declare_stateless_channel",
     "get_session_env",
     "reset_session_vars",
-    "session_context_engaged",
     "set_session_vars",
 ]
-
-# Process-wide latch: once any turn bound a session, this process serves sessions (gateway,
-# TUI) and code that would otherwise trust process env for identity can tell.
-_session_context_engaged = False
 
 
 def set_session_vars(
@@ -53,8 +49,7 @@ def set_session_vars(
     async_delivery: bool = True,
 ) -> list[Token]:
     """Bind the identity of the turn about to run in this context; returns the tokens."""
-    global _session_context_engaged
-    tokens = session_env.bind_session_env(
+    return session_env.bind_session_env(
         {
             "HERMES_SESSION_PLATFORM": platform,
             "HERMES_SESSION_SOURCE": source,
@@ -71,8 +66,6 @@ def set_session_vars(
         },
         async_delivery=async_delivery,
     )
-    _session_context_engaged = True
-    return tokens
 
 
 def clear_session_vars(tokens: list[Token] | None = None) -> None:
@@ -93,10 +86,5 @@ def reset_session_vars() -> None:
 def declare_stateless_channel() -> None:
     """Say this channel cannot receive a result later (one-shot run, cron).
 
-    Does not latch ``session_context_engaged``: a stateless run is not a session server.
     """
     session_env.set_async_delivery(False)
-
-
-def session_context_engaged() -> bool:
-    return _session_context_engaged

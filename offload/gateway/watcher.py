@@ -24,8 +24,9 @@ from typing import Any, Callable
 from offload.gateway.chat_session import ChatSession, Claimed
 from offload.gateway.platform import Route
 from offload.gateway.session_keys import parse_session_key
-from offload.default_runtime import engine
 from offload.engine.bus import CompletionBus
+from offload.engine.delivery import Deliveries
+from offload.engine.events import is_interim
 
 logger = logging.getLogger(__name__)
 Event = dict[str, Any]
@@ -39,11 +40,12 @@ class _Pending:
 
 
 class DeliveryWatcher:
-    def __init__(self, platform_name: str, registry: CompletionBus,
+    def __init__(self, platform_name: str, registry: CompletionBus, deliveries: Deliveries,
                  chat_for: Callable[[str, Route, str], ChatSession], consumer: str = "gateway",
                  backoff_s: float = 2.0, max_backoff_s: float = 300.0,
                  allowed: Callable[[str], bool] = lambda chat_id: True) -> None:
         self.platform_name, self.registry, self.chat_for, self.allowed = platform_name, registry, chat_for, allowed
+        self.deliveries = deliveries  # the runtime's claim protocol
         self.consumer, self.backoff_s, self.max_backoff_s = consumer, backoff_s, max_backoff_s
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
@@ -68,14 +70,14 @@ class DeliveryWatcher:
 
     def _drop_unserved(self, evt: Event) -> None:
         """A result (replayed from before a config change) for a chat no longer served."""
-        if engine.is_interim_delegation_event(evt):
+        if is_interim(evt):
             return  # an early warning: dropping it must not drop the unit's result row
-        claim = engine.claim_event_delivery(evt, self.consumer)
+        claim = self.deliveries.claim_event(evt, self.consumer)
         if claim is None:
             return  # another gateway, perhaps still serving that chat, holds it
         did = str(evt.get("delegation_id") or "")
-        engine.drop_completion_delivery(did, claim or None, f"chat {parse_session_key(evt['session_key'])['chat_id']}"
-                                        f" is not in gateway.{self.platform_name}.allowed_chat_ids")
+        self.deliveries.drop(did, claim or None, f"chat {parse_session_key(evt['session_key'])['chat_id']} is not "
+                             f"in gateway.{self.platform_name}.allowed_chat_ids")
 
     def _ready_keys(self, now: float) -> list[str]:
         with self._lock:
@@ -92,11 +94,11 @@ class DeliveryWatcher:
             events, pending.events = pending.events, []
         batch = []
         for evt, text in events:
-            claim = engine.claim_event_delivery(evt, self.consumer)
+            claim = self.deliveries.claim_event(evt, self.consumer)
             if claim is None:
                 logger.info("delegation %s is being delivered by another consumer", evt.get("delegation_id"))
                 continue
-            batch.append(Claimed(evt, text, claim, _shown_parts(evt, claim)))
+            batch.append(Claimed(evt, text, claim, self.deliveries, self._shown_parts(evt, claim)))
         if batch:
             chat.submit_results(batch)
         return len(batch)
@@ -113,9 +115,15 @@ class DeliveryWatcher:
             delay_s = min(self.max_backoff_s, self.backoff_s * 2 ** (pending.failures - 1))
             pending.not_before = now + delay_s
         for item in batch:
-            if engine.release_event_delivery(item.event, item.claim, "the chat could not be reached") != "dropped":
+            if self.deliveries.release_event(item.event, item.claim, "the chat could not be reached") != "dropped":
                 with self._lock:
                     pending.events.append((item.event, item.text))
+
+    def _shown_parts(self, evt: Event, claim: str) -> int:
+        """How many parts of this result an earlier attempt showed (it resumes after them)."""
+        if not claim:
+            return 0  # an interim notice: nothing durable
+        return int((self.deliveries.get(str(evt.get("delegation_id"))) or {}).get("delivery_progress") or 0)
 
     def pending_count(self) -> int:
         with self._lock:
@@ -129,10 +137,3 @@ class DeliveryWatcher:
             except Exception:
                 logger.exception("gateway delivery tick failed")
             stop.wait(interval_s)
-
-
-def _shown_parts(evt: Event, claim: str) -> int:
-    """How many parts of this result an earlier attempt showed (it resumes after them)."""
-    if not claim:
-        return 0  # an interim notice: nothing durable
-    return int((engine.get_durable_delegation(str(evt.get("delegation_id"))) or {}).get("delivery_progress") or 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -50,20 +50,29 @@ class LedgerConfig(BaseModel):
         return self
 
 
-def load_ledger_config(path: Path | None = None, env: dict[str, str] | None = None) -> LedgerConfig:
+def load_ledger_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> LedgerConfig:
     """The ``ledger:`` section over the defaults, then ``OFFLOAD_LEDGER_URL``/``OFFLOAD_HOST_ID``."""
     path = path or config_path()
-    env = os.environ if env is None else env
     # A home that is not a directory has no config file; the ledger's own error names the fix.
     section: Any = (read_config_file(path) if path.parent.is_dir() else {}).get("ledger") or {}
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: `ledger` must be a mapping of keys, got {type(section).__name__}")
+    return _with_env(section, env, str(path))
+
+
+def with_env(settings: LedgerConfig, env: Mapping[str, str] | None = None) -> LedgerConfig:
+    """``settings`` (a validated config's ``ledger``) with the environment overrides applied."""
+    return _with_env(settings.model_dump(exclude_unset=True), env, "the ledger settings")
+
+
+def _with_env(section: dict[str, Any], env: Mapping[str, str] | None, where: str) -> LedgerConfig:
+    env = os.environ if env is None else env
     overrides = {key: env[name].strip() for key, name in (("url", LEDGER_URL_ENV), ("host_id", HOST_ID_ENV))
                  if env.get(name, "").strip()}
     try:
         return LedgerConfig.model_validate({**section, **overrides})
     except ValidationError as exc:
-        where = f"{path} or {LEDGER_URL_ENV}" if "url" in overrides else str(path)
+        where = f"{where} or {LEDGER_URL_ENV}" if "url" in overrides else where
         problems = "; ".join(f"ledger.{'.'.join(str(p) for p in e['loc']) or '(section)'}: "
                              f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
         raise ConfigError(f"{where}: {problems}. Fix it with `offload config set ledger.KEY VALUE`.") from exc

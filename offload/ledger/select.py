@@ -77,6 +77,11 @@ def open_selected_ledger(state_db: Path) -> DelegationLedger | MisconfiguredLedg
         settings = ledger_settings()
     except ConfigError as exc:
         return MisconfiguredLedger(exc)
+    return open_configured_ledger(state_db, settings)
+
+
+def open_configured_ledger(state_db: Path, settings: LedgerConfig) -> DelegationLedger | MisconfiguredLedger:
+    """A new ledger instance for ``settings``: ``settings.url``, else the SQLite file ``state_db``."""
     if not settings.url:
         return open_ledger(state_db)
     try:

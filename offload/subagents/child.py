@@ -1,13 +1,14 @@
 """One delegate_task unit (``Batch``) and what happens to one child of it: built by the parent
 (``build_child_agent``), run to the end (``run_single_child``), or described without running
-(``fabricated_entry``). The lowest layer of the delegate_task modules: ``delegate_children``
-and ``delegate_tool_dispatch`` import it, it imports neither them nor ``delegate_tool``.
+(``fabricated_entry``); and the public result entries of finished children
+(``finalize_child_results``). The lowest layer of the subagents modules: ``children``,
+``dispatch`` and ``tool`` import it, it imports none of them.
 
-A unit carries its child seams (``build_child``, ``run_child``); the defaults are the functions
-here, and ``delegate_tool`` passes ones that look up its hermes-compatible names
-(``_build_child_agent``, ``_run_single_child``) at call time, so a patch there reaches every
-unit. Invariants: a child that raised is ``error``, one that ran and did not succeed ``failed``;
-a child whose work stopped unfinished (iteration budget, cut-off reply) is ``truncated``.
+A unit carries its seams (``build_child``, ``run_child``, ``finalize_results``); the defaults
+are the functions here, and a runtime may pass others (the hermes adapter passes ones that look
+up its patchable names at call time, so a patch there reaches every unit). Invariants: a child
+that raised is ``error``, one that ran and did not succeed ``failed``; a child whose work
+stopped unfinished (iteration budget, cut-off reply) is ``truncated``.
 """
 from __future__ import annotations
 
@@ -83,6 +84,21 @@ def fabricated_entry(task_index: int, status: str, error: str, child: Any, start
             "exit_reason": "interrupted" if status == "interrupted" else "error", "truncated": False}
 
 
+def finalize_child_results(entries: list[dict[str, Any]], unit: Batch) -> list[dict[str, Any]]:
+    """Public result entries: private keys dropped, summaries capped (head and tail kept)."""
+    cap = unit.cfg.max_summary_chars
+    results = []
+    for entry in sorted(entries, key=lambda e: e.get("task_index", 0)):
+        clean = {k: v for k, v in entry.items() if not str(k).startswith("_")}
+        summary = clean.get("summary")
+        if isinstance(summary, str) and len(summary) > cap:
+            cut = len(summary) - cap
+            clean["summary"] = f"{summary[: cap // 2]}\n[... {cut} characters cut ...]\n{summary[-cap // 2:]}"
+            clean["summary_truncated"] = True
+        results.append(clean)
+    return results
+
+
 @dataclass
 class Batch:
     """One delegate_task call (or one completion unit of it): its tasks and where results go.
@@ -103,9 +119,11 @@ class Batch:
     child_max_iterations: int = 50
     result_hops: int = 0  # delivered results in a row that led to this call (offload.context.result_chain)
     cancelled: threading.Event = field(default_factory=threading.Event)
-    # The child seams: ``delegate_tool`` passes ones that look its patchable names up at call time.
+    # The unit's seams (``subagents.tool.Seams``): the hermes adapter passes ones that look its
+    # patchable names up at call time.
     build_child: Callable[..., Any] = build_child_agent
     run_child: Callable[..., dict[str, Any]] = run_single_child
+    finalize_results: Callable[[list[dict[str, Any]], Batch], list[dict[str, Any]]] = finalize_child_results
 
     @property
     def goals(self) -> list[str]:

@@ -15,12 +15,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from offload.default_runtime import engine as ad
+from offload.engine.units import batch_spec
 from offload.subagents import children as kids
 from offload.subagents.child import Batch, str_attr, unit_stamp
 from offload.subagents.usage import roll_up, sum_usage
+
+if TYPE_CHECKING:
+    from offload.engine.engine import Delegations
 
 _NOTES = {
     "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
@@ -50,7 +53,7 @@ def capture_routing(parent: Any) -> dict[str, Any]:
             "origin_session_id": wake_sid or "", "origin": origin, "async_delivery": wake_sid is not None}
 
 
-def _units_of(batch: Batch) -> list[Batch]:
+def units_of(batch: Batch) -> list[Batch]:
     if not batch.cfg.independent_completions:
         return [batch]
     plan: list[tuple[str | None, list[int]]] = []  # in order of first appearance
@@ -68,16 +71,16 @@ def _units_of(batch: Batch) -> list[Batch]:
                     cancelled=threading.Event()) for group, indexes in plan]
 
 
-def dispatch_background(batch: Batch, routing: dict[str, Any]) -> dict[str, Any]:
-    units = _units_of(batch)
-    call_id = ad._new_delegation_id()
+def dispatch_background(engine: Delegations, batch: Batch, routing: dict[str, Any]) -> dict[str, Any]:
+    units = units_of(batch)
+    call_id = engine.new_id()
     handles, inline, slot_key = [], [], None
     try:
         for k, unit in enumerate(units):
             unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"
             # The first unit holds the call's slot until every unit is out, so a fast first
             # unit that finishes meanwhile cannot leave its siblings to be refused at capacity.
-            res = _dispatch_unit(unit, unit_id, routing, batch.cfg.max_concurrent_children, slot_key,
+            res = dispatch_unit(engine, unit, unit_id, routing, batch.cfg.max_concurrent_children, slot_key,
                                  hold_slot=slot_key is None and len(units) > 1)
             if res["status"] == "dispatched":
                 slot_key = slot_key or unit_id
@@ -88,40 +91,43 @@ def dispatch_background(batch: Batch, routing: dict[str, Any]) -> dict[str, Any]
                 inline.extend(kids.run_children(unit, None, honor_parent_interrupt=True))
     finally:
         if slot_key is not None and len(units) > 1:
-            ad.release_slot_hold(slot_key)
+            engine.release_slot_hold(slot_key)
     handle: dict[str, Any] = {"status": "dispatched", "mode": "background", "count": len(batch.tasks),
                               "delegation_id": handles[0]["delegation_id"], "goals": batch.goals,
                               "note": _NOTES["background"]}
     if len(units) > 1:
         handle["units"] = handles
     if inline:
-        handle["inline_results"] = _finalize_child_results(inline, batch)
+        handle["inline_results"] = batch.finalize_results(inline, batch)
         handle["usage"] = sum_usage(handle["inline_results"])
         roll_up(batch.parent, handle["usage"])
     return handle
 
 
-def _dispatch_unit(unit: Batch, unit_id: str, routing: dict[str, Any], cap: int, slot_key: str | None,
-                   hold_slot: bool, subagent_config: dict[str, Any] | None = None):
+def dispatch_unit(engine: Delegations, unit: Batch, unit_id: str, routing: dict[str, Any], cap: int,
+                  slot_key: str | None, hold_slot: bool, subagent_config: dict[str, Any] | None = None):
     """``subagent_config``: the stamp for the unit's events; default: from the unit's own config
     (a worker passes the stamp the dispatching host queued, whose config chose the model)."""
     whole_call = unit.indexes == list(range(len(unit.tasks)))
-    return ad.dispatch_async_delegation_batch(
-        goals=unit.goals, context=unit.context, toolsets=None, role=unit.role, model=unit.creds.get("model"),
-        session_key=routing["session_key"], parent_session_id=routing["parent_session_id"],
-        origin_ui_session_id=routing["origin_ui_session_id"], origin_session_id=routing["origin_session_id"],
-        runner=_unit_runner(unit, unit_id), interrupt_fn=lambda: kids.stop(unit),
-        max_async_children=cap, delegation_id=unit_id, slot_key=slot_key,
-        task_indexes=None if whole_call else unit.indexes, group=unit.group,
-        progress_fn=kids.progress_token(unit.children), origin=routing["origin"], hold_slot=hold_slot,
-        subagent_config=subagent_config or unit_stamp(unit))
+    spec = batch_spec(unit.goals, None if whole_call else unit.indexes, context=unit.context, role=unit.role,
+                      model=unit.creds.get("model"), delegation_id=unit_id, slot_key=slot_key, group=unit.group,
+                      subagent_config=subagent_config or unit_stamp(unit), **routing_fields(routing))
+    return engine.dispatch(spec, _unit_runner(engine, unit, unit_id), cap, interrupt_fn=lambda: kids.stop(unit),
+                           progress_fn=kids.progress_token(unit.children), hold_slot=hold_slot)
 
 
-def _unit_runner(unit: Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
+def routing_fields(routing: dict[str, Any]) -> dict[str, Any]:
+    """The ``UnitSpec`` fields of a captured (or queued) routing."""
+    return {"session_key": routing["session_key"] or "", "parent_session_id": routing["parent_session_id"],
+            "origin_ui_session_id": routing["origin_ui_session_id"] or "",
+            "origin_session_id": routing["origin_session_id"] or "", "origin": routing["origin"]}
+
+
+def _unit_runner(engine: Delegations, unit: Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
     def run() -> dict[str, Any]:
         started = time.monotonic()
-        entries = kids.run_children(unit, lambda entry: ad.record_unit_child(unit_id, entry))
-        out: dict[str, Any] = {"results": _finalize_child_results(entries, unit),
+        entries = kids.run_children(unit, lambda entry: engine.record_unit_child(unit_id, entry))
+        out: dict[str, Any] = {"results": unit.finalize_results(entries, unit),
                                "total_duration_seconds": round(time.monotonic() - started, 2)}
         if unit.group:
             out["group"] = unit.group
@@ -132,25 +138,10 @@ def _unit_runner(unit: Batch, unit_id: str) -> Callable[[], dict[str, Any]]:
 def run_sync(batch: Batch, note: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
     entries = kids.run_children(batch, None, honor_parent_interrupt=True)
-    results = _finalize_child_results(entries, batch)
+    results = batch.finalize_results(entries, batch)
     out: dict[str, Any] = {"status": "completed", "mode": "sync", "results": results, "usage": sum_usage(results),
                            "total_duration_seconds": round(time.monotonic() - started, 2)}
     roll_up(batch.parent, out["usage"])  # inline children count now; background ones on delivery
     if note:
         out["note"] = _NOTES[note].format(cap=batch.cfg.max_concurrent_children)
     return out
-
-
-def _finalize_child_results(entries: list[dict[str, Any]], unit: Batch) -> list[dict[str, Any]]:
-    """Public result entries: private keys dropped, summaries capped (head and tail kept)."""
-    cap = unit.cfg.max_summary_chars
-    results = []
-    for entry in sorted(entries, key=lambda e: e.get("task_index", 0)):
-        clean = {k: v for k, v in entry.items() if not str(k).startswith("_")}
-        summary = clean.get("summary")
-        if isinstance(summary, str) and len(summary) > cap:
-            cut = len(summary) - cap
-            clean["summary"] = f"{summary[: cap // 2]}\n[... {cut} characters cut ...]\n{summary[-cap // 2:]}"
-            clean["summary_truncated"] = True
-        results.append(clean)
-    return results

@@ -11,10 +11,8 @@ children with its own credentials, using the spec's model name. Units are duck-t
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
-from offload.default_runtime import engine as ad
-from offload.default_runtime import delivery
 from offload.ledger import DispatchRow, LedgerError
 from offload.subagents.child import unit_stamp
 
@@ -42,14 +40,14 @@ def unit_spec(unit: Any, routing: dict[str, Any]) -> dict[str, Any]:
             "routing": {k: routing.get(k) for k in ROUTING_KEYS}}
 
 
-def queue_units(batch: Any, units: list[Any], routing: dict[str, Any]) -> dict[str, Any]:
-    """Queue each of ``units`` (the completion units of ``batch``) for the workers; the handle
-    the parent agent gets."""
-    ledger = delivery.current_ledger()
+def queue_units(ledger: Any, new_id: Callable[[], str], batch: Any, units: list[Any],
+                routing: dict[str, Any]) -> dict[str, Any]:
+    """Queue each of ``units`` (the completion units of ``batch``) in ``ledger`` for the workers,
+    under ids from ``new_id``; the handle the parent agent gets."""
     problem = needs_shared_ledger(ledger)
     if problem:
         return {"status": "error", "error": problem}
-    call_id = ad._new_delegation_id()
+    call_id = new_id()
     handles = []
     for k, unit in enumerate(units):
         unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"

@@ -1,36 +1,37 @@
-"""The ``delegate_task`` tool: entry point, config, credentials and the child seams. The
-arguments and the schema live in ``delegate_args``; the unit and one child's build, run and
-result entry in ``delegate_child``; running a unit's children in ``delegate_children`` (on
-worker threads); the modes in ``delegate_tool_dispatch``. Imports point one way: this module
-imports those, none of them imports it.
+"""The ``delegate_task`` tool, bound to one engine: ``DelegateTool(engine, ledger, seams)`` is
+what an agent calls (``tool``) and what the runtime exposes. The arguments and the schema live
+in ``args``; the unit and one child's build, run and result entry in ``child``; running a
+unit's children in ``children`` (on worker threads); the modes in ``dispatch``. Imports point
+one way: this module imports those, none of them imports it.
 
 Invariants: the tool never raises to the model — bad arguments, placeholder goals, bad config,
 credential failures and anything unexpected come back as ``{"status": "error", "error": ...}``
 JSON that says what to change, before anything is dispatched; routing identity is captured
 before any child is built (building a child may rebind session state); a child never gets a
 toolset its parent lacks; a child that raised is ``error``, one that ran and did not succeed
-``failed``. ``_build_child_agent``, ``_run_single_child``, ``_resolve_delegation_credentials``
-and ``_load_config`` are seams the acceptance suite patches (looked up at call time: every unit
-gets ``child_seams()``, which reads the first two here when a child is built or run).
+``failed``. Where a call gets its config, credentials and children is ``Seams``: the runtime's
+own, or the hermes adapter's patchable names, each called per use.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pydantic import ValidationError
 
 from offload.context import result_chain
-
-from offload.subagents.args import DELEGATE_TASK_SCHEMA, KNOWN_TOOLSETS, DelegateArgs, TaskArgs
-from offload.subagents.child import Batch
-from offload.subagents.child import build_child_agent as _build_child_agent  # the seam, patched here
-from offload.subagents.child import run_single_child as _run_single_child  # the seam, patched here
+from offload.subagents.args import DELEGATE_TASK_SCHEMA, DelegateArgs, TaskArgs
+from offload.subagents.child import Batch, build_child_agent, finalize_child_results, run_single_child
 from offload.subagents.child import str_attr as _str_attr
-from offload.subagents.config import ConfigError, DelegationConfig, load_delegation_config
+from offload.subagents.config import ConfigError, DelegationConfig
 from offload.toolsets.toolspec import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from offload.engine.engine import Delegations
+    from offload.ledger import DelegationLedger
 
 logger = logging.getLogger(__name__)
 
@@ -39,19 +40,7 @@ def _error(message: str) -> str:
     return json.dumps({"status": "error", "error": message})
 
 
-def _load_config() -> dict[str, Any]:
-    """The validated ``delegation`` config as a dict (raises ConfigError)."""
-    return load_delegation_config().model_dump()
-
-
-def child_seams() -> dict[str, Any]:
-    """A unit's ``build_child`` / ``run_child``: this module's ``_build_child_agent`` and
-    ``_run_single_child`` looked up when called, so a patch here reaches units already made."""
-    return {"build_child": lambda **kw: _build_child_agent(**kw),
-            "run_child": lambda *args, **kw: _run_single_child(*args, **kw)}
-
-
-def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
+def resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
     """Model and endpoint of the children: ``delegation.*`` first, then the parent's."""
     base_url = cfg.base_url or _str_attr(parent, "base_url")
     if cfg.api_key_env:
@@ -68,10 +57,23 @@ def _resolve_delegation_credentials(cfg: DelegationConfig, parent: Any) -> dict[
             "stream_idle_timeout_s": cfg.stream_idle_timeout_s}  # None: the parent's
 
 
-def _credentials_or_error(cfg: DelegationConfig, parent: Any) -> tuple[dict[str, Any], str | None]:
+@dataclass(frozen=True)
+class Seams:
+    """Where a delegate_task call gets its ``delegation`` config (a ``DelegationConfig`` or its
+    dict), the children's credentials, each child's build and run, and a unit's public result
+    entries. Each is called per use."""
+
+    load_config: Callable[[], DelegationConfig | Mapping[str, Any]]
+    resolve_credentials: Callable[[DelegationConfig, Any], dict[str, Any]] = resolve_delegation_credentials
+    build_child: Callable[..., Any] = build_child_agent
+    run_child: Callable[..., dict[str, Any]] = run_single_child
+    finalize_results: Callable[[list[dict[str, Any]], Batch], list[dict[str, Any]]] = finalize_child_results
+
+
+def _credentials_or_error(seams: Seams, cfg: DelegationConfig, parent: Any) -> tuple[dict[str, Any], str | None]:
     """The children's credentials, or why they cannot be resolved (any failure, not only config)."""
     try:
-        creds = _resolve_delegation_credentials(cfg, parent)
+        creds = seams.resolve_credentials(cfg, parent)
     except ConfigError as exc:
         return {}, str(exc)
     except Exception as exc:
@@ -85,31 +87,82 @@ def _credentials_or_error(cfg: DelegationConfig, parent: Any) -> tuple[dict[str,
     return creds, None
 
 
-def delegate_task(goal: str | None = None, context: str | None = None, toolsets: list[str] | None = None,
-                  tasks: list[dict[str, Any]] | None = None, background: bool | None = None,
-                  max_iterations: int | None = None, role: str | None = None, parent_agent: Any = None,
-                  **extra: Any) -> str:
-    """Delegate one task (``goal``) or several (``tasks``) to subagents. Returns JSON text."""
-    try:
-        args = DelegateArgs(goal=goal, context=context, toolsets=toolsets, tasks=tasks, background=background,
-                            max_iterations=max_iterations, role=role, **extra)
-        task_list = args.task_list()
-        cfg = DelegationConfig.model_validate(_load_config())
-    except ValidationError as exc:
-        return _error(_describe_validation(exc))
-    except (ValueError, ConfigError) as exc:
-        return _error(str(exc))
-    if parent_agent is None:
-        return _error("delegate_task has no parent agent: it must be called by an agent during its turn "
-                      "(the tool passes the calling agent as parent_agent); nothing was dispatched")
-    try:
-        return json.dumps(_delegate(args, task_list, cfg, parent_agent), default=str)
-    except ConfigError as exc:
-        return _error(str(exc))
-    except Exception as exc:  # the tool boundary: the model gets a reason, never a traceback
-        logger.exception("delegate_task failed")
-        return _error(f"delegate_task failed unexpectedly ({type(exc).__name__}: {exc}); nothing more was "
-                      "started. Retry once; if it fails again, do the work yourself and tell the user.")
+class DelegateTool:
+    """``delegate_task`` over one engine (``Delegations``) and its ledger (``ledger()``, per use)."""
+
+    def __init__(self, engine: Delegations, ledger: Callable[[], DelegationLedger], seams: Seams) -> None:
+        self.engine, self.ledger, self.seams = engine, ledger, seams
+        self.tool = Tool(DELEGATE_TASK_SCHEMA["name"], "delegation", DELEGATE_TASK_SCHEMA["description"],
+                         DELEGATE_TASK_SCHEMA["parameters"], self._handle)
+
+    def _handle(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        return self(**args, parent_agent=ctx.caller)
+
+    def __call__(self, goal: str | None = None, context: str | None = None, toolsets: list[str] | None = None,
+                 tasks: list[dict[str, Any]] | None = None, background: bool | None = None,
+                 max_iterations: int | None = None, role: str | None = None, parent_agent: Any = None,
+                 **extra: Any) -> str:
+        """Delegate one task (``goal``) or several (``tasks``) to subagents. Returns JSON text."""
+        try:
+            args = DelegateArgs(goal=goal, context=context, toolsets=toolsets, tasks=tasks, background=background,
+                                max_iterations=max_iterations, role=role, **extra)
+            task_list = args.task_list()
+            cfg = DelegationConfig.model_validate(self.seams.load_config())
+        except ValidationError as exc:
+            return _error(_describe_validation(exc))
+        except (ValueError, ConfigError) as exc:
+            return _error(str(exc))
+        if parent_agent is None:
+            return _error("delegate_task has no parent agent: it must be called by an agent during its turn "
+                          "(the tool passes the calling agent as parent_agent); nothing was dispatched")
+        try:
+            return json.dumps(self._delegate(args, task_list, cfg, parent_agent), default=str)
+        except ConfigError as exc:
+            return _error(str(exc))
+        except Exception as exc:  # the tool boundary: the model gets a reason, never a traceback
+            logger.exception("delegate_task failed")
+            return _error(f"delegate_task failed unexpectedly ({type(exc).__name__}: {exc}); nothing more was "
+                          "started. Retry once; if it fails again, do the work yourself and tell the user.")
+
+    def batch(self, **fields: Any) -> Batch:
+        """A unit with this tool's seams (``build_child``, ``run_child``, ``finalize_results``)."""
+        return Batch(build_child=self.seams.build_child, run_child=self.seams.run_child,
+                     finalize_results=self.seams.finalize_results, **fields)
+
+    def _delegate(self, args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConfig,
+                  parent: Any) -> dict[str, Any]:
+        from offload.subagents import dispatch  # the engine's dispatch loads only when a call delegates
+
+        depth = getattr(parent, "_delegate_depth", 0)
+        depth = depth if isinstance(depth, int) else 0
+        if depth >= cfg.max_spawn_depth:
+            return {"status": "error", "error": f"depth limit reached: this agent is at spawn depth {depth} and "
+                    f"delegation.max_spawn_depth={cfg.max_spawn_depth}, so it cannot delegate further; do the work "
+                    "yourself (the operator can raise delegation.max_spawn_depth)"}
+        if len(task_list) > cfg.max_concurrent_children:
+            return {"status": "error", "error": f"{len(task_list)} tasks exceed delegation.max_concurrent_children="
+                    f"{cfg.max_concurrent_children}; split the call or raise the key"}
+        creds, problem = _credentials_or_error(self.seams, cfg, parent)
+        if problem:
+            return {"status": "error", "error": problem}
+        background = args.background if args.background is not None else (cfg.background and depth == 0)
+        hops = result_chain.next_hops()
+        if background and hops > cfg.max_result_chain:
+            return {"status": "error", "error": _chain_refusal(hops, cfg.max_result_chain)}
+        routing = dispatch.capture_routing(parent) if background else None  # before any child is built
+        # Children are built later, each on the worker that runs it (offload.subagents.children).
+        batch = self.batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
+                           context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
+                           child_max_iterations=args.max_iterations or cfg.max_iterations, result_hops=hops)
+        if routing is None:
+            return dispatch.run_sync(batch)
+        if routing["async_delivery"] and cfg.run_on == "workers":
+            from offload.subagents.queue import queue_units
+            # an `offload worker` on any host runs it
+            return queue_units(self.ledger(), self.engine.new_id, batch, dispatch.units_of(batch), routing)
+        if not routing["async_delivery"]:
+            return dispatch.run_sync(batch, note="no_async")
+        return dispatch.dispatch_background(self.engine, batch, routing)
 
 
 def _describe_validation(exc: ValidationError) -> str:
@@ -122,51 +175,9 @@ def _describe_validation(exc: ValidationError) -> str:
     return "invalid delegate_task arguments: " + "; ".join(parts)
 
 
-def _delegate(args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConfig, parent: Any) -> dict[str, Any]:
-    from offload.subagents import dispatch  # the engine loads only when a call delegates
-
-    depth = getattr(parent, "_delegate_depth", 0)
-    depth = depth if isinstance(depth, int) else 0
-    if depth >= cfg.max_spawn_depth:
-        return {"status": "error", "error": f"depth limit reached: this agent is at spawn depth {depth} and "
-                f"delegation.max_spawn_depth={cfg.max_spawn_depth}, so it cannot delegate further; do the work "
-                "yourself (the operator can raise delegation.max_spawn_depth)"}
-    if len(task_list) > cfg.max_concurrent_children:
-        return {"status": "error", "error": f"{len(task_list)} tasks exceed delegation.max_concurrent_children="
-                f"{cfg.max_concurrent_children}; split the call or raise the key"}
-    creds, problem = _credentials_or_error(cfg, parent)
-    if problem:
-        return {"status": "error", "error": problem}
-    background = args.background if args.background is not None else (cfg.background and depth == 0)
-    hops = result_chain.next_hops()
-    if background and hops > cfg.max_result_chain:
-        return {"status": "error", "error": _chain_refusal(hops, cfg.max_result_chain)}
-    routing = dispatch.capture_routing(parent) if background else None  # before any child is built
-    # Children are built later, each on the worker that runs it (tools/delegate_children.py).
-    batch = Batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
-                  context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
-                  child_max_iterations=args.max_iterations or cfg.max_iterations, result_hops=hops, **child_seams())
-    if routing is None:
-        return dispatch.run_sync(batch)
-    if routing["async_delivery"] and cfg.run_on == "workers":
-        from offload.subagents.queue import queue_units
-        return queue_units(batch, dispatch._units_of(batch), routing)  # an `offload worker` on any host runs it
-    if not routing["async_delivery"]:
-        return dispatch.run_sync(batch, note="no_async")
-    return dispatch.dispatch_background(batch, routing)
-
-
 def _chain_refusal(hops: int, limit: int) -> str:
     return (f"not dispatched: this turn answers a background result, and {hops - 1} result(s) in a row have "
             f"already started new background work (delegation.max_result_chain={limit}), so no more is started "
             "from here. Answer from the results you have; for a small follow-up, do it yourself or delegate it with "
             "background=false. The operator can raise the limit: offload config set delegation.max_result_chain "
             f"{limit + 2}")
-
-
-def _tool_handler(args: dict[str, Any], ctx: ToolContext) -> str:
-    return delegate_task(**args, parent_agent=ctx.caller)
-
-
-TOOLS = [Tool(DELEGATE_TASK_SCHEMA["name"], "delegation", DELEGATE_TASK_SCHEMA["description"],
-              DELEGATE_TASK_SCHEMA["parameters"], _tool_handler)]

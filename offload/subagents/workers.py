@@ -9,50 +9,51 @@ from __future__ import annotations
 
 from typing import Any
 
-from offload.default_runtime import engine as ad
-from offload.subagents import tool as dt
+from offload.engine.units import batch_spec
 from offload.ledger import LedgerRow
+from offload.subagents.args import TaskArgs
+from offload.subagents.child import Batch
 from offload.subagents.config import DelegationConfig
+from offload.subagents.dispatch import dispatch_unit, routing_fields
 from offload.subagents.queue import ROUTING_KEYS
+from offload.subagents.tool import DelegateTool
 
 
-def start_claimed(row: LedgerRow, parent: Any, cfg: DelegationConfig, max_here: int) -> dict[str, Any]:
-    """Run a unit this worker claimed, in the background; the engine's handle. Its children are
-    built with this worker's credentials (``parent`` is the worker's own agent)."""
-    from offload.subagents.dispatch import _dispatch_unit
-
+def start_claimed(tool: DelegateTool, row: LedgerRow, parent: Any, cfg: DelegationConfig,
+                  max_here: int) -> dict[str, Any]:
+    """Run a unit this worker claimed, in the background on ``tool``'s engine; the engine's
+    handle. Its children are built with this worker's credentials (``parent`` is the worker's
+    own agent)."""
     spec = row.task or {}
     routing = {k: (spec.get("routing") or {}).get(k) for k in ROUTING_KEYS}
     routing.update(session_key=routing["session_key"] or row.origin_session, origin=routing["origin"] or {})
     try:
-        unit = _rebuild(spec, parent, cfg)
+        unit = _rebuild(tool, spec, parent, cfg)
     except Exception as exc:  # a spec this worker cannot run still ends as a reported result
-        return _report_unrunnable(row, spec, routing, f"{type(exc).__name__}: {exc}", max_here)
-    return _dispatch_unit(unit, row.delegation_id, routing, max_here, None, False, spec.get("subagent_config"))
+        return _report_unrunnable(tool, row, spec, routing, f"{type(exc).__name__}: {exc}", max_here)
+    return dispatch_unit(tool.engine, unit, row.delegation_id, routing, max_here, None, False,
+                         spec.get("subagent_config"))
 
 
-def _rebuild(spec: dict[str, Any], parent: Any, cfg: DelegationConfig) -> dt.Batch:
-    tasks = [dt.TaskArgs.model_validate(t) for t in spec["tasks"]]
+def _rebuild(tool: DelegateTool, spec: dict[str, Any], parent: Any, cfg: DelegationConfig) -> Batch:
+    tasks = [TaskArgs.model_validate(t) for t in spec["tasks"]]
     indexes = [int(i) for i in spec.get("task_indexes") or range(len(tasks))]
-    creds = dt._resolve_delegation_credentials(cfg, parent)
+    creds = tool.seams.resolve_credentials(cfg, parent)
     if spec.get("model"):
         creds["model"] = spec["model"]
     # The children are built by the unit runner, on the pool thread that runs each (as in-process).
-    return dt.Batch(tasks=tasks, children=[None] * len(indexes), parent=parent, cfg=cfg, creds=creds,
-                    context=spec.get("context"), role=spec.get("role") or "leaf", indexes=indexes,
-                    group=spec.get("group"), child_max_iterations=int(spec.get("max_iterations") or cfg.max_iterations),
-                    **dt.child_seams())
+    return tool.batch(tasks=tasks, children=[None] * len(indexes), parent=parent, cfg=cfg, creds=creds,
+                      context=spec.get("context"), role=spec.get("role") or "leaf", indexes=indexes,
+                      group=spec.get("group"),
+                      child_max_iterations=int(spec.get("max_iterations") or cfg.max_iterations))
 
 
-def _report_unrunnable(row: LedgerRow, spec: dict[str, Any], routing: dict[str, Any], error: str,
-                       max_here: int) -> dict[str, Any]:
+def _report_unrunnable(tool: DelegateTool, row: LedgerRow, spec: dict[str, Any], routing: dict[str, Any],
+                       error: str, max_here: int) -> dict[str, Any]:
     goals = [str(g) for g in spec.get("goals") or []] or ["(unreadable queued unit)"]
     indexes = spec.get("task_indexes") or list(range(len(goals)))
     failed = [{"task_index": i, "status": "failed", "summary": None, "error": f"the worker could not run it: {error}"}
               for i in indexes]
-    return ad.dispatch_async_delegation_batch(
-        goals=goals, context=None, toolsets=None, role="leaf", model=spec.get("model"),
-        session_key=routing["session_key"], parent_session_id=routing["parent_session_id"],
-        origin_ui_session_id=routing["origin_ui_session_id"] or "", origin_session_id=routing["origin_session_id"] or "",
-        runner=lambda: {"results": failed}, max_async_children=max_here, delegation_id=row.delegation_id,
-        task_indexes=indexes, origin=routing["origin"], subagent_config=spec.get("subagent_config"))
+    unit = batch_spec(goals, indexes, role="leaf", model=spec.get("model"), delegation_id=row.delegation_id,
+                      subagent_config=spec.get("subagent_config"), **routing_fields(routing))
+    return tool.engine.dispatch(unit, lambda: {"results": failed}, max_here)

@@ -137,18 +137,17 @@ class _Tracing:
         span = self._continue(delegation_id, "offload.delegation.recovered", (row.task or {}).get("trace_context"))
         span.add_event("recovery", {"offload.owner_pid": row.owner_pid or 0, "offload.status": "unknown"})
 
-    def on_delivery(self, delegation_id: str, outcome: str) -> None:
-        span = self.open.get(delegation_id) or self._continue_from_ledger(delegation_id)
+    def on_delivery(self, delegation_id: str, outcome: str, ledger: Any = None) -> None:
+        span = self.open.get(delegation_id) or self._continue_from_ledger(delegation_id, ledger)
         span.add_event("delivery attempt" if outcome == "claimed" else outcome, {"offload.outcome": outcome})
         if outcome in _SETTLED:
             span.set_attribute("offload.delivery", outcome)
             self._end(delegation_id)
 
-    def _continue_from_ledger(self, delegation_id: str) -> Span:
-        from offload.default_runtime.delivery import current_ledger
-
+    def _continue_from_ledger(self, delegation_id: str, ledger: Any) -> Span:
+        """``ledger``: the provider of the ledger the delivering runtime uses (None: unknown)."""
         try:
-            row = current_ledger().get(delegation_id)
+            row = ledger().get(delegation_id) if ledger is not None else None
         except Exception:
             row = None
         carrier = ((row.task if row else None) or {}).get("trace_context")

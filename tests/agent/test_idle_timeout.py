@@ -15,10 +15,10 @@ from offload import config as cfg_mod
 from offload.agent.core import AIAgent
 from offload.agent.llm import LLMClient, LLMError, is_local_server
 from offload.config import ConfigError
-from offload.runtime import build_agent
+from offload.runtime import Offload
 from offload.subagents.child import build_child_agent
 from offload.subagents.config import DelegationConfig
-from offload.subagents.tool import _resolve_delegation_credentials
+from offload.subagents.tool import resolve_delegation_credentials
 from llm_fakes import BASE_URL, ScriptedServer, chunk, error_response, sse_body, sse_response
 
 pytestmark = pytest.mark.timeout(30)
@@ -84,11 +84,12 @@ def test_both_keys_are_validated_settings(key):
 
 def test_the_parent_and_its_children_get_their_limits(tmp_path: Path):
     cfg = cfg_mod.OffloadConfig(base_url="http://127.0.0.1:9/v1", workspace=str(tmp_path), stream_idle_timeout_s=700)
-    parent = build_agent(cfg, "sess_x", api_key="")
+    with Offload(cfg, home=tmp_path) as off:
+        parent = off.build_agent("sess_x", api_key="")
     assert parent.llm.stream_idle_timeout_s == 700
 
     def child_with(delegation: DelegationConfig) -> AIAgent:
-        creds = _resolve_delegation_credentials(delegation, parent)
+        creds = resolve_delegation_credentials(delegation, parent)
         return build_child_agent(task_index=0, goal="g", context=None, toolsets=None, role="leaf", creds=creds,
                                  max_iterations=3, parent_agent=parent)
 

@@ -8,7 +8,6 @@ import yaml
 
 from offload import config as cfg_mod
 from offload.config import ConfigError
-from tools import async_delegation as engine
 from offload.subagents.config import DelegationConfig
 from offload.home import config_path
 
@@ -82,15 +81,16 @@ def test_api_key_comes_from_the_env_and_is_required_only_by_hosted_endpoints():
     assert cfg_mod.resolve_api_key(local, {}) is None
 
 
-def test_the_engine_takes_the_stall_tuning(monkeypatch):
-    from offload.runtime import apply_engine_tuning
+def test_the_engine_takes_the_stall_tuning():
+    from offload.config import OffloadConfig
+    from offload.runtime import Offload
 
-    for name in ("_STALE_IDLE_SECONDS", "_STALE_IN_TOOL_SECONDS", "_STALL_GRACE_SECONDS", "_STALE_CHECK_INTERVAL"):
-        monkeypatch.setattr(engine, name, getattr(engine, name))  # restored after the test
-    apply_engine_tuning(DelegationConfig(stall_idle_seconds=1, stall_in_tool_seconds=2, stall_grace_seconds=3,
-                                         stall_check_interval_seconds=0.2))
-    assert (engine._STALE_IDLE_SECONDS, engine._STALE_IN_TOOL_SECONDS, engine._STALL_GRACE_SECONDS,
-            engine._STALE_CHECK_INTERVAL) == (1.0, 2.0, 3.0, 0.2)
+    cfg = OffloadConfig(delegation=DelegationConfig(stall_idle_seconds=1, stall_in_tool_seconds=2,
+                                                    stall_grace_seconds=3, stall_check_interval_seconds=0.2))
+    with Offload(cfg) as off:
+        policy = off.engine.policy()
+    assert (policy.stall_idle_s, policy.stall_in_tool_s, policy.stall_grace_s,
+            policy.stall_check_interval_s) == (1.0, 2.0, 3.0, 0.2)
 
 
 def test_the_written_file_is_plain_yaml_the_delegation_tool_reads():

@@ -6,76 +6,63 @@ import threading
 
 import pytest
 
-from offload.agent.session_store import SessionStore
+from offload.cli.views import Ui
+from offload.context.approval import get_current_session_key
+from offload.context.session_env import async_delivery_supported
+from offload.conversation import Conversation, _new_messages, delegate_handles
 from offload.driver import SessionDriver
 from offload.inbox import SessionInbox
-from offload.runtime import Conversation, _new_messages, delegate_handles
-from offload.cli.views import Ui
-from tests.engine.conftest import clean_engine, drain_queue, wait_event  # noqa: F401 - fixture
-from tools import async_delegation as ad
-from tools.approval_context import get_current_session_key
-from tools.process_registry import process_registry
-from offload.context.session_env import async_delivery_supported
+from tests.engine.conftest import drain_queue
+from tests.runtime_support import dispatch, finished
 
-pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
-
-
-def finished(session_id: str, summary: str = "ok") -> dict:
-    """Dispatch a unit for ``session_id`` and wait until its event is on the bus (left there)."""
-    handle = ad.dispatch_async_delegation(
-        goal="g", context=None, toolsets=None, role="leaf", model="m", session_key=session_id,
-        parent_session_id=session_id, runner=lambda: {"status": "completed", "summary": summary})
-    evt = wait_event(handle["delegation_id"])
-    process_registry.completion_queue.put(evt)
-    return evt
+pytestmark = [pytest.mark.timeout(30)]
 
 
 @pytest.fixture
-def store():
-    with SessionStore() as s:
+def store(runtime):
+    with runtime.session_store() as s:
         yield s
 
 
-def test_poll_takes_only_this_sessions_results_and_claims_them(store):
-    mine, other = finished("s1"), finished("s2")
-    [item] = SessionInbox("s1", store).poll()
+def test_poll_takes_only_this_sessions_results_and_claims_them(runtime, store):
+    mine, other = finished(runtime, "s1"), finished(runtime, "s2")
+    [item] = SessionInbox("s1", store, runtime).poll()
     assert item.event["delegation_id"] == mine["delegation_id"] and item.claim.startswith("cli:")
     assert "[ASYNC DELEGATION COMPLETE" in item.text
-    assert [e["delegation_id"] for e in drain_queue()] == [other["delegation_id"]]  # left for its owner
+    assert [e["delegation_id"] for e in drain_queue(runtime.bus)] == [other["delegation_id"]]  # left for its owner
 
 
-def test_a_result_claimed_elsewhere_is_left_to_that_consumer(store):
-    evt = finished("s1")
-    assert ad.claim_completion_delivery(evt["delegation_id"], "gateway:1:x")
-    assert SessionInbox("s1", store).poll() == []
-    assert ad.get_durable_delegation(evt["delegation_id"])["delivery_state"] == "pending"
+def test_a_result_claimed_elsewhere_is_left_to_that_consumer(runtime, store):
+    evt = finished(runtime, "s1")
+    assert runtime.deliveries.claim(evt["delegation_id"], "gateway:1:x")
+    assert SessionInbox("s1", store, runtime).poll() == []
+    assert runtime.deliveries.get(evt["delegation_id"])["delivery_state"] == "pending"
 
 
-def test_a_result_a_stored_turn_already_carries_is_only_acknowledged(store):
-    evt = finished("s1")
+def test_a_result_a_stored_turn_already_carries_is_only_acknowledged(runtime, store):
+    evt = finished(runtime, "s1")
     store.append_turn("s1", [{"role": "user", "content": "[the result]"}], [evt["delegation_id"]])
-    assert SessionInbox("s1", store).poll() == []  # crash came between "turn stored" and "claim completed"
-    assert ad.get_durable_delegation(evt["delegation_id"])["delivery_state"] == "delivered"
+    assert SessionInbox("s1", store, runtime).poll() == []  # crash came between "turn stored" and "claim completed"
+    assert runtime.deliveries.get(evt["delegation_id"])["delivery_state"] == "delivered"
 
 
-def test_acknowledge_and_give_back(store):
-    evt = finished("s1")
-    inbox = SessionInbox("s1", store)
+def test_acknowledge_and_give_back(runtime, store):
+    evt = finished(runtime, "s1")
+    inbox = SessionInbox("s1", store, runtime)
     [item] = inbox.poll()
     inbox.give_back(item)
-    row = ad.get_durable_delegation(evt["delegation_id"])
+    row = runtime.deliveries.get(evt["delegation_id"])
     assert (row["delivery_state"], row["delivery_attempts"]) == ("pending", 1)
     [again] = inbox.poll()  # requeued, and claimable again at once
     inbox.acknowledge(again)
-    assert ad.get_durable_delegation(evt["delegation_id"])["delivery_state"] == "delivered"
+    assert runtime.deliveries.get(evt["delegation_id"])["delivery_state"] == "delivered"
 
 
-def test_restored_results_of_this_session_are_owned():
-    evt = dict(finished("s1"), restored=True)
-    drain_queue()
-    process_registry.completion_queue.put(evt)
-    with SessionStore() as store:
-        assert [i.delegation_id for i in SessionInbox("s1", store).poll()] == [evt["delegation_id"]]
+def test_restored_results_of_this_session_are_owned(runtime, store):
+    evt = dict(finished(runtime, "s1"), restored=True)
+    drain_queue(runtime.bus)
+    runtime.bus.completion_queue.put(evt)
+    assert [i.delegation_id for i in SessionInbox("s1", store, runtime).poll()] == [evt["delegation_id"]]
 
 
 class FakeAgent:
@@ -112,26 +99,25 @@ def test_a_turn_runs_bound_to_the_session_and_is_stored_whole(store):
     assert sync.agent.seen == [("again", "s1", False)]  # delegate_task will run its children in the turn
 
 
-def test_a_failed_injection_gives_the_result_back(store):
-    evt = finished("s1")
-    inbox = SessionInbox("s1", store)
-    driver = SessionDriver(Conversation(FakeAgent("s1", fail=True), store), inbox, Ui())
+def test_a_failed_injection_gives_the_result_back(runtime, store):
+    evt = finished(runtime, "s1")
+    inbox = SessionInbox("s1", store, runtime)
+    driver = SessionDriver(runtime, Conversation(FakeAgent("s1", fail=True), store), inbox, Ui())
     assert driver.deliver_ready() == 1
     assert not store.was_injected("s1", evt["delegation_id"])
-    assert ad.get_durable_delegation(evt["delegation_id"])["delivery_state"] == "pending"
+    assert runtime.deliveries.get(evt["delegation_id"])["delivery_state"] == "pending"
     driver.conversation = Conversation(FakeAgent("s1"), store)
     assert driver.deliver_ready() == 1  # requeued: the next poll delivers it
     assert store.was_injected("s1", evt["delegation_id"])
-    assert ad.get_durable_delegation(evt["delegation_id"])["delivery_state"] == "delivered"
+    assert runtime.deliveries.get(evt["delegation_id"])["delivery_state"] == "delivered"
 
 
-def test_wait_for_background_returns_once_the_sessions_results_are_in(store):
+def test_wait_for_background_returns_once_the_sessions_results_are_in(runtime, store):
     release = threading.Event()
-    ad.dispatch_async_delegation(goal="g", context=None, toolsets=None, role="leaf", model="m", session_key="s1",
-                                 parent_session_id="s1",
-                                 runner=lambda: release.wait(10) and {"status": "completed", "summary": "late"})
+    dispatch(runtime, lambda: release.wait(10) and {"status": "completed", "summary": "late"}, session_key="s1",
+             parent_session_id="s1")
     agent = FakeAgent("s1")
-    driver = SessionDriver(Conversation(agent, store), SessionInbox("s1", store), Ui())
+    driver = SessionDriver(runtime, Conversation(agent, store), SessionInbox("s1", store, runtime), Ui())
     assert driver.live_count() == 1
     assert driver.wait_for_background(on_wait=release.set) is True  # released once it is really waiting
     assert driver.live_count() == 0 and "late" in agent.seen[-1][0]

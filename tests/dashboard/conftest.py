@@ -1,5 +1,6 @@
-"""Dashboard tests: a clean engine, a way to hold units running until the test lets them
-finish, the dashboard served on loopback in this process, and headless Chromium."""
+"""Dashboard tests: a runtime of their own (the ``runtime`` fixture), a way to hold units
+running on it until the test lets them finish, the dashboard over it served on loopback in
+this process, and headless Chromium."""
 from __future__ import annotations
 
 import os
@@ -11,8 +12,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.engine.conftest import clean_engine, drain_queue, wait_event  # noqa: F401 (clean_engine: autouse here too)
-from tools import async_delegation as ad
+from offload.engine.units import batch_spec
+from offload.runtime import Offload
+from tests.engine.conftest import wait_event
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 INSTALL_HINT = "apt-get install chromium chromium-driver (what .ci/services.d/30-chromium.sh does)"
@@ -22,6 +24,7 @@ INSTALL_HINT = "apt-get install chromium chromium-driver (what .ci/services.d/30
 class HeldUnit:
     """A fan-out unit whose children finish when the test says so (or when interrupted)."""
 
+    runtime: Offload
     goals: list[str]
     summaries: list[str]
     release: threading.Event = field(default_factory=threading.Event)
@@ -42,24 +45,23 @@ class HeldUnit:
         return [(3, "terminal", time.time()) for _ in self.goals], True
 
     def dispatch(self, session_key: str = "sess-1") -> "HeldUnit":
-        handle = ad.dispatch_async_delegation_batch(
-            goals=self.goals, context=None, toolsets=None, role=None, model="fake", session_key=session_key,
-            runner=self.runner, interrupt_fn=self.interrupt, progress_fn=self.progress, max_async_children=10)
+        handle = self.runtime.engine.dispatch(batch_spec(self.goals, model="fake", session_key=session_key),
+                                              self.runner, 10, interrupt_fn=self.interrupt, progress_fn=self.progress)
         assert handle["status"] == "dispatched", handle
         self.delegation_id = handle["delegation_id"]
         return self
 
     def finish(self) -> dict[str, Any]:
         self.release.set()
-        return wait_event(self.delegation_id)
+        return wait_event(self.delegation_id, bus=self.runtime.bus)
 
 
 @pytest.fixture
-def held():
+def held(runtime):
     units: list[HeldUnit] = []
 
     def make(goals: list[str], summaries: list[str] | None = None) -> HeldUnit:
-        unit = HeldUnit(goals, summaries or [f"done: {g}" for g in goals])
+        unit = HeldUnit(runtime, goals, summaries or [f"done: {g}" for g in goals])
         units.append(unit)
         return unit.dispatch()
 
@@ -69,14 +71,15 @@ def held():
 
 
 @pytest.fixture
-def dashboard() -> Iterator[Any]:
-    """``dashboard(token=None)`` -> a started DashboardServer on 127.0.0.1, stopped at teardown."""
+def dashboard(runtime) -> Iterator[Any]:
+    """``dashboard(token=None)`` -> a started DashboardServer over ``runtime`` on 127.0.0.1,
+    stopped at teardown."""
     from offload.dashboard.server import DashboardServer
 
     servers = []
 
     def start(token: str | None = None) -> DashboardServer:
-        server = DashboardServer("127.0.0.1", 0, token, refresh_s=0.1).start()
+        server = DashboardServer(runtime, "127.0.0.1", 0, token, refresh_s=0.1).start()
         servers.append(server)
         return server
 

@@ -1,6 +1,6 @@
 """Another offload process for the dashboard's interrupt test: honours control requests in
-the ledger (as every offload command does), runs one unit until interrupted, prints READY <id>, and exits 0
-once the unit's result is recorded.
+the ledger (its runtime's owner loop, as in every offload command), runs one unit until
+interrupted, prints READY <id>, and exits 0 once the unit's result is recorded.
 
 Usage: python interruptible_owner.py   (HERMES_HOME from the environment)
 """
@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import threading
 
-from offload import owner_loop
-from tools import async_delegation as ad
-from tools.process_registry import process_registry
+from offload import Offload
+from offload.engine.units import batch_spec
 
 
 def main() -> None:
-    owner_loop.install()
+    with Offload() as off:
+        raise SystemExit(run(off))
+
+
+def run(off: Offload) -> int:
     stop = threading.Event()
 
     def runner() -> dict:
@@ -22,12 +25,11 @@ def main() -> None:
         return {"results": [{"task_index": 0, "status": "interrupted" if stop.is_set() else "completed",
                              "summary": None, "error": "interrupted from the dashboard"}]}
 
-    handle = ad.dispatch_async_delegation_batch(goals=["wait for the interrupt"], context=None, toolsets=None,
-                                                role=None, model="m", session_key="sess-other", runner=runner,
-                                                interrupt_fn=stop.set)
+    handle = off.engine.dispatch(batch_spec(["wait for the interrupt"], model="m", session_key="sess-other"),
+                                 runner, 3, interrupt_fn=stop.set)
     print("READY", handle["delegation_id"], flush=True)
-    event = process_registry.completion_queue.get(timeout=60)  # persisted before it is queued
-    raise SystemExit(0 if event["results"][0]["status"] == "interrupted" else 1)
+    event = off.bus.completion_queue.get(timeout=60)  # persisted before it is queued
+    return 0 if event["results"][0]["status"] == "interrupted" else 1
 
 
 if __name__ == "__main__":

@@ -72,26 +72,27 @@ def until(check, what: str):
     pytest.fail(f"{what} within {WAIT_S:g} s")
 
 
-def _roster_unit(delegation_id: str):
-    return next((u for u in model.roster() if u["id"] == delegation_id), None)
+def _roster_unit(off, delegation_id: str):
+    return next((u for u in model.roster(off) if u["id"] == delegation_id), None)
 
 
-def _children_show(delegation_id: str, first_tool: str):
-    unit = _roster_unit(delegation_id)
+def _children_show(off, delegation_id: str, first_tool: str):
+    unit = _roster_unit(off, delegation_id)
     if unit and unit["children"] and unit["children"][0]["current_tool"] == first_tool:
         return unit
     return None
 
 
-def test_the_roster_shows_activity_of_a_unit_another_process_runs(other_owner):
+def test_the_roster_shows_activity_of_a_unit_another_process_runs(runtime, other_owner):
     owner = other_owner()
-    unit = until(lambda: _children_show(owner.delegation_id, "web_search"), "the other process's activity showed")
+    unit = until(lambda: _children_show(runtime, owner.delegation_id, "web_search"),
+                 "the other process's activity showed")
     assert not unit["local"] and unit["activity_age_s"] is not None and unit["activity_age_s"] < WAIT_S
     assert [(c["api_calls"], c["current_tool"]) for c in unit["children"]] == [(2, "web_search"), (7, None)]
     assert unit["stall_clock_s"] is not None and unit["children"][1]["idle_s"] >= 0
 
     owner.say("next", "NEXT")
-    unit = until(lambda: _children_show(owner.delegation_id, "terminal"), "the changed activity showed")
+    unit = until(lambda: _children_show(runtime, owner.delegation_id, "terminal"), "the changed activity showed")
     assert unit["children"][0]["api_calls"] == 5
 
     listed = subprocess.run([sys.executable, "-m", "offload", "agents", "--json"], capture_output=True, text=True,
@@ -104,7 +105,7 @@ def test_the_roster_shows_activity_of_a_unit_another_process_runs(other_owner):
     assert "api calls 5 tool terminal" in text and "activity as of" in text
 
     assert owner.finish() == 0
-    unit = _roster_unit(owner.delegation_id)  # a snapshot left by an exited owner is never shown as live
+    unit = _roster_unit(runtime, owner.delegation_id)  # a snapshot left by an exited owner is never shown as live
     assert unit["status"] == "completed" and unit["activity_age_s"] is None
     assert [c["current_tool"] for c in unit["children"]] == [None, None]
 

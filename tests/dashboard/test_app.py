@@ -15,16 +15,14 @@ from starlette.testclient import TestClient
 from offload.dashboard.app import create_app, parse_age
 from offload.dashboard.security import check_bind, is_loopback
 from offload.errors import CliError
-from tools import async_delegation as ad
-from tools.async_delegation_delivery import current_ledger
 
 pytestmark = pytest.mark.timeout(60)
 LOOPBACK = "http://127.0.0.1"  # the dashboard answers only to the names it serves, not "testserver"
 
 
 @pytest.fixture
-def client():
-    with TestClient(create_app(refresh_s=0.05), base_url=LOOPBACK) as c:
+def client(runtime):
+    with TestClient(create_app(runtime, refresh_s=0.05), base_url=LOOPBACK) as c:
         yield c
 
 
@@ -34,11 +32,11 @@ def _finished(held, goals, summaries=None):
     return unit.delegation_id
 
 
-def test_history_filters_by_state_delivery_session_and_age(client, held):
+def test_history_filters_by_state_delivery_session_and_age(runtime, client, held):
     running = held(["still going"])
     done = _finished(held, ["done soon"])
     acked = _finished(held, ["acked"])
-    ad.mark_completion_delivered(acked)
+    runtime.deliveries.mark_delivered(acked)
     page = client.get("/history").text
     assert all(i in page for i in (running.delegation_id, done, acked))
     page = client.get("/history", params={"state": "running"}).text
@@ -61,15 +59,15 @@ def test_detail_shows_task_children_delivery_and_owner(client, held):
     assert missing.status_code == 404 and "No delegation deleg_nope" in missing.text
 
 
-def test_ack_and_drop_settle_a_pending_result_like_the_cli(client, held):
+def test_ack_and_drop_settle_a_pending_result_like_the_cli(runtime, client, held):
     first, second = _finished(held, ["one"]), _finished(held, ["two"])
     answer = client.post(f"/d/{first}/ack")
     assert answer.status_code == 200 and f"acknowledged {first}" in answer.text  # followed the 303
-    assert current_ledger().get(first).delivery_state == "delivered"
+    assert runtime.ledger().get(first).delivery_state == "delivered"
     assert "already delivered" in client.post(f"/d/{first}/drop").text
     assert f"dropped {second}" in client.post(f"/d/{second}/drop").text
-    assert current_ledger().get(second).delivery_state == "dropped"
-    assert current_ledger().get(second).drop_reason == "dropped from the dashboard"
+    assert runtime.ledger().get(second).delivery_state == "dropped"
+    assert runtime.ledger().get(second).drop_reason == "dropped from the dashboard"
     assert "dropped: dropped from the dashboard" in client.get(f"/d/{second}").text  # the reason, for any host
     assert "dropped from the dashboard" in client.get("/history").text
 
@@ -84,7 +82,7 @@ def _other_owner() -> tuple[subprocess.Popen, str]:
     return owner, ready[1]
 
 
-def test_interrupt_reaches_a_unit_another_process_runs(client):
+def test_interrupt_reaches_a_unit_another_process_runs(runtime, client):
     owner, delegation_id = _other_owner()
     try:
         text = client.post(f"/d/{delegation_id}/interrupt").text
@@ -92,9 +90,9 @@ def test_interrupt_reaches_a_unit_another_process_runs(client):
         assert owner.wait(30) == 0  # it saw the request, interrupted its unit and recorded the result
     finally:
         owner.kill()
-    row = current_ledger().get(delegation_id)
+    row = runtime.ledger().get(delegation_id)
     assert row.state == "interrupted" and row.result["results"][0]["status"] == "interrupted"
-    assert current_ledger().take_control([delegation_id], time.time()) == []  # the owner took the request
+    assert runtime.ledger().take_control([delegation_id], time.time()) == []  # the owner took the request
 
 
 def test_interrupt_of_a_unit_whose_process_died_says_so(client):
@@ -106,16 +104,16 @@ def test_interrupt_of_a_unit_whose_process_died_says_so(client):
     assert "still running; interrupt it first" in client.post(f"/d/{delegation_id}/ack").text
 
 
-def test_cross_site_post_is_refused(client, held):
+def test_cross_site_post_is_refused(runtime, client, held):
     did = _finished(held, ["x"])
     refused = client.post(f"/d/{did}/ack", headers={"Origin": "http://evil.example"})
     assert refused.status_code == 403
-    assert current_ledger().get(did).delivery_state == "pending"
+    assert runtime.ledger().get(did).delivery_state == "pending"
     assert client.post(f"/d/{did}/ack", headers={"Origin": LOOPBACK}).status_code == 200
 
 
-def test_token_is_checked_on_every_request(held):
-    with TestClient(create_app(token="tok-123"), base_url=LOOPBACK) as c:
+def test_token_is_checked_on_every_request(runtime, held):
+    with TestClient(create_app(runtime, token="tok-123"), base_url=LOOPBACK) as c:
         for path in ("/", "/history", "/metrics", "/events", "/static/dashboard.js"):
             assert c.get(path).status_code == 401, path
         assert c.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -156,14 +154,14 @@ def _metrics(client) -> dict[tuple[str, tuple], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def test_metrics_parse_and_match_the_ledger(client, held):
+def test_metrics_parse_and_match_the_ledger(runtime, client, held):
     before = _metrics(client)
     running = held(["running"])
     done = [_finished(held, [f"t{i}"]) for i in range(3)]
-    ad.mark_completion_delivered(done[0])
-    ad.drop_completion_delivery(done[1])
+    runtime.deliveries.mark_delivered(done[0])
+    runtime.deliveries.drop(done[1])
     samples = _metrics(client)
-    rows = [current_ledger().get(d) for d in (running.delegation_id, *done)]
+    rows = [runtime.ledger().get(d) for d in (running.delegation_id, *done)]
     assert [r.state for r in rows] == ["running", "completed", "completed", "completed"]
     assert samples[("offload_ledger_units", (("delivery_state", "none"), ("state", "running")))] == 1
     for delivery in ("delivered", "dropped", "pending"):
@@ -180,8 +178,8 @@ def test_metrics_parse_and_match_the_ledger(client, held):
     assert grew("offload_delivery_steps_total", (("outcome", "dropped"),)) == 1
 
 
-def test_roster_stream_sends_the_fragment_when_it_changes(held):
-    app = create_app(refresh_s=0.05)
+def test_roster_stream_sends_the_fragment_when_it_changes(runtime, held):
+    app = create_app(runtime, refresh_s=0.05)
     unit = held(["streamed"])
     with TestClient(app, base_url=LOOPBACK) as c, c.stream("GET", "/events") as stream:
         assert stream.headers["content-type"].startswith("text/event-stream")
@@ -195,10 +193,10 @@ def test_roster_stream_sends_the_fragment_when_it_changes(held):
         app.state.dashboard.stopping.set()
 
 
-def test_an_unreadable_ledger_is_a_clear_page_not_a_crash(client, held):
+def test_an_unreadable_ledger_is_a_clear_page_not_a_crash(runtime, client, held):
     _finished(held, ["x"])
     state_db = Path(os.environ["HERMES_HOME"]) / "state.db"
-    ad._reset_for_tests()  # close the open connection; the next read opens the damaged file
+    runtime.ledger().close()  # close the open connection; the next read opens the damaged file
     for suffix in ("", "-wal", "-shm"):
         Path(f"{state_db}{suffix}").unlink(missing_ok=True)
     state_db.write_bytes(b"this is not a database" * 100)

@@ -12,7 +12,6 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.engine.conftest import wait_event
-from tools import async_delegation as ad
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
 WAIT_S = 20
@@ -89,7 +88,7 @@ def test_interrupt_clicked_on_the_page_stops_the_child(browser, dashboard, held)
     WebDriverWait(browser, WAIT_S).until(EC.presence_of_element_located((By.ID, "message")))
     assert "interrupt sent" in browser.find_element(By.ID, "message").text
     assert unit.interrupted.is_set()  # the engine's interrupt_fn reached the child
-    event = wait_event(unit.delegation_id)
+    event = wait_event(unit.delegation_id, bus=unit.runtime.bus)
     assert event["results"][0]["status"] == "interrupted"
     browser.refresh()
     assert browser.find_element(By.ID, "status").text == "interrupted"  # stopped: not "error", never "completed"

@@ -24,7 +24,7 @@ class Units:
     def active_count(self) -> int:
         return self.live
 
-    def list_async_delegations(self) -> list[dict]:
+    def list(self) -> list[dict]:
         return [{"delegation_id": f"d{i}", "status": "running"} for i in range(self.live)]
 
 
@@ -35,7 +35,7 @@ class Recorded(OwnerLoop):
         super().__init__(clock=clock, engine=Units(), ledger=lambda: ledger)
         self.clock, self.did = clock, []
 
-    def tick(self, ledger, now=None) -> None:
+    def tick(self, ledger, engine, now=None) -> None:
         self.did.append(("control", self.clock.now()))
 
     def publish(self, ledger, items) -> None:
@@ -64,7 +64,7 @@ def test_on_a_local_ledger_it_polls_control_publishes_activity_and_ends_with_the
     clock = FakeClock()
     owner = Recorded(clock, object())
     assert clock.scheduled() == {}  # an idle process runs no loop
-    owner("dispatched", "d0", {})
+    owner.start()  # what the engine does on a dispatch
     clock.advance(INTERVAL_S)
     controls = [at for kind, at, *_ in owner.did if kind == "control"]
     assert controls == [i * POLL_S for i in range(int(INTERVAL_S / POLL_S) + 1)]
@@ -77,7 +77,7 @@ def test_on_a_local_ledger_it_polls_control_publishes_activity_and_ends_with_the
     assert not owner.loop.running and clock.scheduled() == {}
 
     owner._units().live = 1
-    owner("dispatched", "d1", {})  # the next dispatch begins a new spell at once
+    owner.start()  # the next dispatch begins a new spell at once
     clock.advance(0)
     assert owner.did[-1] == ("control", INTERVAL_S + POLL_S)
 
@@ -85,7 +85,7 @@ def test_on_a_local_ledger_it_polls_control_publishes_activity_and_ends_with_the
 def test_on_a_notifying_ledger_it_polls_slowly_and_a_request_wakes_it_at_once():
     clock, ledger = FakeClock(), NotifyingLedger()
     owner = Recorded(clock, ledger)
-    owner("dispatched", "d0", {})
+    owner.start()
     clock.advance(0)
     (listener,) = ledger.listeners
     assert clock.scheduled() == {"offload-owner-loop": INTERVAL_S}  # activity is due first now

@@ -15,14 +15,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import tools.delegate_tool as dt
 from offload.agent.core import AIAgent
 from offload.engine import observers
 from offload.testing.model_server import ScriptedModelServer, rule_script, text_reply, tool_call_reply
 from offload.telemetry import tracing
 from tests.engine.conftest import wait_event
-from tools import async_delegation as ad
-from tools.async_delegation_delivery import current_ledger
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,7 +39,7 @@ def _by_name(finished, name):
     return [s for s in finished if s.name == name]
 
 
-def test_span_tree_of_a_three_child_fan_out(spans, tmp_path):
+def test_span_tree_of_a_three_child_fan_out(runtime, spans, tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     script = rule_script([
         (lambda text: text.startswith("Read the notes file, pass "), tool_call_reply("read_file", {"path": "notes.txt"})),
@@ -50,12 +47,12 @@ def test_span_tree_of_a_three_child_fan_out(spans, tmp_path):
     ])
     with ScriptedModelServer(script) as server:
         parent = AIAgent(model="demo-model", base_url=server.url, api_key="k", toolsets=["delegation", "file"],
-                         workspace=tmp_path, session_id="parent-1")
-        handle = json.loads(dt.delegate_task(tasks=[{"goal": f"Read the notes file, pass {i}"} for i in range(3)], background=True,
-                                             parent_agent=parent))
-        event = wait_event(handle["delegation_id"], timeout_s=30)
+                         workspace=tmp_path, session_id="parent-1", provided_toolsets=runtime.toolsets())
+        handle = json.loads(runtime.delegate_tool(tasks=[{"goal": f"Read the notes file, pass {i}"} for i in range(3)],
+                                                  background=True, parent_agent=parent))
+        event = wait_event(handle["delegation_id"], timeout_s=30, bus=runtime.bus)
     assert event["status"] == "completed"
-    ad.mark_completion_delivered(handle["delegation_id"])  # acknowledgement ends the unit span
+    runtime.deliveries.mark_delivered(handle["delegation_id"])  # acknowledgement ends the unit span
 
     finished = spans.get_finished_spans()
     (unit,) = _by_name(finished, "offload.delegation")
@@ -76,20 +73,20 @@ def test_span_tree_of_a_three_child_fan_out(spans, tmp_path):
     events = [e.name for e in unit.events]
     assert events.count("child finished") == 3 and "result" in events and events[-1] == "acknowledged"
     assert unit.end_time >= max(s.end_time for s in subagents)
-    stored = current_ledger().get(handle["delegation_id"]).task["trace_context"]
+    stored = runtime.ledger().get(handle["delegation_id"]).task["trace_context"]
     assert stored["traceparent"].split("-")[1] == f"{unit.context.trace_id:032x}"
 
 
-def test_interrupt_stall_and_delivery_are_span_events(spans, held):
+def test_interrupt_stall_and_delivery_are_span_events(runtime, spans, held):
     unit = held(["slow"])
-    ad.interrupt_delegation(unit.delegation_id)
+    runtime.engine.interrupt_one(unit.delegation_id)
     observers.notify("stalled", unit.delegation_id)  # what the stall monitor says before interrupting
-    event = wait_event(unit.delegation_id)
+    event = wait_event(unit.delegation_id, bus=runtime.bus)
     assert event["status"] == "interrupted"  # a stopped unit, never "error" or "completed"
-    claim = ad.claim_event_delivery(event, "test")
-    ad.release_event_delivery(event, claim)
-    claim = ad.claim_event_delivery(event, "test")
-    ad.complete_event_delivery(event, claim)
+    claim = runtime.deliveries.claim_event(event, "test")
+    runtime.deliveries.release_event(event, claim)
+    claim = runtime.deliveries.claim_event(event, "test")
+    runtime.deliveries.complete_event(event, claim)
     (span,) = _by_name(spans.get_finished_spans(), "offload.delegation")
     names = [e.name for e in span.events]
     assert names[:2] == ["interrupt", "stall"]
@@ -129,14 +126,14 @@ def _killed_owner(tmp_path: Path) -> tuple[str, dict]:
     return ready[1], child
 
 
-def test_one_trace_across_a_sigkill_and_recovery_in_a_fresh_process(spans, tmp_path):
+def test_one_trace_across_a_sigkill_and_recovery_in_a_fresh_process(runtime, spans, tmp_path):
     delegation_id, child = _killed_owner(tmp_path)
     replay: queue.Queue = queue.Queue()
-    assert ad.restore_undelivered_completions(replay) == 1
+    assert runtime.deliveries.restore(replay) == 1
     event = replay.get_nowait()
     assert event["delegation_id"] == delegation_id and event["status"] == "unknown"
-    claim = ad.claim_event_delivery(event, "test")
-    assert ad.complete_event_delivery(event, claim)
+    claim = runtime.deliveries.claim_event(event, "test")
+    assert runtime.deliveries.complete_event(event, claim)
 
     (recovered,) = _by_name(spans.get_finished_spans(), "offload.delegation.recovered")
     assert f"{recovered.context.trace_id:032x}" == child["trace_id"]  # the same trace

@@ -13,9 +13,10 @@ import threading
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from offload import Offload
 from offload.engine import observers
+from offload.engine.units import batch_spec
 from offload.telemetry import tracing
-from tools import async_delegation as ad
 
 
 class JsonLines(SpanExporter):
@@ -35,6 +36,7 @@ def main(spans_file: str) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(JsonLines(spans_file)))
     tracing.install(provider.get_tracer("owner"))
+    off = Offload()  # never closed: the process is SIGKILLed
     dispatched, forever = threading.Event(), threading.Event()
     unit: dict[str, str] = {}
 
@@ -42,13 +44,12 @@ def main(spans_file: str) -> None:
         dispatched.wait()
         with observers.span("offload.subagent", task_index=0):
             pass
-        ad.record_unit_child(unit["id"], {"task_index": 0, "status": "completed", "summary": "first result"})
+        off.engine.record_unit_child(unit["id"], {"task_index": 0, "status": "completed", "summary": "first result"})
         print("READY", unit["id"], flush=True)
         forever.wait()
         return {}
 
-    handle = ad.dispatch_async_delegation_batch(goals=["first", "second"], context=None, toolsets=None, role=None,
-                                                model="m", session_key="sess-kill", runner=runner)
+    handle = off.engine.dispatch(batch_spec(["first", "second"], model="m", session_key="sess-kill"), runner, 3)
     unit["id"] = handle["delegation_id"]
     dispatched.set()
     forever.wait()

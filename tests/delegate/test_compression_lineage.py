@@ -8,16 +8,15 @@ import pytest
 from offload.agent import compression
 from offload.agent.core import AIAgent
 from offload.agent.llm import AssistantTurn
-from offload.agent.session_store import SessionStore
+from offload.cli.views import Ui
+from offload.conversation import Conversation
 from offload.driver import SessionDriver
 from offload.inbox import SessionInbox
-from offload.runtime import Conversation
-from offload.cli.views import Ui
-from tests.engine.conftest import clean_engine, drain_queue, wait_event  # noqa: F401 - fixture
-from tools import async_delegation as ad
-from tools.process_registry import process_registry
+from tests.engine.conftest import drain_queue
+from tests.runtime_support import dispatch
+from tests.runtime_support import finished as finished_on
 
-pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("clean_engine")]
+pytestmark = [pytest.mark.timeout(30)]
 
 
 def turn(user: str, *, tool: bool = False) -> list[dict]:
@@ -32,18 +31,9 @@ HISTORY = [{"role": "system", "content": "sys"}, *turn("one", tool=True), *turn(
 
 
 @pytest.fixture
-def store():
-    with SessionStore() as s:
+def store(runtime):
+    with runtime.session_store() as s:
         yield s
-
-
-def finished(session_id: str) -> dict:
-    handle = ad.dispatch_async_delegation(
-        goal="find the number", context=None, toolsets=None, role="leaf", model="m", session_key=session_id,
-        parent_session_id=session_id, runner=lambda: {"status": "completed", "summary": "7"})
-    evt = wait_event(handle["delegation_id"])
-    process_registry.completion_queue.put(evt)
-    return evt
 
 
 # -- the pure parts ---------------------------------------------------------------------------
@@ -133,27 +123,27 @@ def test_a_failed_summary_runs_the_turn_uncompressed(store, tmp_path):
     assert conversation.run_turn("four " * 100).compressed_from is None and conversation.session_id == old
 
 
-def test_a_result_dispatched_before_compression_is_owned_only_by_the_live_tip(store):
+def test_a_result_dispatched_before_compression_is_owned_only_by_the_live_tip(runtime, store):
     a = store.create_session()
     b = store.continue_session(a, [])
     c = store.continue_session(b, [])
-    evt = finished(a)
-    drain_queue()
-    assert SessionInbox(c, store).owns(evt)
-    assert not SessionInbox(b, store).owns(evt)  # compressed away: not the live session
-    assert not SessionInbox(store.create_session(), store).owns(evt)
+    evt = finished_on(runtime, a, "7")
+    drain_queue(runtime.bus)
+    assert SessionInbox(c, store, runtime).owns(evt)
+    assert not SessionInbox(b, store, runtime).owns(evt)  # compressed away: not the live session
+    assert not SessionInbox(store.create_session(), store, runtime).owns(evt)
 
 
-def test_an_unresolvable_lineage_leaves_the_result_pending_and_retryable(store):
+def test_an_unresolvable_lineage_leaves_the_result_pending_and_retryable(runtime, store):
     a = store.create_session()
     with store._transaction() as conn:
         conn.execute("INSERT INTO session_lineage VALUES ('sess_gone', ?, 'compression', 0)", (a,))
     other = store.create_session()
-    evt = finished(a)
-    assert SessionInbox(other, store).poll() == []
-    row = ad.get_durable_delegation(evt["delegation_id"])
+    evt = finished_on(runtime, a, "7")
+    assert SessionInbox(other, store, runtime).poll() == []
+    row = runtime.deliveries.get(evt["delegation_id"])
     assert (row["delivery_state"], row["delivery_attempts"]) == ("pending", 0)  # not even claimed
-    assert [e["delegation_id"] for e in drain_queue()] == [evt["delegation_id"]]  # still on the bus
+    assert [e["delegation_id"] for e in drain_queue(runtime.bus)] == [evt["delegation_id"]]  # still on the bus
 
 
 class Answering:
@@ -170,49 +160,48 @@ class Answering:
         pass
 
 
-def test_new_racing_a_delivery_never_delivers_into_the_new_session(store):
+def test_new_racing_a_delivery_never_delivers_into_the_new_session(runtime, store):
     old = store.create_session()
     fresh = store.create_session()
-    driver = SessionDriver(Conversation(Answering(old), store), SessionInbox(old, store), Ui(),
+    driver = SessionDriver(runtime, Conversation(Answering(old), store), SessionInbox(old, store, runtime), Ui(),
                            new_conversation=lambda: Conversation(Answering(fresh), store))
-    evt = finished(old)
+    evt = finished_on(runtime, old, "7")
     [item] = driver.inbox.poll()  # claimed for the old session...
     driver.new_session()  # ...and /new lands before it is injected
     driver.inject(item)
     assert driver.conversation.agent.seen == [] and not store.was_injected(fresh, evt["delegation_id"])
-    row = ad.get_durable_delegation(evt["delegation_id"])
+    row = runtime.deliveries.get(evt["delegation_id"])
     assert row["delivery_state"] == "pending"  # and its claim released: the resume below can claim it
-    assert SessionInbox(fresh, store).poll() == []  # the new session never takes it
-    resumed = SessionDriver(Conversation(Answering(old), store), SessionInbox(old, store), Ui())
+    assert SessionInbox(fresh, store, runtime).poll() == []  # the new session never takes it
+    resumed = SessionDriver(runtime, Conversation(Answering(old), store), SessionInbox(old, store, runtime), Ui())
     assert resumed.deliver_ready() == 1 and store.was_injected(old, evt["delegation_id"])
 
 
-def test_stop_after_compression_reaches_work_dispatched_before_it(store):
+def test_stop_after_compression_reaches_work_dispatched_before_it(runtime, store):
     import threading
 
     a = store.create_session()
     b = store.continue_session(a, [])
     assert store.lineage(b) == [b, a] and store.lineage(a) == [a]
     stopped = threading.Event()
-    ad.dispatch_async_delegation(goal="find the number", context=None, toolsets=None, role="leaf", model="m",
-                                 session_key=a, parent_session_id=a, interrupt_fn=stopped.set,
-                                 runner=lambda: stopped.wait(10) and {"status": "interrupted", "summary": None})
-    driver = SessionDriver(Conversation(Answering(b), store), SessionInbox(b, store), Ui())
+    dispatch(runtime, lambda: stopped.wait(10) and {"status": "interrupted", "summary": None}, "find the number",
+             session_key=a, parent_session_id=a, interrupt_fn=stopped.set)
+    driver = SessionDriver(runtime, Conversation(Answering(b), store), SessionInbox(b, store, runtime), Ui())
     assert driver.live_count() == 1  # the pre-compression unit is this session's work
     assert driver.stop_background() == 1 and stopped.is_set()
 
 
-def test_a_result_stored_before_compression_is_only_acknowledged_at_the_tip(store):
+def test_a_result_stored_before_compression_is_only_acknowledged_at_the_tip(runtime, store):
     a = store.create_session()
-    evt = finished(a)
+    evt = finished_on(runtime, a, "7")
     store.append_turn(a, [{"role": "user", "content": "[the result]"}], [evt["delegation_id"]])
     b = store.continue_session(a, [])  # then compressed; the claim's completion was lost in a crash
-    assert SessionInbox(b, store).poll() == []
-    assert ad.get_durable_delegation(evt["delegation_id"])["delivery_state"] == "delivered"
+    assert SessionInbox(b, store, runtime).poll() == []
+    assert runtime.deliveries.get(evt["delegation_id"])["delivery_state"] == "delivered"
 
 
 def test_resuming_a_compressed_session_by_id_or_prefix_continues_at_its_tip(store):
-    from offload.runtime import _resolve_session
+    from offload.conversation import _resolve_session
 
     a = store.create_session()
     b = store.continue_session(a, [])

@@ -78,7 +78,7 @@ def test_spawn_depth_says_depth_limit_plainly():
 
 
 def test_an_unexpected_failure_inside_the_tool_is_error_json(monkeypatch):
-    from tools import delegate_tool_dispatch as dispatch
+    from offload.subagents import dispatch
 
     def explode(batch, note=None):
         raise ZeroDivisionError("boom")

@@ -87,8 +87,9 @@ def test_the_driver_adds_background_usage_when_it_delivers_the_result(tmp_path):
     from offload.agent.session_store import SessionStore
     from offload.driver import SessionDriver
     from offload.inbox import SessionInbox
-    from offload.runtime import Conversation
+    from offload.conversation import Conversation
     from offload.cli.views import Ui
+    from tools.async_delegation import runtime
     from tools.process_registry import process_registry
 
     class Answering(TotalsParent):
@@ -103,7 +104,7 @@ def test_the_driver_adds_background_usage_when_it_delivers_the_result(tmp_path):
     handle = json.loads(dt.delegate_task(goal="count the files", parent_agent=agent))
     process_registry.completion_queue.put(wait_event(handle["delegation_id"]))
     with SessionStore() as store:
-        driver = SessionDriver(Conversation(agent, store), SessionInbox("sess-usage", store), Ui())
+        driver = SessionDriver(runtime(), Conversation(agent, store), SessionInbox("sess-usage", store, runtime()), Ui())
         assert agent.added == []
         assert driver.deliver_ready() == 1
     assert agent.added == [{"input_tokens": 40, "output_tokens": 4, "cost_usd": 0.5}]
@@ -116,7 +117,7 @@ def test_the_run_summary_line_reports_totals_and_says_when_cost_is_unknown(tmp_p
     from offload.cli.views import Ui
 
     agent = SimpleNamespace(usage_totals={"input_tokens": 1200, "output_tokens": 30, "cost_usd": None})
-    driver = SessionDriver(SimpleNamespace(agent=agent), inbox=None, ui=Ui())
+    driver = SessionDriver(None, SimpleNamespace(agent=agent), inbox=None, ui=Ui())
     assert driver.usage_line() == ("tokens used by this run: 1,200 in / 30 out, subagents included "
                                    "(cost not reported by the provider)")
     agent.usage_totals.update(cost_usd=0.5)

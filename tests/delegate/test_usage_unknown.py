@@ -39,7 +39,7 @@ def test_totals_count_unknown_children_apart_and_the_summary_says_so(tmp_path):
     parent = AIAgent(model="m", base_url=BASE_URL, api_key="k", toolsets=[], workspace=tmp_path)
     roll_up(parent, total)
     assert parent.usage_totals["tokens_unreported"] == 1
-    line = SessionDriver(SimpleNamespace(agent=parent), inbox=None, ui=Ui()).usage_line()
+    line = SessionDriver(None, SimpleNamespace(agent=parent), inbox=None, ui=Ui()).usage_line()
     assert line.startswith("tokens used by this run: 100 in / 10 out")
     assert "1 model run(s) whose server reported no usage are not counted (unknown)" in line
 

@@ -57,12 +57,11 @@ def test_building_a_child_cannot_overwrite_the_captured_origin(stateless_request
     assert session_env.wake_session_id() == "api-sess-7"  # the caller's own binding is untouched
 
 
-def test_the_woken_session_owns_results_recorded_for_its_raw_id():
-    from offload.agent.session_store import SessionStore
+def test_the_woken_session_owns_results_recorded_for_its_raw_id(runtime):
     from offload.inbox import SessionInbox
 
-    with SessionStore() as store:
-        inbox = SessionInbox("api-sess-7", store)
+    with runtime.session_store() as store:
+        inbox = SessionInbox("api-sess-7", store, runtime)
         assert inbox.owns({"type": "async_delegation", "session_key": "", "origin_session_id": "api-sess-7"})
         assert not inbox.owns({"type": "async_delegation", "session_key": "", "origin_session_id": "api-sess-8"})
 

@@ -8,12 +8,11 @@ import pytest
 from offload.agent.session_store import SessionStore
 from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.conftest import HANDLE_RE, SESSION_RE, parent_requests_with_results, scripted_parent
-from tools.async_delegation import get_durable_delegation
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
-def test_background_result_is_reinjected_as_a_new_turn_while_idle(cli, model_server, write_config):
+def test_background_result_is_reinjected_as_a_new_turn_while_idle(cli, model_server, write_config, runtime):
     release_child = threading.Event()
 
     def child(request):
@@ -49,7 +48,7 @@ def test_background_result_is_reinjected_as_a_new_turn_while_idle(cli, model_ser
         contents = [m.get("content") or "" for m in store.load_messages(sid)]
     assert any(c.startswith(f"[ASYNC DELEGATION BATCH COMPLETE — {did}]") for c in contents)
     assert contents[-1] == "Noted: the subagent found 42."
-    assert get_durable_delegation(did)["delivery_state"] == "delivered"
+    assert runtime.deliveries.get(did)["delivery_state"] == "delivered"
 
 
 def test_a_stalled_child_is_interrupted_and_reported(cli, model_server, write_config):
@@ -67,7 +66,7 @@ def test_a_stalled_child_is_interrupted_and_reported(cli, model_server, write_co
     assert chat.finish() == 0
 
 
-def test_a_rejected_subagent_model_is_reported_once(cli, model_server, write_config):
+def test_a_rejected_subagent_model_is_reported_once(cli, model_server, write_config, runtime):
     server = model_server(scripted_parent(child=lambda r: text_reply("unused"),
                                           delegate={"tasks": [{"goal": "first"}, {"goal": "second"}]},
                                           on_result=text_reply("The subagent model is misconfigured.")),
@@ -88,7 +87,7 @@ def test_a_rejected_subagent_model_is_reported_once(cli, model_server, write_con
     # Both children fail at once: at most one early warning for the unit, shown before the result.
     notices = parent_requests_with_results(server, interim=True)
     assert len(notices) <= 1 and chat.output.count("a task failed while the others still run") == len(notices)
-    assert get_durable_delegation(did)["delivery_state"] == "delivered"
+    assert runtime.deliveries.get(did)["delivery_state"] == "delivered"
 
 
 def chat_with_an_endless_child(cli, model_server, write_config, on_result: str):
@@ -138,7 +137,7 @@ def test_offload_stop_from_another_terminal_stops_one_unit_of_a_chat(cli, model_
     assert chat.finish() == 0
 
 
-def test_agents_shows_a_finished_child_as_done_not_idle(cli, model_server, write_config):
+def test_agents_shows_a_finished_child_as_done_not_idle(cli, model_server, write_config, runtime):
     from offload.testing.demo_script import subagent_goal
 
     def child(request):
@@ -153,7 +152,7 @@ def test_agents_shows_a_finished_child_as_done_not_idle(cli, model_server, write
     chat.send("go")
     did = chat.wait_for(HANDLE_RE).group(1)
     chat.wait_for(r"agent> Started it")
-    wait_for_recorded_child(did)
+    wait_for_recorded_child(runtime, did)
     mark = chat.mark()
     chat.send("/agents")
     chat.wait_for(rf"{did}\s+running\s+children done 1/2", start=mark)
@@ -166,12 +165,12 @@ def test_agents_shows_a_finished_child_as_done_not_idle(cli, model_server, write
     assert chat.finish() == 0
 
 
-def wait_for_recorded_child(delegation_id: str, timeout_s: float = 30.0) -> None:
+def wait_for_recorded_child(runtime, delegation_id: str, timeout_s: float = 30.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        row = get_durable_delegation(delegation_id) or {}
+        row = runtime.deliveries.get(delegation_id) or {}
         if (row.get("result") or {}).get("results"):
             return
         time.sleep(0.05)

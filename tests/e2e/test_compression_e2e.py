@@ -15,7 +15,6 @@ from offload.agent.session_store import SessionStore
 from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
 from tests.e2e.conftest import SESSION_RE, parent_requests_with_results
 from tests.e2e.test_run_and_restart_e2e import wait_for_pending_row
-from tools.async_delegation import get_durable_delegation
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -57,7 +56,7 @@ def wait_for_successor(session_id: str, timeout_s: float = 30.0) -> str:
 
 
 def test_sigkill_between_compression_and_delivery_delivers_to_the_live_tip(cli, model_server, write_config,
-                                                                           _isolated_hermes_home):
+                                                                           _isolated_hermes_home, runtime):
     gate = threading.Event()
     server = model_server(script(gate))
     data = write_config(server)
@@ -73,7 +72,7 @@ def test_sigkill_between_compression_and_delivery_delivers_to_the_live_tip(cli, 
     first.send(LONG)  # passes the threshold: old turns are summarised into a successor session
     tip = wait_for_successor(sid)
     gate.set()
-    row = wait_for_pending_row(sid)  # recorded for the session that dispatched it, before compression
+    row = wait_for_pending_row(runtime, sid)  # recorded for the session that dispatched it, before compression
     assert row.state == "completed" and row.delivery_state == "pending"
     first.kill()  # SIGKILL between compression and delivery
     assert "landed" not in first.output
@@ -84,7 +83,7 @@ def test_sigkill_between_compression_and_delivery_delivers_to_the_live_tip(cli, 
     second.wait_for(r"agent> Result noted: 7\.")
     second.send("/quit")
     assert second.finish() == 0
-    assert get_durable_delegation(row.delegation_id)["delivery_state"] == "delivered"
+    assert runtime.deliveries.get(row.delegation_id)["delivery_state"] == "delivered"
     with SessionStore() as store:
         assert store.was_injected(tip, row.delegation_id)
         assert not store.was_injected(sid, row.delegation_id)

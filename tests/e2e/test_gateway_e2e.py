@@ -14,7 +14,6 @@ from offload.testing.demo_script import subagent_goal
 from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.gateway_harness import (DM, GROUP, TOKEN, TOPIC, chat_parent, echo_goal,
                                        result_headers, shown, write_gateway_config)
-from tools.async_delegation import get_durable_delegation
 from offload.home import config_path
 from offload.ledger.queries import pending_rows, running_rows
 from tools.async_delegation_delivery import current_ledger
@@ -106,16 +105,16 @@ def fast_or_hang(request):
     return hang_reply("working…") if goal.endswith("-slow") else text_reply(f"result of {goal}")
 
 
-def rows_with_a_finished_child() -> list:
-    return [r for r in running_rows() if len((r.result or {}).get("results") or []) >= 1]
+def rows_with_a_finished_child(runtime) -> list:
+    return [r for r in running_rows(runtime.ledger()) if len((r.result or {}).get("results") or []) >= 1]
 
 
 def test_sigkill_mid_fan_out_then_restart_delivers_recovered_results_to_the_right_chats_once(
-        api, configure, start_gateway):
+        api, configure, start_gateway, runtime):
     configure(chat_parent(fan_out, fast_or_hang))
     first = start_gateway()
     say_in_both_chats(api)
-    assert api.wait_until(lambda: len(rows_with_a_finished_child()) == 2, 60), first.output
+    assert api.wait_until(lambda: len(rows_with_a_finished_child(runtime)) == 2, 60), first.output
     first.kill()  # SIGKILL: each fan-out has one child recorded, one still running
     assert result_headers(api) == []
 
@@ -128,7 +127,7 @@ def test_sigkill_mid_fan_out_then_restart_delivers_recovered_results_to_the_righ
     assert "beta" not in shown(api, DM) and "alpha" not in shown(api, GROUP)
     assert len(result_headers(api, DM)) == len(result_headers(api, GROUP)) == 1
     assert "(unknown)" in result_headers(api, DM)[0]  # recovered: the slow child's fate is unknown
-    assert pending_rows() == []
+    assert pending_rows(runtime.ledger()) == []
 
 
 def test_a_ten_thousand_character_result_arrives_whole_in_several_messages(api, configure, start_gateway):
@@ -143,46 +142,46 @@ def test_a_ten_thousand_character_result_arrives_whole_in_several_messages(api, 
     stop(gateway)
 
 
-def test_slash_stop_in_one_chat_leaves_the_other_chat_running(api, configure, start_gateway):
+def test_slash_stop_in_one_chat_leaves_the_other_chat_running(api, configure, start_gateway, runtime):
     server = configure(chat_parent(lambda text: {"goal": f"{text}-endless"}, lambda r: hang_reply("working…")))
     gateway = start_gateway()
     say_in_both_chats(api)
-    assert api.wait_until(lambda: len(running_rows()) == 2, 60)
+    assert api.wait_until(lambda: len(running_rows(runtime.ledger())) == 2, 60)
     assert server.wait_for_requests(6, timeout_s=60)  # per chat: parent x2 and the child, now hanging
     api.user_says(DM, "/stop")
     wait_shown(api, DM, "stopping 1 background delegation")
     wait_shown(api, DM, "status=interrupted")
-    [still] = running_rows()
+    [still] = running_rows(runtime.ledger())
     assert "beta-endless" in str(still.task)
     assert result_headers(api, GROUP) == []
     stop(gateway)
 
 
-def test_offload_stop_from_another_process_reaches_a_unit_the_gateway_runs(api, configure, start_gateway):
+def test_offload_stop_from_another_process_reaches_a_unit_the_gateway_runs(api, configure, start_gateway, runtime):
     from tests.e2e.conftest import offload
 
     configure(chat_parent(lambda text: {"goal": f"{text}-endless"}, lambda r: hang_reply("working…")))
     gateway = start_gateway()
     api.user_says(DM, "alpha")
-    assert api.wait_until(lambda: len(running_rows()) == 1, 60), gateway.output
-    [row] = running_rows()
+    assert api.wait_until(lambda: len(running_rows(runtime.ledger())) == 1, 60), gateway.output
+    [row] = running_rows(runtime.ledger())
     stopped = offload("stop", row.delegation_id)  # another process: only the ledger connects them
     assert stopped.returncode == 0, stopped
     assert f"stopped {row.delegation_id}" in stopped.stdout
     wait_shown(api, DM, "status=interrupted")
-    assert get_durable_delegation(row.delegation_id)["state"] != "running"
+    assert runtime.deliveries.get(row.delegation_id)["state"] != "running"
     stop(gateway)
 
 
-def test_two_gateways_on_one_ledger_never_send_one_result_twice(api, configure, start_gateway):
+def test_two_gateways_on_one_ledger_never_send_one_result_twice(api, configure, start_gateway, runtime):
     # The first gateway's user turns never end, so its results stay pending in the ledger.
     configure(chat_parent(fan_out, echo_goal, after_tool=hang_reply("Started; ")),
               independent_completions=True)
     first = start_gateway()
     say_in_both_chats(api)
-    assert api.wait_until(lambda: len(pending_rows()) == 4, 60), first.output
+    assert api.wait_until(lambda: len(pending_rows(runtime.ledger())) == 4, 60), first.output
     first.kill()
-    ids = {r.delegation_id for r in pending_rows()}
+    ids = {r.delegation_id for r in pending_rows(runtime.ledger())}
 
     api.hold("sendMessage")  # whoever claims a result is stuck showing it while the other restores
     second, third = start_gateway(), start_gateway()
@@ -194,7 +193,7 @@ def test_two_gateways_on_one_ledger_never_send_one_result_twice(api, configure, 
     claimed = lambda: all(current_ledger().get(i).delivery_claim for i in ids)  # noqa: E731
     assert api.wait_until(claimed, 30), second.output + third.output
     api.release("sendMessage")
-    assert api.wait_until(lambda: all(get_durable_delegation(i)["delivery_state"] == "delivered" for i in ids), 60)
+    assert api.wait_until(lambda: all(runtime.deliveries.get(i)["delivery_state"] == "delivered" for i in ids), 60)
     stop(second)
     stop(third)
     headers = result_headers(api)
@@ -202,13 +201,13 @@ def test_two_gateways_on_one_ledger_never_send_one_result_twice(api, configure, 
     assert "beta" not in shown(api, DM) and "alpha" not in shown(api, GROUP)
 
 
-def test_a_blocked_bot_drops_the_result_with_a_reason_inbox_shows(api, configure, start_gateway, cli):
+def test_a_blocked_bot_drops_the_result_with_a_reason_inbox_shows(api, configure, start_gateway, cli, runtime):
     configure(chat_parent(lambda text: {"goal": "for nobody"}, echo_goal))
     gateway = start_gateway()
     api.block(DM)  # the user blocked the bot right after writing
     api.user_says(DM, "alpha")
-    assert api.wait_until(lambda: [r for r in settled() if r.delivery_state == "dropped"], 60), gateway.output
-    [row] = settled()
+    assert api.wait_until(lambda: [r for r in settled(runtime) if r.delivery_state == "dropped"], 60), gateway.output
+    [row] = settled(runtime)
     inbox = cli("inbox", "--all")
     assert inbox.finish() == 0
     inbox.wait_for(rf"{row.delegation_id} .*dropped: chat {DM} cannot be reached: "
@@ -218,12 +217,12 @@ def test_a_blocked_bot_drops_the_result_with_a_reason_inbox_shows(api, configure
     stop(gateway)
 
 
-def settled():
+def settled(runtime):
     from offload.ledger.queries import settled_rows
-    return settled_rows(10)
+    return settled_rows(runtime.ledger(), 10)
 
 
-def test_a_429_storm_and_5xx_delay_a_result_but_deliver_it_once(api, configure, start_gateway):
+def test_a_429_storm_and_5xx_delay_a_result_but_deliver_it_once(api, configure, start_gateway, runtime):
     configure(chat_parent(lambda text: {"goal": "busy api"}, echo_goal))
     is_result = lambda body: str(body.get("text", "")).startswith("<b>Background result")
     api.fail("sendMessage", 502, times=2, when=is_result)
@@ -234,13 +233,13 @@ def test_a_429_storm_and_5xx_delay_a_result_but_deliver_it_once(api, configure, 
     [header] = result_headers(api, DM)
     delegation_id = header.split()[2]
     assert api.calls.count("sendMessage") >= 8  # the failed attempts really happened
-    row = get_durable_delegation(delegation_id)
+    row = runtime.deliveries.get(delegation_id)
     assert row["delivery_state"] == "delivered" and row["delivery_attempts"] == 2  # claimed, given back, claimed
     stop(gateway)
 
 
 @pytest.mark.parametrize("policy", ["deliver", "drop"])
-def test_slash_new_then_the_old_sessions_result_is_labelled_or_dropped(api, configure, start_gateway, policy):
+def test_slash_new_then_the_old_sessions_result_is_labelled_or_dropped(api, configure, start_gateway, policy, runtime):
     configure(chat_parent(lambda text: {"goal": "long job"}, lambda r: hang_reply("working…")),
               gateway={"on_new_session": policy})
     gateway = start_gateway()
@@ -253,16 +252,16 @@ def test_slash_new_then_the_old_sessions_result_is_labelled_or_dropped(api, conf
         wait_shown(api, DM, "from previous session sess_")
         wait_shown(api, DM, "Result noted.")
     else:
-        assert api.wait_until(lambda: [r for r in settled() if r.delivery_state == "dropped"], 60)
+        assert api.wait_until(lambda: [r for r in settled(runtime) if r.delivery_state == "dropped"], 60)
         assert result_headers(api, DM) == []
     stop(gateway)
 
 
-def test_slash_agents_shows_a_live_roster_edited_in_place_then_collapsed(api, configure, start_gateway):
+def test_slash_agents_shows_a_live_roster_edited_in_place_then_collapsed(api, configure, start_gateway, runtime):
     configure(chat_parent(lambda text: {"goal": "watch me"}, lambda r: hang_reply("working…")))
     gateway = start_gateway()
     api.user_says(DM, "alpha")
-    assert api.wait_until(lambda: running_rows(), 60)
+    assert api.wait_until(lambda: running_rows(runtime.ledger()), 60)
     api.user_says(DM, "/agents")
     wait_shown(api, DM, "watch me")
     [bubble] = [m for m in api.messages(DM) if m.text.startswith("<b>Background agents")]

@@ -21,7 +21,7 @@ from tests.e2e.test_chat_e2e import wait_for_recorded_child
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
-def _stopped_chat(cli, model_server, write_config, goals: list[str]):
+def _stopped_chat(cli, model_server, write_config, goals: list[str], runtime=None):
     """A chat whose unit runs ``goals`` ("quick" answers, anything else hangs), stopped with
     ``offload stop`` from another process once the quick child (if any) is recorded."""
     def child(request):
@@ -35,7 +35,7 @@ def _stopped_chat(cli, model_server, write_config, goals: list[str]):
     did = chat.wait_for(HANDLE_RE).group(1)
     chat.wait_for(r"agent> Started it")
     if "quick" in goals:
-        wait_for_recorded_child(did)
+        wait_for_recorded_child(runtime, did)
     assert server.wait_for_requests(2 + len(goals), timeout_s=30)  # the slow child is mid-stream
     stopped = offload("stop", did)
     assert stopped.returncode == 0, stopped
@@ -88,8 +88,8 @@ def test_a_stopped_single_child_unit_is_interrupted_everywhere(cli, model_server
     _everywhere(cli, did, "interrupted", ["interrupted"])
 
 
-def test_a_stopped_fan_out_with_a_finished_child_is_partial_everywhere(cli, model_server, write_config):
-    chat, did = _stopped_chat(cli, model_server, write_config, ["quick", "slow"])
+def test_a_stopped_fan_out_with_a_finished_child_is_partial_everywhere(cli, model_server, write_config, runtime):
+    chat, did = _stopped_chat(cli, model_server, write_config, ["quick", "slow"], runtime)
     assert re.search(rf"background result {did} landed: Subagent Tasks Partly Completed: quick; slow \(2 tasks\)",
                      chat.output), chat.output
     assert "Finished with Issues" not in chat.output

@@ -12,13 +12,12 @@ from offload.agent.session_store import SessionStore
 from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.conftest import SESSION_RE, parent_requests_with_results, scripted_parent
 from tests.e2e.test_run_and_restart_e2e import wait_for_pending_row
-from tools.async_delegation import get_durable_delegation
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
 def test_a_result_recorded_for_a_raw_session_id_is_delivered_when_that_session_is_woken(cli, model_server,
-                                                                                          write_config):
+                                                                                          write_config, runtime):
     server = model_server(scripted_parent(
         child=lambda r: text_reply("child result 11"), delegate={"goal": "find the number"},
         after_tool=hang_reply("Started; "),  # the request never ends on its own
@@ -27,7 +26,7 @@ def test_a_result_recorded_for_a_raw_session_id_is_delivered_when_that_session_i
 
     request = cli("run", "find the number for me")
     sid = request.wait_for(SESSION_RE).group(1)
-    row = wait_for_pending_row(sid)  # dispatched in the background (inline would leave no row)
+    row = wait_for_pending_row(runtime, sid)  # dispatched in the background (inline would leave no row)
     did = row.delegation_id
     assert (row.origin_session_id, row.delivery_state) == (sid, "pending")
     request.kill()  # SIGKILL: the stateless request is gone before any delivery
@@ -38,7 +37,7 @@ def test_a_result_recorded_for_a_raw_session_id_is_delivered_when_that_session_i
     assert "agent> Woken with the result: 11." in wake.output
     # The woken run reports its totals (the child part of them is unit-tested in test_usage_rollup).
     assert wake.wait_for(r"tokens used by this run: [1-9][\d,]* in / [1-9][\d,]* out, subagents included")
-    assert get_durable_delegation(did)["delivery_state"] == "delivered"
+    assert runtime.deliveries.get(did)["delivery_state"] == "delivered"
     with SessionStore() as store:
         assert store.was_injected(sid, did)
     assert len(parent_requests_with_results(server)) == 1

@@ -1,4 +1,5 @@
-"""Engine tests: a clean engine and an empty completion queue around every test."""
+"""Engine tests: a clean engine and an empty completion queue around every test (the compat
+adapter's default runtime; tests on their own ``runtime`` fixture need neither)."""
 from __future__ import annotations
 
 import queue
@@ -10,28 +11,28 @@ from tools import async_delegation as ad
 from tools.process_registry import process_registry
 
 
-def drain_queue() -> list[dict]:
+def drain_queue(bus=process_registry) -> list[dict]:
     events = []
     while True:
         try:
-            events.append(process_registry.completion_queue.get_nowait())
+            events.append(bus.completion_queue.get_nowait())
         except queue.Empty:
             return events
 
 
-def wait_event(delegation_id: str, timeout_s: float = 10.0, interim: bool = False) -> dict:
-    """The final completion event of ``delegation_id`` (``interim``: its interim failure notice
-    instead); every other event is put back."""
+def wait_event(delegation_id: str, timeout_s: float = 10.0, interim: bool = False, bus=process_registry) -> dict:
+    """The final completion event of ``delegation_id`` on ``bus`` (default: the compat
+    adapter's; ``interim``: its interim failure notice instead); every other event is put back."""
     skipped = []
     try:
         while True:
-            evt = process_registry.completion_queue.get(timeout=timeout_s)
+            evt = bus.completion_queue.get(timeout=timeout_s)
             if evt.get("delegation_id") == delegation_id and is_interim(evt) == interim:
                 return evt
             skipped.append(evt)
     finally:
         for evt in skipped:
-            process_registry.completion_queue.put(evt)
+            bus.completion_queue.put(evt)
 
 
 @pytest.fixture(autouse=True)

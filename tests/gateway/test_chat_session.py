@@ -7,14 +7,14 @@ import threading
 import pytest
 import yaml
 
-from offload.agent.session_store import SessionStore, new_session_id
+from offload.agent.session_store import new_session_id
+from offload.config import load_config
+from offload.conversation import Conversation
 from offload.gateway.chat_session import ChatSession, Claimed
 from offload.gateway.platform import ChatGone, Incoming, Route
-from offload.config import load_config
+from offload.runtime import Offload
 from offload.testing.model_server import text_reply
-from offload.runtime import Conversation, build_agent
 from tests.e2e.gateway_harness import chat_parent, echo_goal
-from tools import async_delegation as engine
 
 pytestmark = pytest.mark.timeout(60)
 KEY = "agent:main:webhook:dm:1"
@@ -42,13 +42,38 @@ class RecordingPlatform:
                 self.sent
 
 
+class RecordingDeliveries:
+    """Stands in for the runtime's ``Deliveries``: records how each claim was settled."""
+
+    def __init__(self) -> None:
+        self.settled: list[tuple[str, str | None]] = []  # (how, claim or delegation id)
+        self.reasons: dict[str, str | None] = {}  # delegation id -> why it was dropped
+
+    def complete_event(self, evt: dict, claim: str | None) -> bool:
+        self.settled.append(("done", claim))
+        return True
+
+    def mark_delivered(self, delegation_id: str) -> bool:
+        self.settled.append(("acknowledged", delegation_id))
+        return True
+
+    def drop(self, delegation_id: str, claim: str | None = None, reason: str | None = None) -> bool:
+        self.settled.append(("drop", f"{delegation_id}/{claim}"))
+        self.reasons[delegation_id] = reason
+        return True
+
+    def record_progress(self, delegation_id: str, claim: str, parts: int) -> bool:
+        return True
+
+
 @pytest.fixture
 def chat_factory(_isolated_hermes_home, model_server):
     server = model_server(chat_parent(lambda text: {"goal": "inline job"}, echo_goal,
                                       after_tool=text_reply("Here is what the subagent found.")))
     config = {"model": "demo-model", "base_url": server.url, "toolsets": ["delegation"]}
     (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    cfg, store = load_config(), SessionStore()
+    off = Offload(load_config())
+    store = off.session_store()
     done: list[tuple[list, str]] = []
     settled = threading.Event()
 
@@ -57,14 +82,16 @@ def chat_factory(_isolated_hermes_home, model_server):
         settled.set()
 
     def conversation_for(session_id: str) -> Conversation:
-        return Conversation(build_agent(cfg, session_id), store, session_key=KEY)
+        return Conversation(off.build_agent(session_id), store, session_key=KEY)
 
     def make(platform: RecordingPlatform, on_new_session: str = "deliver") -> ChatSession:
         return ChatSession(KEY, Route("1"), "dm", platform,
                            lambda key, fresh: conversation_for(store.create_session(new_session_id())),
                            on_batch_done, on_new_session)
     make.server, make.done, make.settled, make.conversation_for = server, done, settled, conversation_for
-    return make
+    make.runtime = off
+    yield make
+    off.close()
 
 
 def test_a_channel_that_cannot_deliver_later_runs_delegate_task_inline_and_says_why(chat_factory):
@@ -74,73 +101,69 @@ def test_a_channel_that_cannot_deliver_later_runs_delegate_task_inline_and_says_
     platform.wait_for("Here is what the subagent found.")
     [(header, note)] = [(h, b) for h, b in platform.sent if h == "Subagents ran inline"]
     assert "Background delivery is not available" in note
-    assert engine.list_async_delegations() == []  # nothing was dispatched to the background
+    assert chat_factory.runtime.engine.list() == []  # nothing was dispatched to the background
     tool_results = [m["content"] for r in chat_factory.server.requests for m in r["messages"] if m["role"] == "tool"]
     assert any('"mode": "sync"' in t and "result of inline job" in t for t in tool_results)
 
 
-def test_a_result_a_stored_turn_already_carries_is_only_acknowledged(chat_factory, monkeypatch):
-    acknowledged: list[str] = []
-    monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: acknowledged.append(claim) or True)
+def test_a_result_a_stored_turn_already_carries_is_only_acknowledged(chat_factory):
+    deliveries = RecordingDeliveries()
     platform = RecordingPlatform()
     chat = chat_factory(platform)
     session_id = chat.conversation.session_id
     chat.conversation.store.append_turn(session_id, [{"role": "user", "content": "[ASYNC DELEGATION…"}], ["deleg_1"])
     evt = {"type": "async_delegation", "delegation_id": "deleg_1", "parent_session_id": session_id}
-    chat.submit_results([Claimed(evt, "the result", "claim-1")])
+    chat.submit_results([Claimed(evt, "the result", "claim-1", deliveries)])
     assert chat_factory.settled.wait(30)
-    assert acknowledged == ["claim-1"] and platform.sent == []  # not shown, not injected again
+    assert deliveries.settled == [("done", "claim-1")] and platform.sent == []  # not shown, not injected again
     assert chat_factory.done[0][1] == "done"
 
 
-def test_a_chat_that_is_gone_drops_the_batch_with_the_reason(chat_factory, monkeypatch):
-    dropped: list[tuple[str, str | None, str | None]] = []
-    monkeypatch.setattr(engine, "drop_completion_delivery",
-                        lambda did, claim=None, reason=None: dropped.append((did, claim, reason)) or True)
+def test_a_chat_that_is_gone_drops_the_batch_with_the_reason(chat_factory):
+    deliveries = RecordingDeliveries()
     chat = chat_factory(RecordingPlatform(gone=True))
     evt = {"type": "async_delegation", "delegation_id": "deleg_2", "parent_session_id": chat.conversation.session_id}
-    chat.submit_results([Claimed(evt, "the result", "claim-2")])
+    chat.submit_results([Claimed(evt, "the result", "claim-2", deliveries)])
     assert chat_factory.settled.wait(30)
-    assert dropped == [("deleg_2", "claim-2", "chat 1 cannot be reached: 403 Forbidden: bot was blocked by the user")]
+    assert deliveries.settled == [("drop", "deleg_2/claim-2")]
+    assert deliveries.reasons["deleg_2"] == "chat 1 cannot be reached: 403 Forbidden: bot was blocked by the user"
     assert chat_factory.server.requests == []  # no turn ran for it
 
 
 
-def test_an_interim_notice_is_shown_but_never_stands_in_for_the_units_result(chat_factory, monkeypatch):
-    settled: list[tuple[str, str | None]] = []
-    monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: settled.append(("done", claim)) or True)
-    monkeypatch.setattr(engine, "drop_completion_delivery",
-                        lambda did, claim=None, reason=None: settled.append(("drop", claim)))
+def test_an_interim_notice_is_shown_but_never_stands_in_for_the_units_result(chat_factory):
+    deliveries = RecordingDeliveries()
     platform = RecordingPlatform()
     chat = chat_factory(platform)
     sid = chat.conversation.session_id
     notice = {"type": "async_delegation", "task_failure_notice": True, "delegation_id": "deleg_4",
               "parent_session_id": sid, "status": "running"}
-    chat.submit_results([Claimed(notice, "[ASYNC DELEGATION TASK FAILED — deleg_4, task 1/2]", "")])
+    chat.submit_results([Claimed(notice, "[ASYNC DELEGATION TASK FAILED — deleg_4, task 1/2]", "", deliveries)])
     assert chat_factory.settled.wait(30)
     platform.wait_for("TASK FAILED")
     assert not chat.conversation.store.was_injected(sid, "deleg_4")  # the result is still to come
-    Claimed(notice, "", "").drop("the chat is gone")
-    assert settled == []  # a notice has no row of its own: nothing settled, nothing dropped
+    Claimed(notice, "", "", deliveries).drop("the chat is gone")
+    assert deliveries.settled == []  # a notice has no row of its own: nothing settled, nothing dropped
     chat_factory.settled.clear()
     final = {"type": "async_delegation", "delegation_id": "deleg_4", "parent_session_id": sid, "status": "completed"}
-    chat.submit_results([Claimed(final, "[ASYNC DELEGATION BATCH COMPLETE — deleg_4]", "claim-4")])
+    chat.submit_results([Claimed(final, "[ASYNC DELEGATION BATCH COMPLETE — deleg_4]", "claim-4", deliveries)])
     assert chat_factory.settled.wait(30)
     platform.wait_for("BATCH COMPLETE")
-    assert settled == [("done", "claim-4")] and chat.conversation.store.was_injected(sid, "deleg_4")
+    assert deliveries.settled == [("done", "claim-4")] and chat.conversation.store.was_injected(sid, "deleg_4")
 
 
-def test_after_compression_a_result_of_the_earlier_id_is_this_sessions_own(chat_factory, monkeypatch):
-    monkeypatch.setattr(engine, "complete_event_delivery", lambda evt, claim: True)
-    dropped: list[str] = []
-    monkeypatch.setattr(engine, "drop_completion_delivery", lambda did, claim=None, reason=None: dropped.append(did) or True)
+def test_after_compression_a_result_of_the_earlier_id_is_this_sessions_own(chat_factory):
+    deliveries = RecordingDeliveries()
     platform = RecordingPlatform()
     chat = chat_factory(platform, on_new_session="drop")
     before = chat.conversation.session_id
     chat.conversation = chat_factory.conversation_for(chat.conversation.store.continue_session(before, []))
     own = {"type": "async_delegation", "delegation_id": "deleg_own", "parent_session_id": before}
     other = {"type": "async_delegation", "delegation_id": "deleg_old", "parent_session_id": "sess_left_with_new"}
-    chat.submit_results([Claimed(own, "[ASYNC DELEGATION own result", "c1"), Claimed(other, "[ASYNC DELEGATION old", "c2")])
+    chat.submit_results([Claimed(own, "[ASYNC DELEGATION own result", "c1", deliveries),
+                         Claimed(other, "[ASYNC DELEGATION old", "c2", deliveries)])
     platform.wait_for("Result noted.")
-    assert dropped == ["deleg_old"]  # /new's drop policy applies to the session it left, not to compression
-    assert ("Background result deleg_own (unknown)", "[ASYNC DELEGATION own result") in platform.sent  # no status: never "finished"
+    # /new's drop policy applies to the session it left, not to compression
+    assert [what for how, what in deliveries.settled if how == "drop"] == ["deleg_old/c2"]
+    # no status: never "finished"
+    assert ("Background result deleg_own (unknown)", "[ASYNC DELEGATION own result") in platform.sent

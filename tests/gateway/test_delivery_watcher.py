@@ -1,5 +1,5 @@
-"""The delivery watcher with a fake bus, fake chats and the claim protocol faked at the
-engine's public facade: what is claimed, when, for which chat, and what a retry does."""
+"""The delivery watcher with a fake bus, fake chats and the claim protocol faked in the
+runtime's ``Deliveries`` it is given: what is claimed, when, for which chat, and what a retry does."""
 from __future__ import annotations
 
 import queue
@@ -8,7 +8,6 @@ import pytest
 
 from offload.gateway.platform import Route
 from offload.gateway.watcher import DeliveryWatcher
-from tools import async_delegation as engine
 
 DM_KEY = "agent:main:telegram:dm:7"
 TOPIC_KEY = "agent:main:telegram:thread:-100:55"
@@ -37,35 +36,40 @@ class FakeChat:
 
 
 class Claims:
-    """The ledger's claim protocol at the engine facade: ids in ``held_elsewhere`` are refused."""
+    """The ledger's claim protocol, as the runtime's ``Deliveries`` offers it: ids in
+    ``held_elsewhere`` are refused."""
 
     def __init__(self) -> None:
         self.held_elsewhere: set[str] = set()
         self.claimed: list[str] = []
         self.released: list[str] = []
         self.release_state = "pending"
-        self.drops: list[tuple[str, str]] = []
+        self.drops: list[tuple[str, str]] = []  # released out of attempts: (id, why the last attempt failed)
+        self.dropped: list[tuple[str, str | None, str | None]] = []  # dropped: (id, claim, reason)
 
-    def claim(self, evt, consumer):
+    def claim_event(self, evt, consumer):
         if evt["delegation_id"] in self.held_elsewhere:
             return None
         self.claimed.append(evt["delegation_id"])
         return f"{consumer}:{evt['delegation_id']}"
 
-    def release(self, evt, claim, why=""):
+    def release_event(self, evt, claim, why=""):
         self.released.append(evt["delegation_id"])
         if self.release_state == "dropped":
             self.drops.append((evt["delegation_id"], why))
         return self.release_state
 
+    def drop(self, delegation_id, claim=None, reason=None):
+        self.dropped.append((delegation_id, claim, reason))
+        return True
+
+    def get(self, delegation_id):
+        return None  # nothing shown by an earlier attempt
+
 
 @pytest.fixture
-def claims(monkeypatch) -> Claims:
-    fake = Claims()
-    monkeypatch.setattr(engine, "claim_event_delivery", fake.claim)
-    monkeypatch.setattr(engine, "release_event_delivery", fake.release)
-    monkeypatch.setattr(engine, "get_durable_delegation", lambda did: None)  # nothing shown by an earlier attempt
-    return fake
+def claims() -> Claims:
+    return Claims()
 
 
 @pytest.fixture
@@ -82,7 +86,7 @@ def chats() -> dict[str, FakeChat]:
 def watcher(bus, chats, claims) -> DeliveryWatcher:
     def chat_for(key, route, chat_type):
         return chats.setdefault(key, FakeChat(route, chat_type))
-    return DeliveryWatcher("telegram", bus, chat_for, consumer="gw", backoff_s=2.0, max_backoff_s=5.0)
+    return DeliveryWatcher("telegram", bus, claims, chat_for, consumer="gw", backoff_s=2.0, max_backoff_s=5.0)
 
 
 def result(did: str, key: str = DM_KEY) -> dict:
@@ -156,12 +160,9 @@ def test_a_result_out_of_attempts_is_dropped_with_a_reason_not_rebuffered(bus, w
     assert claims.drops == [("d1", "the chat could not be reached")]  # the ledger words the rest
 
 
-def test_a_result_for_a_chat_no_longer_allowed_is_dropped_with_the_reason(bus, chats, claims, monkeypatch):
-    dropped: list[tuple[str, str | None, str | None]] = []
-    monkeypatch.setattr(engine, "drop_completion_delivery",
-                        lambda did, claim=None, reason=None: dropped.append((did, claim, reason)))
-    watcher = DeliveryWatcher("telegram", bus, lambda *a: pytest.fail("no chat may be opened"), consumer="gw",
+def test_a_result_for_a_chat_no_longer_allowed_is_dropped_with_the_reason(bus, chats, claims):
+    watcher = DeliveryWatcher("telegram", bus, claims, lambda *a: pytest.fail("no chat may be opened"), consumer="gw",
                               allowed=lambda chat_id: chat_id == "-100")
     bus.completion_queue.put(result("d1"))
     assert watcher.tick(now=0) == 0
-    assert dropped == [("d1", "gw:d1", "chat 7 is not in gateway.telegram.allowed_chat_ids")] and chats == {}
+    assert claims.dropped == [("d1", "gw:d1", "chat 7 is not in gateway.telegram.allowed_chat_ids")] and chats == {}

@@ -24,11 +24,13 @@ def say(line: str) -> None:
 
 
 def main(mode: str, claim_lease_s: float, sweep_s: float) -> None:
-    from tools import async_delegation as ad
-    from tools import async_delegation_delivery as delivery
-    from tools.process_registry import process_registry
+    from dataclasses import replace
 
-    ad._CLAIM_LEASE_S, ad._ORPHAN_SWEEP_INTERVAL_S = claim_lease_s, sweep_s
+    from offload import Offload
+    from offload.engine.policy import DEFAULTS
+
+    off = Offload(policy=replace(DEFAULTS, claim_lease_s=claim_lease_s, orphan_sweep_interval_s=sweep_s))
+    process_registry, delivery = off.bus, off.deliveries
     process_registry.restore_completions()
     say("LISTENING")
     bus = process_registry.completion_queue
@@ -41,16 +43,16 @@ def main(mode: str, claim_lease_s: float, sweep_s: float) -> None:
                 bus.put(evt)
             held.clear()
         for evt, _text in process_registry.drain_notifications(owns_event=lambda e: True):
-            claim = delivery.claim_event_delivery(evt, f"consumer-{mode}")
+            claim = delivery.claim_event(evt, f"consumer-{mode}")
             if claim is None:
-                row = delivery.get_durable_delegation(evt["delegation_id"])
+                row = delivery.get(evt["delegation_id"])
                 if row is not None and row["delivery_state"] == "pending":
                     held.append(evt)
                 continue
             say(f"C {evt['delegation_id']}")
             if mode == "die-after-claim":
                 threading.Event().wait()
-            if not delivery.complete_event_delivery(evt, claim):
+            if not delivery.complete_event(evt, claim):
                 raise SystemExit(f"lost the claim on {evt['delegation_id']} while delivering it")
             say(f"D {evt['delegation_id']}")
 

@@ -1,8 +1,8 @@
 """One owner "host" of the multi-host tests (run as a script; the test kills or pauses it).
 
 Its host id, ledger URL and lease come from the environment and ``$HERMES_HOME/config.yaml``
-the test writes. It dispatches ONE background fan-out through ``delegate_task`` whose children
-are named by their goals:
+the test writes (read by its ``offload.Offload``). It dispatches ONE background fan-out through
+the runtime's ``delegate_task`` whose children are named by their goals:
 
     ok        finishes at once with ``real:<goal>``
     hang      never finishes (the test kills the owner)
@@ -41,27 +41,28 @@ def child_behaviour(child) -> dict:
 
 
 def main(goals: list[str]) -> None:
-    import tools.delegate_tool as dt
-    from tests.delegate.fakes import FakeParent
-    from tools import async_delegation as ad
-    from tools.process_registry import process_registry
+    from offload import Offload
+    from offload.config import load_config
     from offload.engine.events import is_interim
+    from tests.delegate.fakes import FakeParent
 
-    real_record = ad.record_unit_child
+    cfg = load_config()
+    off = Offload(cfg.model_copy(update={"delegation": cfg.delegation.model_copy(
+        update={"max_concurrent_children": 8})}))  # never closed: the test kills or pauses this process
+    real_record = off.engine.record_unit_child
 
     def record_unit_child(delegation_id, entry):
         ok = real_record(delegation_id, entry)
         say(f"{'R' if ok else 'X'} {delegation_id} {entry.get('task_index')}")
         return ok
 
-    ad.record_unit_child = record_unit_child
-    dt._load_config = lambda: {"max_concurrent_children": 8}
-    out = json.loads(dt.delegate_task(tasks=[{"goal": g} for g in goals], background=True,
-                                      parent_agent=FakeParent(child_behaviour)))
+    off.engine.record_unit_child = record_unit_child  # the unit runner looks it up per child
+    out = json.loads(off.delegate_tool(tasks=[{"goal": g} for g in goals], background=True,
+                                       parent_agent=FakeParent(child_behaviour)))
     say(f"D {out['delegation_id']}")
-    evt = process_registry.completion_queue.get()
+    evt = off.bus.completion_queue.get()
     while is_interim(evt):  # an early warning; the unit's final event follows
-        evt = process_registry.completion_queue.get()
+        evt = off.bus.completion_queue.get()
     say(f"E {evt['delegation_id']} {evt['status']}")
     threading.Event().wait()  # stay alive (holding the lease) until the test ends us
 

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,10 +72,11 @@ def seed(dead_pid) -> Callable[..., str]:
 
 @pytest.fixture
 def notifications_stub(monkeypatch) -> None:
-    """A stand-in renderer, so drain tests exercise ownership rules, not text."""
-    stub = types.ModuleType("offload.render.bus_notifications")
-    stub.format_process_notification = lambda evt: f"[{evt.get('type')}] {evt.get('delegation_id', '')}"
-    monkeypatch.setitem(sys.modules, "offload.render.bus_notifications", stub)
+    """A stand-in renderer of the hermes bus, so drain tests exercise ownership rules, not text."""
+    import tools.process_registry_notifications as prn
+
+    monkeypatch.setattr(prn, "format_process_notification",
+                        lambda evt: f"[{evt.get('type')}] {evt.get('delegation_id', '')}")
 
 
 def _child_env(home: Path, **extra: str) -> dict[str, str]:
