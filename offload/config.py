@@ -28,7 +28,9 @@ from offload.agent.llm import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from offload.agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
 from offload.gateway.config import GatewayConfig
 from offload import config_file
-from offload.subagents.config import ConfigError, DelegationConfig, read_config_file
+from offload.errors import ConfigError
+from offload.home import read_config_file
+from offload.subagents.config import DelegationConfig
 from offload.home import config_path
 from offload.ledger.config import LedgerConfig
 

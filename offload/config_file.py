@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
-from offload.subagents.config import ConfigError
+from offload.errors import ConfigError
 
 
 def _yaml() -> YAML:

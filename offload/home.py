@@ -1,4 +1,5 @@
-"""Where offload keeps its data: ``$HERMES_HOME`` (default ``~/.hermes``).
+"""Where offload keeps its data: ``$HERMES_HOME`` (default ``~/.hermes``), and its
+``config.yaml`` read as plain data (``read_config_file``; validation is the caller's).
 
 Resolved at call time from the environment, because one process may serve several homes
 (tests, profiles) and the ledger must always write to the home of the caller. Only the
@@ -9,6 +10,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+from offload.errors import ConfigError
 
 _last: tuple[tuple[str, str | None], tuple[Path, Path, Path]] | None = None
 
@@ -38,3 +42,32 @@ def state_db_path() -> Path:
 
 def config_path() -> Path:
     return _paths()[2]
+
+
+def read_config_file(path: Path | None = None) -> dict[str, Any]:
+    """The whole config file as a mapping; ``{}`` when it does not exist."""
+    path = path or config_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}; check its permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 or move the file aside") from exc
+    import yaml  # here: `offload --help` resolves paths but never reads YAML
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML ({exc}); fix the syntax or move the file aside") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path} nests too deeply to read; flatten it or move the file aside") from exc
+    except Exception as exc:  # a YAML tag or scalar the loader cannot build: !!timestamp 2001-13-45, huge ints
+        raise ConfigError(f"{path} has a value YAML cannot read ({type(exc).__name__}: {exc}); "
+                          "fix or quote that value, or move the file aside") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of settings at the top level, got {type(data).__name__}")
+    return data

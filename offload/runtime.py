@@ -35,7 +35,7 @@ from offload.engine.bus import CompletionBus
 from offload.engine.delivery import Deliveries, is_this_process
 from offload.engine.engine import Delegations
 from offload.engine.health import LedgerHealth
-from offload.engine.liveness import owner_alive
+from offload.engine.liveness import current_owner, owner_alive
 from offload.engine.loop import Clock, Loop
 from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.pool import DaemonThreadPool
@@ -154,7 +154,7 @@ class Offload:
         settings = with_env(self.config.ledger)
         if url:
             settings = settings.model_copy(update={"url": url})
-        return open_configured_ledger(self.home / "state.db", settings)
+        return open_configured_ledger(self.home / "state.db", settings, current_owner, self.clock)
 
     # -- what the parts are given ---------------------------------------------------------------
     def ledger(self) -> DelegationLedger:

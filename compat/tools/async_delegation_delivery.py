@@ -13,6 +13,7 @@ import queue
 import threading
 from typing import Any
 
+from offload.engine.liveness import current_owner
 from offload.engine.liveness import owner_alive  # noqa: F401 - the runtime reads it here, per call
 from offload.home import state_db_path
 from offload.ledger import DelegationLedger
@@ -30,7 +31,7 @@ def current_ledger() -> DelegationLedger:
     with _ledgers_lock:
         ledger = _ledgers.get(key)
         if ledger is None:
-            ledger = _ledgers[key] = open_selected_ledger(path)
+            ledger = _ledgers[key] = open_selected_ledger(path, current_owner)
         return ledger
 
 

@@ -14,8 +14,8 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from offload.subagents.config import ConfigError, read_config_file
-from offload.home import config_path
+from offload.errors import ConfigError
+from offload.home import config_path, read_config_file
 
 LEDGER_URL_ENV = "OFFLOAD_LEDGER_URL"
 HOST_ID_ENV = "OFFLOAD_HOST_ID"

@@ -14,11 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from offload.ledger import DelegationLedger, LedgerError, open_ledger
-from offload.subagents.config import ConfigError
+from typing import Callable
+
+from offload.errors import ConfigError
 from offload.home import config_path
+from offload.ledger import DelegationLedger, LedgerError, open_ledger
 from offload.ledger.config import HOST_ID_ENV, LEDGER_URL_ENV, LedgerConfig, load_ledger_config
-from offload.engine.liveness import current_owner
+
+Owner = Callable[[], "tuple[int, int | None]"]  # this process's (pid, start-time fingerprint)
 
 _settings_cache: dict[tuple[Any, ...], LedgerConfig | ConfigError] = {}
 
@@ -71,21 +74,24 @@ def ledger_key(state_db: Path) -> str:
         return f"misconfigured:{exc}"
 
 
-def open_selected_ledger(state_db: Path) -> DelegationLedger | MisconfiguredLedger:
+def open_selected_ledger(state_db: Path, owner: Owner | None = None) -> DelegationLedger | MisconfiguredLedger:
     """A new ledger instance for the current settings: ``ledger.url``, else ``state_db``."""
     try:
         settings = ledger_settings()
     except ConfigError as exc:
         return MisconfiguredLedger(exc)
-    return open_configured_ledger(state_db, settings)
+    return open_configured_ledger(state_db, settings, owner)
 
 
-def open_configured_ledger(state_db: Path, settings: LedgerConfig) -> DelegationLedger | MisconfiguredLedger:
-    """A new ledger instance for ``settings``: ``settings.url``, else the SQLite file ``state_db``."""
+def open_configured_ledger(state_db: Path, settings: LedgerConfig, owner: Owner | None = None,
+                           clock: Any = None) -> DelegationLedger | MisconfiguredLedger:
+    """A new ledger instance for ``settings``: ``settings.url``, else the SQLite file ``state_db``.
+    ``owner``: stamped on a shared ledger's leases and claims (default: the pid alone);
+    ``clock``: what drives a shared ledger's loops (default: real time)."""
     if not settings.url:
         return open_ledger(state_db)
     try:
         return open_ledger(settings.url, host_id=settings.host_id, lease_s=settings.lease_seconds,
-                           heartbeat_s=settings.heartbeat_seconds, owner=current_owner)
+                           heartbeat_s=settings.heartbeat_seconds, owner=owner, clock=clock)
     except LedgerError as exc:
         return MisconfiguredLedger(ConfigError(str(exc)))

@@ -11,18 +11,13 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from offload.engine.errors import OffloadError
 from offload.engine.policy import DEFAULTS as STALL
-from offload.home import config_path
+from offload.errors import ConfigError
+from offload.home import config_path, read_config_file
 
 logger = logging.getLogger(__name__)
-
-
-class ConfigError(OffloadError):
-    """The config file cannot be used as it is. The message says where and how to fix it."""
 
 
 class DelegationConfig(BaseModel):
@@ -67,33 +62,6 @@ def _format_validation(path: Path, exc: ValidationError) -> str:
         else:
             problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
     return f"{path}: " + "; ".join(problems) + ". Fix the file or run `offload config set KEY VALUE`."
-
-
-def read_config_file(path: Path | None = None) -> dict[str, Any]:
-    """The whole config file as a mapping; ``{}`` when it does not exist."""
-    path = path or config_path()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}; check its permissions") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 or move the file aside") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML ({exc}); fix the syntax or move the file aside") from exc
-    except RecursionError as exc:
-        raise ConfigError(f"{path} nests too deeply to read; flatten it or move the file aside") from exc
-    except Exception as exc:  # a YAML tag or scalar the loader cannot build: !!timestamp 2001-13-45, huge ints
-        raise ConfigError(f"{path} has a value YAML cannot read ({type(exc).__name__}: {exc}); "
-                          "fix or quote that value, or move the file aside") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping of settings at the top level, got {type(data).__name__}")
-    return data
 
 
 def load_delegation_config(path: Path | None = None) -> DelegationConfig:

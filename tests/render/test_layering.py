@@ -1,16 +1,18 @@
 """Layers point down inside the one ``offload`` package, and the import graph has no cycles.
 
-The layers, top to bottom (``LAYERS``): the app (CLI, runtime, dashboard, telemetry, testing)
-→ ``offload.gateway`` (chat platforms) → ``offload.agent`` → the tool layer
-(``offload.subagents``, ``offload.toolsets``, ``offload.context``, ``offload.home``) →
-``offload.render`` (pure rendering) → ``offload.engine`` → ``offload.ledger``. Every import
-counts, including lazy ones inside functions and ``importlib.import_module("literal")``;
-``offload.engine.errors`` (the error root) and ``offload.engine.states`` (the state words) are below
-all but ``offload.engine.loop`` (the background-loop primitive the loops of every layer use; it
-imports nothing of offload); only
-``if TYPE_CHECKING:`` blocks are exempt, because they never run. The renderer and the turn-context helpers import nothing above
-the tool layer, and the renderer does no I/O and reads no config. No module of ``offload``
-imports the compat distribution (``tools``, ``gateway``).
+The layers, top to bottom (``LAYERS``, DESIGN.md's): the app (CLI, dashboard, telemetry,
+testing, the session driver and inbox, the worker) → ``offload.gateway`` (chat platforms) → the
+runtime (``offload.runtime``, the composition root, with the config it reads, the session it
+hosts and its owner loop) → ``offload.subagents`` → ``offload.agent`` → ``offload.toolsets`` →
+``offload.context`` (turn-context variables) → ``offload.render`` (pure rendering) →
+``offload.engine`` → ``offload.ledger`` → the base (errors, the state words, the data home, ids) →
+``offload.engine.loop`` (the background-loop primitive the loops of every layer use; it imports
+nothing of offload). Every import
+counts, including lazy ones inside functions and ``importlib.import_module("literal")``; only
+``if TYPE_CHECKING:`` blocks are exempt, because they never run. The renderer and the
+turn-context helpers import nothing above the tool layer, and the renderer does no I/O and
+reads no config. No module of ``offload`` imports the compat distribution (``tools``,
+``gateway``).
 """
 from __future__ import annotations
 
@@ -24,36 +26,36 @@ PACKAGE = REPO / "offload"
 # (prefix, rank, layer): a module imports only lower ranks, or its own layer. The most specific
 # prefix wins; everything else in offload is the app layer.
 LAYERS = (
-    # Still in the tool layer, by what they import, until the runtime owns them (the hermes
-    # singletons' old homes in tools/): the completion bus, the ledger selection from config.
-    ("offload.engine.bus", 3, "tools"),
-    ("offload.render.bus_notifications", 3, "tools"),
-    ("offload.ledger.config", 3, "tools"),
-    ("offload.ledger.select", 3, "tools"),
-    ("offload.ledger.queries", 3, "tools"),
-    ("offload.engine.errors", -1, "errors"),
-    # The words of unit and child states: pure data every layer speaks, the ledger's migrations too.
-    ("offload.engine.states", -1, "states"),
     ("offload.engine.loop", -2, "loop"),
+    ("offload.engine.errors", -1, "base"),
+    # The words of unit and child states: pure data every layer speaks, the ledger's migrations too.
+    ("offload.engine.states", -1, "base"),
+    ("offload.errors", -1, "base"),
+    ("offload.ids", -1, "base"),
+    ("offload.home", -1, "base"),
     ("offload.ledger", 0, "ledger"),
     ("offload.engine", 1, "engine"),
     ("offload.render", 2, "render"),
-    ("offload.subagents", 3, "tools"),
-    ("offload.toolsets", 3, "tools"),
-    ("offload.context", 3, "tools"),
-    ("offload.home", 3, "tools"),
-    ("offload.default_runtime", 3, "tools"),
-    ("offload.agent", 4, "agent"),
-    ("offload.gateway", 5, "gateway"),
-    ("offload", 6, "app"),
+    ("offload.context", 3, "context"),
+    ("offload.toolsets", 4, "toolsets"),
+    ("offload.agent", 5, "agent"),
+    ("offload.subagents", 6, "subagents"),
+    ("offload.runtime", 7, "runtime"),
+    ("offload.config", 7, "runtime"),  # what the runtime is built from
+    ("offload.config_file", 7, "runtime"),
+    ("offload.gateway.config", 7, "runtime"),  # the gateway section of that config: a pydantic model
+    ("offload.conversation", 7, "runtime"),
+    ("offload.owner_loop", 7, "runtime"),
+    ("offload.control_requests", 7, "runtime"),
+    ("offload.activity", 7, "runtime"),
+    ("offload.gateway", 8, "gateway"),
+    ("offload", 9, "app"),
 )
-# Cycles known and owned elsewhere, each with who must remove it. The test fails if any other
-# cycle appears, and also once a listed one is gone, so this list can only shrink. Empty: the
-# last one (delegate_tool <-> its dispatcher and child runner) went with issue #15.
 KNOWN_CYCLES: set[frozenset[str]] = set()
 RENDERER = sorted((PACKAGE / "render").glob("*.py"))
 CONTEXT = sorted((PACKAGE / "context").glob("*.py"))
-ABOVE_TOOLS = ("offload.agent", "offload.gateway", "offload.cli", "offload.runtime", "tools", "gateway")
+ABOVE_TOOLS = ("offload.agent", "offload.subagents", "offload.gateway", "offload.cli", "offload.runtime", "tools",
+               "gateway")
 
 
 def _module_name(path: Path) -> str:
