@@ -1,9 +1,9 @@
 """Owner process of one kill-fuzzing trial (run as a script; the test SIGKILLs it).
 
-It dispatches a few fan-outs through the real engine and ledger -- engine-level single
-units, whole-call batch units and grouped units (``independent_completions``) through
-``delegate_task`` -- whose children finish at random times, and keeps an append-only
-manifest, every line flushed and fsynced before the next step:
+It dispatches a few fan-outs through a real ``offload.Offload`` (its engine and the ledger of
+``$HERMES_HOME``) -- engine-level single units, whole-call batch units and grouped units
+(``independent_completions``) through its ``delegate_task`` -- whose children finish at random
+times, and keeps an append-only manifest, every line flushed and fsynced before the next step:
 
     READY                                   imports done, about to dispatch
     B <call> <json unit ids that may exist>  before a dispatch starts
@@ -47,11 +47,10 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
             os.write(fd, (line + "\n").encode())
             os.fsync(fd)
 
-    import tools.delegate_tool as dt
-    from tests.delegate.fakes import FakeParent
-    from tools import async_delegation as ad
-    from tools.process_registry import process_registry
+    from offload import Hooks, Offload
     from offload.engine.events import is_interim
+    from offload.engine.units import UnitSpec
+    from tests.delegate.fakes import FakeParent
 
     issued = [0]
 
@@ -59,8 +58,9 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
         issued[0] += 1
         return f"deleg_{issued[0]:04d}"
 
-    ad._new_delegation_id = new_delegation_id
-    real_record = ad.record_unit_child
+    delegation = {"config": {}}  # the delegation section of the call being made (set per call below)
+    off = Offload(hooks=Hooks(new_id=new_delegation_id, delegation_config=lambda: delegation["config"]))
+    real_record = off.engine.record_unit_child
 
     def record_unit_child(delegation_id, entry):
         ok = real_record(delegation_id, entry)
@@ -68,15 +68,15 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
             log(f"R {delegation_id} {entry.get('task_index')}")
         return ok
 
-    ad.record_unit_child = record_unit_child
+    off.engine.record_unit_child = record_unit_child  # a unit's runner looks it up per finished child
     if kill_at and when.startswith("batch-"):
         _kill_in_batched_commit(kill_at, when.removeprefix("batch-"), log)
     elif kill_at:
-        _kill_at_ledger_write(kill_at, when)
+        _kill_at_ledger_write(type(off.ledger()), kill_at, when)
 
     def watch_events() -> None:
         while True:
-            evt = process_registry.completion_queue.get()
+            evt = off.bus.completion_queue.get()
             # N: an interim failure notice (the unit still runs); E: the unit's final event.
             log(f"{'N' if is_interim(evt) else 'E'} {evt.get('delegation_id')} {evt.get('status')}")
 
@@ -90,16 +90,15 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
         maybe = [peek] + ([f"{peek}-{k}" for k in range(1, n + 1)] if kind == "grouped" else [])
         log(f"B {call} {json.dumps(maybe)}")
         if kind == "single":
-            res = ad.dispatch_async_delegation(goal=goals[0], context=None, toolsets=None, role="leaf", model="m",
-                                               session_key="agent:main:cli:dm:owner", runner=single_runner(goals[0]),
-                                               max_async_children=6)
+            res = off.engine.dispatch(UnitSpec(goals[0], role="leaf", model="m", session_key="agent:main:cli:dm:owner"),
+                                      single_runner(goals[0]), 6)
             ids = [res["delegation_id"]] if res["status"] == "dispatched" else []
         else:
             grouped = kind == "grouped"
-            dt._load_config = lambda grouped=grouped: {"independent_completions": grouped, "max_concurrent_children": 8}
+            delegation["config"] = {"independent_completions": grouped, "max_concurrent_children": 8}
             tasks = [{"goal": g, **({"group": rng.choice(("a", "b"))} if grouped and rng.random() < 0.6 else {})}
                      for g in goals]
-            out = json.loads(dt.delegate_task(tasks=tasks, background=True, parent_agent=FakeParent(child_behaviour)))
+            out = json.loads(off.delegate_tool(tasks=tasks, background=True, parent_agent=FakeParent(child_behaviour)))
             ids = ([u["delegation_id"] for u in out.get("units") or []] or [out["delegation_id"]]
                    if out.get("mode") == "background" else [])
         log(f"A {call} {json.dumps(ids)}")
@@ -108,10 +107,8 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
     time.sleep(3600)  # wait to be killed
 
 
-def _kill_at_ledger_write(n: int, when: str) -> None:
-    from tools.async_delegation_delivery import current_ledger
-
-    ledger_class = type(current_ledger())  # SQLite, or PostgreSQL under OFFLOAD_TEST_LEDGER=postgresql
+def _kill_at_ledger_write(ledger_class: type, n: int, when: str) -> None:
+    """``ledger_class``: SQLite, or PostgreSQL under OFFLOAD_TEST_LEDGER=postgresql."""
     writes = [0]
     lock = threading.Lock()
 

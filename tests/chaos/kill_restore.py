@@ -1,8 +1,7 @@
 """Restore side of a kill-fuzzing trial: a fresh interpreter replays the dead owner's ledger.
 
-With ``registry`` as argument it goes through the lazy facade a consumer uses
-(``process_registry.restore_completions()``), otherwise through
-``restore_undelivered_completions``. Prints one JSON object: ``{"count": <restore's return>, "events": [...], "rows": [...]}``;
+With ``registry`` as argument it goes through the lazy replay of the completion bus a consumer
+uses (``Offload.bus.restore_completions()``), otherwise through ``Offload.deliveries.restore``. Prints one JSON object: ``{"count": <restore's return>, "events": [...], "rows": [...]}``;
 ``rows`` is every ledger row after the restore, for the checker and for diagnostics.
 """
 from __future__ import annotations
@@ -12,20 +11,20 @@ import queue
 import sqlite3
 import sys
 
-from tools.async_delegation import restore_undelivered_completions
-from tests.postgres_support import pg_ledger_rows, wait_for_dead_owners_leases
+from offload import Offload
 from offload.home import state_db_path
+from tests.postgres_support import pg_ledger_rows, wait_for_dead_owners_leases
 
 
 def main(via_registry: bool) -> None:
     wait_for_dead_owners_leases()  # another host's owner is presumed dead only once its lease expired
-    if via_registry:
-        from tools.process_registry import process_registry
-        q = process_registry.completion_queue
-        count = process_registry.restore_completions()
-    else:
-        q = queue.Queue()
-        count = restore_undelivered_completions(q)
+    with Offload() as off:
+        if via_registry:
+            q = off.bus.completion_queue
+            count = off.bus.restore_completions()
+        else:
+            q = queue.Queue()
+            count = off.deliveries.restore(q)
     events = []
     while not q.empty():
         events.append(q.get_nowait())

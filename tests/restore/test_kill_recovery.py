@@ -14,39 +14,43 @@ UNIT_ID = "deleg_killed01"
 
 OWNER = r'''
 import json, os, pathlib, threading
-from tools import async_delegation as ad
+from offload import Offload
+from offload.engine.units import batch_spec
 
+off = Offload()  # never closed: the test SIGKILLs this process
 marker = pathlib.Path(os.environ["KILL_MARKER"])
 unit_id = os.environ["UNIT_ID"]
 
 def runner():
-    recorded = [ad.record_unit_child(unit_id, {"task_index": i, "status": "completed", "summary": f"finished {i}",
+    recorded = [off.engine.record_unit_child(unit_id, {"task_index": i, "status": "completed", "summary": f"finished {i}",
                                                "api_calls": i + 1, "model": "m"}) for i in (0, 1)]
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(json.dumps(recorded))
     os.replace(tmp, marker)  # the test never reads a half-written marker
     threading.Event().wait()  # task 2 never finishes
 
-handle = ad.dispatch_async_delegation_batch(
-    goals=["first goal", "second goal", "third goal"], context="ctx", toolsets=None, role="leaf", model="m",
-    session_key="agent:main:telegram:dm:42", parent_session_id="parent-1", runner=runner, delegation_id=unit_id)
+handle = off.engine.dispatch(batch_spec(
+    ["first goal", "second goal", "third goal"], context="ctx", role="leaf", model="m",
+    session_key="agent:main:telegram:dm:42", parent_session_id="parent-1", delegation_id=unit_id), runner, 3)
 assert handle["status"] == "dispatched", handle
 threading.Event().wait()
 '''
 
 RESTORE = r'''
 import json, queue
-from tools import async_delegation as ad
+from offload import Offload
 q = queue.Queue()
-count = ad.restore_undelivered_completions(q)
+with Offload() as off:
+    count = off.deliveries.restore(q)
 events = [q.get_nowait() for _ in range(q.qsize())]
 print(json.dumps({"count": count, "events": events}))
 '''
 
 ACK = r'''
 import os
-from tools import async_delegation as ad
-print(ad.mark_completion_delivered(os.environ["UNIT_ID"]))
+from offload import Offload
+with Offload() as off:
+    print(off.deliveries.mark_delivered(os.environ["UNIT_ID"]))
 '''
 
 

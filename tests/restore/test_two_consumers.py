@@ -20,11 +20,12 @@ ABANDONED = 5
 # Restore, then wait until every consumer has its replay queued, so both contend for every row.
 CONSUMER = r'''
 import os, pathlib, queue, sys, time
-from tools import async_delegation as ad
+from offload import Offload
 
 name, rendezvous, expected = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
 q = queue.Queue()
-ad.restore_undelivered_completions(q)
+off = Offload()
+off.deliveries.restore(q)
 (rendezvous / name).touch()
 deadline = time.monotonic() + 30
 while len(list(rendezvous.iterdir())) < expected:
@@ -32,20 +33,22 @@ while len(list(rendezvous.iterdir())) < expected:
     time.sleep(0.01)
 while not q.empty():
     evt = q.get_nowait()
-    claim = ad.claim_event_delivery(evt, name)
+    claim = off.deliveries.claim_event(evt, name)
     if claim:
-        assert ad.complete_event_delivery(evt, claim), evt["delegation_id"]
+        assert off.deliveries.complete_event(evt, claim), evt["delegation_id"]
         print(evt["delegation_id"], flush=True)
+off.close()
 '''
 
 # Claims the one replayed row, reports it, and then hangs as if the turn injection wedged.
 CLAIM_AND_HANG = r'''
 import queue, threading
-from tools import async_delegation as ad
+from offload import Offload
+off = Offload()  # never closed: the test kills this process
 q = queue.Queue()
-ad.restore_undelivered_completions(q)
+off.deliveries.restore(q)
 evt = q.get_nowait()
-print(ad.claim_event_delivery(evt, "consumer-A"), flush=True)
+print(off.deliveries.claim_event(evt, "consumer-A"), flush=True)
 threading.Event().wait()
 '''
 
@@ -53,12 +56,13 @@ threading.Event().wait()
 # the row at once, because A's claim names a holder that is gone.
 CLAIM_AFTER_DEATH = r'''
 import json, queue
-from tools import async_delegation as ad
-q = queue.Queue()
-ad.restore_undelivered_completions(q)
-evt = q.get_nowait()
-claim = ad.claim_event_delivery(evt, "consumer-B")
-print(json.dumps({"claim": claim, "completed": ad.complete_event_delivery(evt, claim)}))
+from offload import Offload
+with Offload() as off:
+    q = queue.Queue()
+    off.deliveries.restore(q)
+    evt = q.get_nowait()
+    claim = off.deliveries.claim_event(evt, "consumer-B")
+    print(json.dumps({"claim": claim, "completed": off.deliveries.complete_event(evt, claim)}))
 '''
 
 
