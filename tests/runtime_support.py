@@ -1,10 +1,11 @@
 """Helpers for tests on their own ``offload.Offload`` (the ``runtime`` fixture): dispatch a unit
-the way ``delegate_task`` makes one, and wait for its completion event on that runtime's bus."""
+(one goal, or a fan-out) the way ``delegate_task`` makes one, and wait for its completion event
+on that runtime's bus."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from offload.engine.units import UnitSpec
+from offload.engine.units import UnitSpec, batch_spec
 from offload.runtime import Offload
 from tests.engine.conftest import wait_event
 
@@ -23,3 +24,32 @@ def finished(off: Offload, session_id: str, summary: str = "ok") -> dict[str, An
     evt = wait_event(handle["delegation_id"], bus=off.bus)
     off.bus.completion_queue.put(evt)
     return evt
+
+
+def batch(off: Offload, runner: Callable[[], Any], goals: list[str] | tuple[str, ...] = ("a", "b"), cap: int = 3, *,
+          task_indexes: list[int] | None = None, interrupt_fn=None, progress_fn=None, hold_slot: bool = False,
+          **spec: Any) -> dict[str, Any]:
+    """One fan-out unit (``goals``, of which it runs ``task_indexes``) on ``off``'s engine."""
+    unit = batch_spec(list(goals), task_indexes, role=spec.pop("role", "leaf"), model=spec.pop("model", "m"), **spec)
+    return off.engine.dispatch(unit, runner, cap, interrupt_fn=interrupt_fn, progress_fn=progress_fn,
+                               hold_slot=hold_slot)
+
+
+def wait(off: Offload, delegation_id: str, **kw: Any) -> dict[str, Any]:
+    """``wait_event`` on ``off``'s bus."""
+    return wait_event(delegation_id, bus=off.bus, **kw)
+
+
+def hermes_dispatch(off: Offload, *, runner: Callable[[], Any], max_async_children: int = 3, interrupt_fn=None,
+                    progress_fn=None, **spec: Any) -> dict[str, Any]:
+    """``dispatch_async_delegation``'s keywords, on ``off``'s engine (for tests written that way)."""
+    return off.engine.dispatch(UnitSpec(**spec), runner, max_async_children, interrupt_fn=interrupt_fn,
+                               progress_fn=progress_fn)
+
+
+def hermes_batch(off: Offload, *, runner: Callable[[], Any], goals: list[Any], task_indexes: list[int] | None = None,
+                 max_async_children: int = 3, interrupt_fn=None, progress_fn=None, hold_slot: bool = False,
+                 **spec: Any) -> dict[str, Any]:
+    """``dispatch_async_delegation_batch``'s keywords, on ``off``'s engine."""
+    return off.engine.dispatch(batch_spec(goals, task_indexes, **spec), runner, max_async_children,
+                               interrupt_fn=interrupt_fn, progress_fn=progress_fn, hold_slot=hold_slot)

@@ -1,5 +1,7 @@
-"""Engine tests: a clean engine and an empty completion queue around every test (the compat
-adapter's default runtime; tests on their own ``runtime`` fixture need neither)."""
+"""Helpers of the engine tests, shared by the other suites: wait for one unit's event on a bus
+and drain a bus; and ``clean_engine``, a clean default runtime of the compat adapter and an
+empty bus around a test that still drives offload through the hermes names (the engine tests
+themselves run on their own ``runtime``)."""
 from __future__ import annotations
 
 import queue
@@ -35,7 +37,7 @@ def wait_event(delegation_id: str, timeout_s: float = 10.0, interim: bool = Fals
             bus.completion_queue.put(evt)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def clean_engine():
     ad._reset_for_tests()
     drain_queue()

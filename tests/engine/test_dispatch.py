@@ -1,65 +1,68 @@
 """Dispatch, capacity, the worker and finalize."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 
-from tests.engine.conftest import drain_queue, wait_event
-from tools import async_delegation as ad
+from offload.engine.engine import new_delegation_id
+from tests.engine.conftest import drain_queue
+from tests.runtime_support import hermes_batch, hermes_dispatch, wait
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def dispatch(runner, **kw):
+def dispatch(off, runner, **kw):
     args = dict(goal="g", context=None, toolsets=None, role="leaf", model="m", session_key="", runner=runner)
     args.update(kw)
-    return ad.dispatch_async_delegation(**args)
+    return hermes_dispatch(off, **args)
 
 
-def batch(runner, **kw):
+def batch(off, runner, **kw):
     args = dict(goals=["a", "b"], context=None, toolsets=None, role="leaf", model="m", session_key="", runner=runner)
     args.update(kw)
-    return ad.dispatch_async_delegation_batch(**args)
+    return hermes_batch(off, **args)
+
 
 
 @pytest.mark.parametrize("runner", [None, "not callable", 42])
-def test_non_callable_runner_is_rejected_with_a_clear_error(runner):
-    res = dispatch(runner)
+def test_non_callable_runner_is_rejected_with_a_clear_error(runtime, runner):
+    res = dispatch(runtime, runner)
     assert res["status"] == "rejected"
     assert "runner must be a zero-argument callable" in res["error"]
-    assert ad.active_count() == 0
+    assert runtime.engine.active_count() == 0
 
 
 @pytest.mark.parametrize("cap", [0, -1, "3", 2.5, True, None])
-def test_cap_below_one_or_not_an_integer_is_rejected(cap):
-    res = dispatch(lambda: {}, max_async_children=cap)
+def test_cap_below_one_or_not_an_integer_is_rejected(runtime, cap):
+    res = dispatch(runtime, lambda: {}, max_async_children=cap)
     assert res["status"] == "rejected"
     assert "max_async_children must be an integer of at least 1" in res["error"]
 
 
-def test_duplicate_delegation_id_is_rejected():
+def test_duplicate_delegation_id_is_rejected(runtime):
     gate = threading.Event()
-    first = batch(lambda: (gate.wait(10), {"results": []})[1], delegation_id="deleg_same")
-    second = batch(lambda: {"results": []}, delegation_id="deleg_same")
+    first = batch(runtime, lambda: (gate.wait(10), {"results": []})[1], delegation_id="deleg_same")
+    second = batch(runtime, lambda: {"results": []}, delegation_id="deleg_same")
     gate.set()
     assert first["status"] == "dispatched"
     assert second["status"] == "rejected" and "already in use" in second["error"]
 
 
-def test_runner_that_raises_becomes_an_error_event_and_the_worker_survives():
+def test_runner_that_raises_becomes_an_error_event_and_the_worker_survives(runtime):
     def boom():
         raise RuntimeError("child exploded")
 
-    evt = wait_event(dispatch(boom)["delegation_id"])
+    evt = wait(runtime, dispatch(runtime, boom)["delegation_id"])
     assert evt["status"] == "error"
     assert evt["error"] == "RuntimeError: child exploded"
-    again = wait_event(dispatch(lambda: {"status": "completed", "summary": "ok"})["delegation_id"])
+    again = wait(runtime, dispatch(runtime, lambda: {"status": "completed", "summary": "ok"})["delegation_id"])
     assert again["summary"] == "ok"
 
 
-def test_runner_returning_a_non_dict_is_an_error_not_a_crash():
-    evt = wait_event(dispatch(lambda: "just text")["delegation_id"])
+def test_runner_returning_a_non_dict_is_an_error_not_a_crash(runtime):
+    evt = wait(runtime, dispatch(runtime, lambda: "just text")["delegation_id"])
     assert evt["status"] == "error"
     assert "expected a result dict" in evt["error"]
 
@@ -75,37 +78,37 @@ def test_runner_returning_a_non_dict_is_an_error_not_a_crash():
     ([], "RuntimeError: x", "error"),
     ([], None, "unknown"),
 ])
-def test_a_unit_is_completed_only_when_every_child_completed(results, error, expected):
-    evt = wait_event(batch(lambda: {"results": results, "error": error})["delegation_id"])
+def test_a_unit_is_completed_only_when_every_child_completed(runtime, results, error, expected):
+    evt = wait(runtime, batch(runtime, lambda: {"results": results, "error": error})["delegation_id"])
     assert evt["status"] == expected
     assert evt["is_batch"] is True and evt["goals"] == ["a", "b"]
 
 
-def test_batch_label_names_the_unit_goals():
+def test_batch_label_names_the_unit_goals(runtime):
     gate = threading.Event()
-    one = batch(lambda: (gate.wait(10), {"results": []})[1], goals=["x", "only this"], task_indexes=[1])
-    many = batch(lambda: (gate.wait(10), {"results": []})[1], goals=["first goal", "second goal"])
-    labels = {d["delegation_id"]: d["goal"] for d in ad.list_async_delegations()}
+    one = batch(runtime, lambda: (gate.wait(10), {"results": []})[1], goals=["x", "only this"], task_indexes=[1])
+    many = batch(runtime, lambda: (gate.wait(10), {"results": []})[1], goals=["first goal", "second goal"])
+    labels = {d["delegation_id"]: d["goal"] for d in runtime.engine.list()}
     gate.set()
     assert labels[one["delegation_id"]] == "only this"
     assert labels[many["delegation_id"]] == "2 parallel subagents: first goal; second goal"
 
 
-def test_finalizing_frees_the_slot_and_units_of_one_call_share_it():
+def test_finalizing_frees_the_slot_and_units_of_one_call_share_it(runtime):
     gate = threading.Event()
     blocked = lambda: (gate.wait(10), {"results": []})[1]  # noqa: E731
-    a = batch(blocked, delegation_id="deleg_c-1", max_async_children=1)
-    b = batch(blocked, delegation_id="deleg_c-2", slot_key="deleg_c-1", max_async_children=1)
-    other = batch(blocked, max_async_children=1)
+    a = batch(runtime, blocked, delegation_id="deleg_c-1", max_async_children=1)
+    b = batch(runtime, blocked, delegation_id="deleg_c-2", slot_key="deleg_c-1", max_async_children=1)
+    other = batch(runtime, blocked, max_async_children=1)
     assert [a["status"], b["status"], other["status"]] == ["dispatched", "dispatched", "rejected"]
     assert "max_concurrent_children" in other["error"]
     gate.set()
-    wait_event("deleg_c-1")
-    wait_event("deleg_c-2")
-    assert batch(lambda: {"results": []}, max_async_children=1)["status"] == "dispatched"
+    wait(runtime, "deleg_c-1")
+    wait(runtime, "deleg_c-2")
+    assert batch(runtime, lambda: {"results": []}, max_async_children=1)["status"] == "dispatched"
 
 
-def test_pool_is_sized_by_live_units_so_no_unit_waits_behind_a_full_pool():
+def test_pool_is_sized_by_live_units_so_no_unit_waits_behind_a_full_pool(runtime):
     started = [threading.Event() for _ in range(4)]
     release = threading.Event()
 
@@ -113,103 +116,104 @@ def test_pool_is_sized_by_live_units_so_no_unit_waits_behind_a_full_pool():
         return lambda: (started[i].set(), release.wait(10), {"results": []})[2]
 
     for i in range(4):
-        batch(runner(i), delegation_id=f"deleg_u-{i}", slot_key="deleg_u-0", max_async_children=1)
+        batch(runtime, runner(i), delegation_id=f"deleg_u-{i}", slot_key="deleg_u-0", max_async_children=1)
     try:
         assert all(e.wait(5) for e in started)
     finally:
         release.set()
 
 
-def test_finalize_runs_exactly_once():
+def test_finalize_runs_exactly_once(runtime):
     gate = threading.Event()
-    res = dispatch(lambda: (gate.wait(10), {"status": "completed", "summary": "late"})[1])
+    res = dispatch(runtime, lambda: (gate.wait(10), {"status": "completed", "summary": "late"})[1])
     did = res["delegation_id"]
-    assert ad._finalize(did, {"status": "interrupted", "summary": "first"}, "interrupted") is True
-    assert ad._finalize(did, {"status": "completed"}, "completed") is False
+    assert runtime.engine.finalize(did, {"status": "interrupted", "summary": "first"}, "interrupted") is True
+    assert runtime.engine.finalize(did, {"status": "completed"}, "completed") is False
     gate.set()
-    assert wait_event(did)["summary"] == "first"
+    assert wait(runtime, did)["summary"] == "first"
     with pytest.raises(Exception):
-        wait_event(did, timeout_s=0.3)  # the late runner return queued nothing
+        wait(runtime, did, timeout_s=0.3)  # the late runner return queued nothing
 
 
-def test_active_and_task_counts():
+def test_active_and_task_counts(runtime):
     gate = threading.Event()
     blocked = lambda: (gate.wait(10), {"results": []})[1]  # noqa: E731
-    batch(blocked, goals=["a", "b", "c"])
-    batch(blocked, goals=["a", "b", "c"], task_indexes=[2])
-    dispatch(lambda: (gate.wait(10), {})[1])
-    assert ad.active_count() == 3
-    assert ad.active_task_count() == 3 + 1 + 1
+    batch(runtime, blocked, goals=["a", "b", "c"])
+    batch(runtime, blocked, goals=["a", "b", "c"], task_indexes=[2])
+    dispatch(runtime, lambda: (gate.wait(10), {})[1])
+    assert runtime.engine.active_count() == 3
+    assert runtime.engine.active_task_count() == 3 + 1 + 1
     gate.set()
 
 
-def test_prune_keeps_the_newest_terminal_records_and_every_live_one(monkeypatch):
-    monkeypatch.setattr(ad, "_MAX_RETAINED_COMPLETED", 3)
-    ids = [dispatch(lambda: {"status": "completed"})["delegation_id"] for _ in range(6)]
+def test_prune_keeps_the_newest_terminal_records_and_every_live_one(runtime, monkeypatch):
+    monkeypatch.setattr(runtime, "policy", dataclasses.replace(runtime.policy, max_retained_completed=3))
+    ids = [dispatch(runtime, lambda: {"status": "completed"})["delegation_id"] for _ in range(6)]
     for did in ids:
-        wait_event(did)
+        wait(runtime, did)
     gate = threading.Event()
-    live = dispatch(lambda: (gate.wait(10), {})[1])["delegation_id"]
-    last = dispatch(lambda: {"status": "completed"})["delegation_id"]
-    wait_event(last)
-    with ad._records_lock:
-        kept = set(ad._records)
+    live = dispatch(runtime, lambda: (gate.wait(10), {})[1])["delegation_id"]
+    last = dispatch(runtime, lambda: {"status": "completed"})["delegation_id"]
+    wait(runtime, last)
+    with runtime.engine.lock:
+        kept = set(runtime.engine.records)
     gate.set()
     assert live in kept
     assert len(kept - {live}) == 3 and last in kept
 
 
-def test_event_carries_routing_origin_and_no_private_keys():
-    res = dispatch(lambda: {"status": "completed", "summary": "s", "api_calls": 2},
+def test_event_carries_routing_origin_and_no_private_keys(runtime):
+    res = dispatch(runtime, lambda: {"status": "completed", "summary": "s", "api_calls": 2},
                    session_key="agent:main:telegram:dm:1", parent_session_id="p1",
                    origin={"user_id": "u7", "scope_id": "", "user_name": "Ann"})
-    evt = wait_event(res["delegation_id"])
+    evt = wait(runtime, res["delegation_id"])
     assert evt["user_id"] == "u7" and evt["user_name"] == "Ann" and "scope_id" not in evt
     assert evt["parent_session_id"] == "p1" and evt["api_calls"] == 2
     assert not any(k.startswith("_") for k in evt)
     assert evt["duration_seconds"] is not None
 
 
-def test_interrupt_all_counts_only_successful_signals():
+def test_interrupt_all_counts_only_successful_signals(runtime):
     gate = threading.Event()
 
     def bad_interrupt():
         raise RuntimeError("cannot stop")
 
-    dispatch(lambda: (gate.wait(10), {"status": "interrupted"})[1], interrupt_fn=gate.set)
-    dispatch(lambda: (gate.wait(10), {"status": "interrupted"})[1], interrupt_fn=bad_interrupt)
-    dispatch(lambda: (gate.wait(10), {"status": "interrupted"})[1])
-    assert ad.interrupt_all("test") == 1
+    dispatch(runtime, lambda: (gate.wait(10), {"status": "interrupted"})[1], interrupt_fn=gate.set)
+    dispatch(runtime, lambda: (gate.wait(10), {"status": "interrupted"})[1], interrupt_fn=bad_interrupt)
+    dispatch(runtime, lambda: (gate.wait(10), {"status": "interrupted"})[1])
+    assert runtime.engine.interrupt(lambda r: True, "test") == 1
 
 
-def test_interrupt_for_session_touches_only_that_session():
+def test_interrupt_for_session_touches_only_that_session(runtime):
     gates = {"a": threading.Event(), "b": threading.Event()}
     for key, gate in gates.items():
-        dispatch(lambda g=gate: (g.wait(10), {"status": "interrupted"})[1], interrupt_fn=gate.set, session_key=key)
-    assert ad.interrupt_for_session(session_key="a") == 1
+        dispatch(runtime, lambda g=gate: (g.wait(10), {"status": "interrupted"})[1], interrupt_fn=gate.set,
+                 session_key=key)
+    assert runtime.engine.interrupt_session(session_key="a") == 1
     assert gates["a"].is_set() and not gates["b"].is_set()
-    assert ad.has_live_for_session(session_key="b")
+    assert runtime.engine.has_live_for_session(session_key="b")
     gates["b"].set()
 
 
-def test_listing_hides_callables_and_survives_a_raising_sampler():
+def test_listing_hides_callables_and_survives_a_raising_sampler(runtime):
     gate = threading.Event()
 
     def sampler():
         raise RuntimeError("unreadable")
 
-    res = dispatch(lambda: (gate.wait(10), {})[1], progress_fn=sampler, interrupt_fn=gate.set)
-    (item,) = [d for d in ad.list_async_delegations() if d["delegation_id"] == res["delegation_id"]]
+    res = dispatch(runtime, lambda: (gate.wait(10), {})[1], progress_fn=sampler, interrupt_fn=gate.set)
+    (item,) = [d for d in runtime.engine.list() if d["delegation_id"] == res["delegation_id"]]
     gate.set()
     assert "progress_fn" not in item and "interrupt_fn" not in item
     assert not any(k.startswith("_") for k in item)
     assert "children_activity" not in item and "seconds_since_progress" in item
 
 
-def test_a_sampler_may_call_back_into_the_engine_while_it_lists():
+def test_a_sampler_may_call_back_into_the_engine_while_it_lists(runtime):
     gate, listed = threading.Event(), []
-    res = dispatch(lambda: (gate.wait(10), {})[1], progress_fn=lambda: (ad.active_count(), False))
-    lister = threading.Thread(target=lambda: listed.extend(ad.list_async_delegations()), daemon=True)
+    res = dispatch(runtime, lambda: (gate.wait(10), {})[1], progress_fn=lambda: (runtime.engine.active_count(), False))
+    lister = threading.Thread(target=lambda: listed.extend(runtime.engine.list()), daemon=True)
     lister.start()
     lister.join(5)  # sampled under the engine lock, the sampler would deadlock here
     gate.set()
@@ -218,66 +222,67 @@ def test_a_sampler_may_call_back_into_the_engine_while_it_lists():
     assert item["in_tool"] is False
 
 
-def test_children_activity_tolerates_foreign_token_shapes():
+def test_children_activity_tolerates_foreign_token_shapes(runtime):
     gate = threading.Event()
-    res = dispatch(lambda: (gate.wait(10), {})[1], progress_fn=lambda: (((2, "terminal", 0.0), "junk", None), True))
-    (item,) = [d for d in ad.list_async_delegations() if d["delegation_id"] == res["delegation_id"]]
+    res = dispatch(runtime, lambda: (gate.wait(10), {})[1],
+                   progress_fn=lambda: (((2, "terminal", 0.0), "junk", None), True))
+    (item,) = [d for d in runtime.engine.list() if d["delegation_id"] == res["delegation_id"]]
     gate.set()
     first, second, third = item["children_activity"]
     assert first["api_calls"] == 2 and first["current_tool"] == "terminal"
     assert second is None and third is None
 
 
-def test_record_unit_child_keeps_partial_results_for_the_stall_result(monkeypatch):
+def test_record_unit_child_keeps_partial_results_for_the_stall_result(runtime, monkeypatch):
     gate = threading.Event()
-    res = batch(lambda: (gate.wait(10), {"results": []})[1], goals=["a", "b"])
+    res = batch(runtime, lambda: (gate.wait(10), {"results": []})[1], goals=["a", "b"])
     did = res["delegation_id"]
-    assert ad.record_unit_child(did, {"task_index": 0, "status": "completed", "summary": "kept"}) is True
-    with ad._records_lock:
-        ad._records[did].update(status="stalling", _interrupted_at=0.0, _stall_quiet_seconds=5.0,
+    assert runtime.engine.record_unit_child(did, {"task_index": 0, "status": "completed", "summary": "kept"}) is True
+    with runtime.engine.lock:
+        runtime.engine.records[did].update(status="stalling", _interrupted_at=0.0, _stall_quiet_seconds=5.0,
                                  _stall_threshold_seconds=1.0)
-    ad._check_stalls(10**9)  # far past any grace window: forced stalled finalize
-    evt = wait_event(did)
+    runtime.engine.stalls.check(10**9)  # far past any grace window: forced stalled finalize
+    evt = wait(runtime, did)
     gate.set()
     by_index = {r["task_index"]: r for r in evt["results"]}
     assert evt["status"] == "stalled"
     assert by_index[0]["summary"] == "kept" and by_index[1]["status"] == "stalled"
-    assert ad.record_unit_child(did, {"task_index": 1}) is False  # terminal: nothing more recorded
+    assert runtime.engine.record_unit_child(did, {"task_index": 1}) is False  # terminal: nothing more recorded
 
 
-def test_no_stray_events_after_each_test():
-    assert drain_queue() == []
+def test_no_stray_events_after_each_test(runtime):
+    assert drain_queue(runtime.bus) == []
 
 
-def test_a_held_slot_outlives_a_unit_that_finishes_at_once():
+def test_a_held_slot_outlives_a_unit_that_finishes_at_once(runtime):
     """The first unit of a call may finish before its siblings are dispatched; the call's slot
     must stay taken until the caller releases it, or a sibling could be refused at capacity."""
-    first = batch(lambda: {"results": []}, delegation_id="deleg_h-1", max_async_children=1, hold_slot=True)
-    wait_event(first["delegation_id"])
+    first = batch(runtime, lambda: {"results": []}, delegation_id="deleg_h-1", max_async_children=1, hold_slot=True)
+    wait(runtime, first["delegation_id"])
     gate = threading.Event()
-    sibling = batch(lambda: (gate.wait(10), {"results": []})[1], delegation_id="deleg_h-2", slot_key="deleg_h-1",
-                    max_async_children=1)
-    stranger = batch(lambda: {"results": []}, max_async_children=1)
+    sibling = batch(runtime, lambda: (gate.wait(10), {"results": []})[1], delegation_id="deleg_h-2",
+                    slot_key="deleg_h-1", max_async_children=1)
+    stranger = batch(runtime, lambda: {"results": []}, max_async_children=1)
     assert (sibling["status"], stranger["status"]) == ("dispatched", "rejected")
-    ad.release_slot_hold("deleg_h-1")
+    runtime.engine.release_slot_hold("deleg_h-1")
     gate.set()
-    wait_event("deleg_h-2")
-    assert not ad._active_slots
-    assert batch(lambda: {"results": []}, max_async_children=1)["status"] == "dispatched"
+    wait(runtime, "deleg_h-2")
+    assert not runtime.engine.slots
+    assert batch(runtime, lambda: {"results": []}, max_async_children=1)["status"] == "dispatched"
 
 
-def test_a_hold_is_given_back_when_scheduling_fails(monkeypatch):
+def test_a_hold_is_given_back_when_scheduling_fails(runtime, monkeypatch):
     class Refusing:
         def submit(self, fn):
             raise RuntimeError("pool is shut down")
 
-    monkeypatch.setattr(ad, "_get_executor", lambda n: Refusing())
-    res = batch(lambda: {}, hold_slot=True)
+    monkeypatch.setattr(runtime.engine, "pool_for", lambda n: Refusing())
+    res = batch(runtime, lambda: {}, hold_slot=True)
     assert res["status"] == "rejected" and "Failed to schedule async delegation batch" in res["error"]
-    assert not ad._active_slots and ad.active_count() == 0
+    assert not runtime.engine.slots and runtime.engine.active_count() == 0
 
 
 def test_generated_ids_carry_48_random_bits():
-    ids = {ad._new_delegation_id() for _ in range(2000)}
+    ids = {new_delegation_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert all(i.startswith("deleg_") and len(i) == len("deleg_") + 12 for i in ids)

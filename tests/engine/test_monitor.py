@@ -4,11 +4,11 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
-from tests.engine.conftest import wait_event
-from tools import async_delegation as ad
+from tests.runtime_support import hermes_dispatch, wait
 from offload.engine.engine import Delegations
 from offload.engine.monitor import UNREADABLE, Observation, Thresholds, sweep
 from offload.engine.policy import Policy
@@ -63,42 +63,44 @@ def test_nothing_to_watch():
 
 
 @pytest.mark.timeout(30)
-def test_engine_interrupts_then_forces_stalled_and_ignores_the_late_return(monkeypatch):
-    monkeypatch.setattr(ad, "_STALE_CHECK_INTERVAL", 3600.0)  # the loop stays out of the way
+def test_engine_interrupts_then_forces_stalled_and_ignores_the_late_return(runtime, monkeypatch):
+    # the loop stays out of the way
+    monkeypatch.setattr(runtime, "policy", replace(runtime.policy, stall_check_interval_s=3600.0))
     started, gate, interrupted = threading.Event(), threading.Event(), threading.Event()
-    res = ad.dispatch_async_delegation(
+    res = hermes_dispatch(runtime, 
         goal="frozen   child\nwith spaces", context=None, toolsets=None, role="leaf", model="m", session_key="",
         runner=lambda: (started.set(), gate.wait(10), {"status": "completed", "summary": "late"})[2],
         interrupt_fn=interrupted.set, progress_fn=lambda: (((0, None, 1.0),), False))
     did = res["delegation_id"]
     assert started.wait(5)
     now = time.monotonic()
-    ad._check_stalls(now)  # first sample stores the token
-    ad._check_stalls(now + ad._STALE_IDLE_SECONDS + 1)
+    runtime.engine.stalls.check(now)  # first sample stores the token
+    runtime.engine.stalls.check(now + runtime.policy.stall_idle_s + 1)
     assert interrupted.is_set()
-    (item,) = [d for d in ad.list_async_delegations() if d["delegation_id"] == did]
-    assert item["status"] == "stalling" and item["stall_threshold_seconds"] == ad._STALE_IDLE_SECONDS
-    ad._check_stalls(now + ad._STALE_IDLE_SECONDS + 2 + ad._STALL_GRACE_SECONDS)  # margin: float sums
-    evt = wait_event(did)
+    (item,) = [d for d in runtime.engine.list() if d["delegation_id"] == did]
+    assert item["status"] == "stalling" and item["stall_threshold_seconds"] == runtime.policy.stall_idle_s
+    idle_s, grace_s = runtime.policy.stall_idle_s, runtime.policy.stall_grace_s
+    runtime.engine.stalls.check(now + idle_s + 2 + grace_s)  # margin: float sums
+    evt = wait(runtime, did)
     assert evt["status"] == "stalled" and evt["stall_phase"] == "idle"
     assert 'Background task "frozen child with spaces" stopped responding after 8 min' in evt["error"]
     gate.set()
     with pytest.raises(Exception):
-        wait_event(did, timeout_s=0.5)
-    assert ad.active_count() == 0
+        wait(runtime, did, timeout_s=0.5)
+    assert runtime.engine.active_count() == 0
 
 
 @pytest.mark.timeout(30)
-def test_monitor_thread_exits_when_nothing_is_left_to_watch(monkeypatch):
-    monkeypatch.setattr(ad, "_STALE_CHECK_INTERVAL", 0.01)
+def test_monitor_thread_exits_when_nothing_is_left_to_watch(runtime, monkeypatch):
+    monkeypatch.setattr(runtime, "policy", replace(runtime.policy, stall_check_interval_s=0.01))
     gate = threading.Event()
-    res = ad.dispatch_async_delegation(goal="g", context=None, toolsets=None, role="leaf", model="m",
+    res = hermes_dispatch(runtime, goal="g", context=None, toolsets=None, role="leaf", model="m",
                                        session_key="", runner=lambda: (gate.wait(10), {})[1],
                                        progress_fn=lambda: ((time.monotonic(),), False))
-    thread = ad._monitor_thread
+    thread = runtime.engine.stalls.thread
     assert thread is not None and thread.name == "async-delegate-stale-monitor" and thread.daemon
     gate.set()
-    wait_event(res["delegation_id"])
+    wait(runtime, res["delegation_id"])
     thread.join(timeout=5)
     assert not thread.is_alive()
 
