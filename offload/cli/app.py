@@ -26,6 +26,7 @@ from offload.errors import CliError
 
 if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only chat, run and demo load it
     from offload.driver import SessionDriver
+    from offload.cli.views import Ui
 
 # rich_markup_mode=None: plain help text, so --help never imports rich.
 app = typer.Typer(name="offload", no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -62,17 +63,17 @@ def _log_to_stderr(verbose: bool) -> None:
 
 @contextlib.contextmanager
 def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: bool = False,
-            wakeable: bool = False, quiet_stdout: bool = False) -> Iterator[SessionDriver]:
+            wakeable: bool = False, ui: Ui | None = None) -> Iterator[SessionDriver]:
     """The session driver of this command, on a runtime built from the config (with the demo
     endpoint for ``--demo-model``; the file is not changed), closed when the command ends.
-    ``quiet_stdout``: everything the session prints goes to stderr (``run --json`` owns stdout)."""
-    from offload.cli.views import Ui, make_console
+    ``ui``: where the session prints (default: the terminal's stdout and stderr)."""
+    from offload.cli.views import Ui
     from offload.config import load_config
     from offload.driver import start_session
     from offload.runtime import Offload
 
     _log_to_stderr(verbose)
-    ui = Ui(console=make_console(stderr=True)) if quiet_stdout else Ui()
+    ui = ui or Ui()
     cfg = load_config()
     if demo_model:
         from offload.cli.demo_model import start_demo_endpoint
@@ -96,7 +97,8 @@ def chat(resume: Optional[str] = _RESUME, demo_model: bool = _DEMO_MODEL, verbos
 
 
 @app.command()
-def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit with --resume to collect results"),
+def run(prompt: Optional[str] = typer.Argument(None, help="what to ask ('-' or a piped stdin: read it from stdin); "
+                                                          "omit with --resume to collect results"),
         resume: Optional[str] = _RESUME,
         sync: bool = typer.Option(False, "--sync", help="run delegations inside the turn instead of in the background"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON document on stdout at the end (answers, "
@@ -105,16 +107,25 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask; omit wit
         demo_model: bool = _DEMO_MODEL, verbose: bool = _VERBOSE) -> None:
     """One turn, then wait for its background results (each a new turn) and exit.
 
-    With --sync the subagents run inside the turn instead; the output says which happened."""
+    The agent's answers go to stdout (with --json, one document instead), everything else to
+    stderr. With --sync the subagents run inside the turn instead; the output says which happened."""
+    from offload.cli.run_io import prompt_from_stdin
+    from offload.cli.views import Ui
+
+    prompt = prompt_from_stdin(prompt, collecting=bool(resume))
     if not prompt and not resume:
-        raise CliError("give a prompt (offload run \"...\"), or --resume SESSION to collect its pending results")
+        raise CliError("give a prompt (offload run \"...\", or pipe it in: echo \"...\" | offload run -), "
+                       "or --resume SESSION to collect its pending results")
     # one request; its session can be woken later
-    with _driver(verbose, resume, sync, demo_model, wakeable=True, quiet_stdout=as_json) as driver:
+    ui = Ui.for_scripts(answers_on_stdout=not as_json)  # --json owns stdout: the answers go in its document
+    with _driver(verbose, resume, sync, demo_model, wakeable=True, ui=ui) as driver:
         code = _run_one(driver, prompt, sync, as_json)
     raise typer.Exit(code)
 
 
 def _run_one(driver: SessionDriver, prompt: str | None, sync: bool, as_json: bool) -> int:
+    from offload.cli.run_io import closing_line
+
     ui = driver.ui
     ui.say(f"offload run — session {driver.session_id}", style="bold")
     driver.deliver_ready()  # results replayed for a resumed session come before the new prompt
@@ -139,7 +150,7 @@ def _run_one(driver: SessionDriver, prompt: str | None, sync: bool, as_json: boo
     usage = driver.usage_line()
     if usage:
         ui.say(usage, style="dim")
-    ui.say(f"done; continue with: offload chat --resume {driver.session_id}", style="dim")
+    ui.say(closing_line(driver.exit_code, driver.session_id), style="dim")
     if as_json:
         from offload.cli.ledger import emit_json, run_results
 
@@ -304,8 +315,10 @@ def _install_tracing() -> None:
 
 
 def main() -> None:
+    from offload.cli.streams import tolerate_leaving_readers
     from offload.exit_codes import ExitCode
 
+    tolerate_leaving_readers()  # `offload … | head -1` finishes its work and exits with its own code
     try:
         _install_tracing()
         app(prog_name="offload")

@@ -18,6 +18,7 @@ from offload.ledger import LedgerRow
 from offload import ledger_rows
 from offload.render.text import format_age
 from offload.cli.result_summary import MARKS, task_lines
+from offload.cli.streams import same_destination
 from offload.engine.events import is_interim
 from offload.engine.states import child_state, unit_state
 from offload.render.notification import async_delegation_display_text
@@ -178,15 +179,33 @@ def make_console(**options: Any) -> Console:
 class Ui:
     """Console output of chat, run and the demo."""
 
-    def __init__(self, console: Console | None = None, err_console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, err_console: Console | None = None,
+                 answers: Console | None = None, label_answers: bool = True) -> None:
         self.console = console or make_console()
         self.err_console = err_console or make_console(stderr=True)
+        self.answers = answers or self.console  # where the agent's answers go
+        self.label_answers = label_answers
+
+    @classmethod
+    def for_scripts(cls, answers_on_stdout: bool = True) -> Ui:
+        """``offload run``: the agent's answers alone on stdout, everything else on stderr. When
+        both end in one place (a terminal, ``2>&1``) the answers keep their ``agent>`` label, so
+        the transcript reads as before. Without ``answers_on_stdout`` (``--json``), all on stderr."""
+        err = make_console(stderr=True)
+        if not answers_on_stdout:
+            return cls(err, err)
+        return cls(err, err, make_console(), label_answers=same_destination())
 
     def say(self, text: str, style: str | None = None) -> None:
         self.console.print(Text(text, style=style or ""), soft_wrap=True)
 
     def answer(self, text: str | None, label: str = "agent") -> None:
-        self.console.print(Text.assemble((f"{label}> ", "bold cyan"), text or "(no answer)"), soft_wrap=True)
+        if label == "agent" and not self.label_answers:
+            if text:
+                self.answers.print(Text(text), soft_wrap=True)
+            return
+        console = self.answers if label == "agent" else self.console
+        console.print(Text.assemble((f"{label}> ", "bold cyan"), text or "(no answer)"), soft_wrap=True)
 
     def handles(self, handles: list[dict[str, Any]]) -> None:
         for handle in handles:

@@ -61,12 +61,12 @@ def test_ctrl_c_during_the_turn_exits_130(model_server, write_config):
     assert "Traceback" not in err
 
 
-def test_a_success_exits_0_and_keeps_stderr_quiet(model_server, write_config):
+def test_a_success_exits_0_with_the_answer_alone_on_stdout(model_server, write_config):
     write_config(model_server(text_reply("Hi there.")))
     done = offload("run", "hello")
     assert done.returncode == 0, done
-    assert "agent> Hi there." in done.stdout
-    assert done.stderr == ""
+    assert done.stdout == "Hi there.\n"
+    assert "you> hello" in done.stderr and "done; continue with" in done.stderr
 
 
 def test_a_bad_base_url_in_the_environment_is_blamed_on_the_variable():
@@ -80,11 +80,11 @@ def test_a_bad_base_url_in_the_environment_is_blamed_on_the_variable():
 def test_run_with_the_demo_model_needs_no_key_and_says_it_is_not_a_real_model():
     done = offload("run", "--demo-model", "Compare YAML and TOML")
     assert done.returncode == 0, done
-    out = done.stdout
-    assert "demo model: a scripted server on http://127.0.0.1:" in out and "NOT a real model" in out
-    assert "delegated 3 task(s) in the background" in out
-    assert "landed: Subagent Task" in out
-    assert "agent> " in out
+    err = done.stderr
+    assert "demo model: a scripted server on http://127.0.0.1:" in err and "NOT a real model" in err
+    assert "delegated 3 task(s) in the background" in err
+    assert "landed: Subagent Task" in err
+    assert done.stdout.strip()  # the answers
 
 
 def test_chat_with_the_demo_model_answers_and_leaves_cleanly():
@@ -101,7 +101,7 @@ def test_an_answer_cut_off_at_the_output_limit_exits_5_and_says_so(model_server,
     write_config(model_server(text_reply("Cats are small, furry", finish_reason="length")))
     done = offload("run", "Write a paragraph about cats.")
     assert done.returncode == 5, done
-    assert "agent> Cats are small, furry" in done.stdout
+    assert done.stdout == "Cats are small, furry\n"  # the answer alone on stdout
     assert "the answer above is incomplete" in done.stderr and "finish_reason=length" in done.stderr
 
 
@@ -118,7 +118,7 @@ def test_a_background_result_in_which_every_child_failed_is_not_success(model_se
     write_config(model_server(parent, model_ids=None))
     done = offload("run", "fan out")
     assert done.returncode == code, done.stdout + done.stderr
-    assert "landed: Subagent Tasks Failed" in done.stdout
+    assert "landed: Subagent Tasks Failed" in done.stderr
 
 
 def test_a_background_result_with_a_cut_off_child_exits_5(model_server, write_config):
@@ -129,4 +129,4 @@ def test_a_background_result_with_a_cut_off_child_exits_5(model_server, write_co
     write_config(model_server(parent, model_ids=None))
     done = offload("run", "delegate it")
     assert done.returncode == 5, done
-    assert "TRUNCATED" in done.stdout
+    assert "TRUNCATED" in done.stderr

@@ -26,7 +26,7 @@ def test_result_triggered_delegation_stops_at_the_configured_chain(model_server,
     write_config(server, max_result_chain=limit)
     done = offload("run", "look into the failing build")
     assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = done.stderr  # the transcript; stdout holds the answers alone
     assert out.count("delegated 1 task(s) in the background") == limit + 1  # the person's, then `limit` more
     assert out.count("delegate_task refused: not dispatched: this turn answers a background result") == 1
     assert f"delegation.max_result_chain={limit}" in out
@@ -41,4 +41,4 @@ def test_a_persons_turn_is_never_refused_even_with_a_zero_chain(model_server, wr
     first = offload("run", "look into the failing build")
     second = offload("run", "and the flaky test", "--resume", "last")
     for done in (first, second):
-        assert "delegated 1 task(s) in the background" in done.stdout, done.stdout + done.stderr
+        assert "delegated 1 task(s) in the background" in done.stderr, done.stdout + done.stderr

@@ -23,7 +23,7 @@ def test_sessions_are_listed_and_resumed_by_a_unique_prefix(model_server, write_
     for _ in range(2):
         done = offload("run", "hi")
         assert done.returncode == 0, done
-        ids.append(re.search(r"session (sess_[0-9a-f]+)", done.stdout).group(1))
+        ids.append(re.search(r"session (sess_[0-9a-f]+)", done.stderr).group(1))  # the transcript: stderr
 
     listed = offload("sessions")
     assert listed.returncode == 0, listed
@@ -35,7 +35,7 @@ def test_sessions_are_listed_and_resumed_by_a_unique_prefix(model_server, write_
     short = ids[0][len("sess_"):][:8]
     resumed = offload("run", "--resume", short, "again")
     assert resumed.returncode == 0, resumed
-    assert f"session {ids[0]}" in resumed.stdout
+    assert f"session {ids[0]}" in resumed.stderr
 
     ambiguous = offload("run", "--resume", "sess_", "again")
     assert ambiguous.returncode == 2, ambiguous

@@ -67,7 +67,7 @@ def _injected(parent) -> str:
 def test_offload_run_with_a_reply_cut_off_by_the_server_exits_5_and_says_so(llama_n16: LlamaServer):
     done = offload("run", "Write a paragraph about cats.", OFFLOAD_BASE_URL=llama_n16.url, OFFLOAD_MODEL="smollm2")
     assert done.returncode == 5, done.stdout + done.stderr
-    assert "agent> " in done.stdout
+    assert done.stdout.strip()  # the (cut-off) answer, alone on stdout
     assert "the answer above is incomplete" in done.stderr and "finish_reason=length" in done.stderr
 
 
@@ -78,7 +78,7 @@ def test_children_cut_off_by_the_server_come_back_truncated(model_server, _isola
     parent, done = _fan_out(model_server, _isolated_hermes_home, workspace, tasks,
                             base_url=llama_n16.url, model="smollm2")
     assert done.returncode == 5, done.stdout + done.stderr
-    assert "completed, TRUNCATED" in done.stdout and "✓" not in done.stdout.split("landed:")[-1]
+    assert "completed, TRUNCATED" in done.stderr and "✓" not in done.stderr.split("landed:")[-1]  # the transcript
     text = _injected(parent)
     assert text.count("TRUNCATED: the model's reply was cut off (length)") == 2
     assert "--- ⚠ TASK 1/2" in text and "--- ⚠ TASK 2/2" in text
@@ -149,7 +149,7 @@ def test_a_fan_out_of_real_children_lands_complete_with_their_tokens(model_serve
     parent, done = _fan_out(model_server, _isolated_hermes_home, workspace, SHORT_GOALS,
                             base_url=llama.url, model="smollm2")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "landed: Subagent Tasks Completed" in done.stdout
+    assert "landed: Subagent Tasks Completed" in done.stderr  # the transcript; stdout holds the answers
     text = _injected(parent)
     assert "--- ✓ TASK 1/2" in text and "--- ✓ TASK 2/2" in text and "TRUNCATED" not in text
-    assert "tokens used by this run" in done.stdout
+    assert "tokens used by this run" in done.stderr
