@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 import offload
 from offload.config import write_config_file
@@ -34,7 +36,7 @@ from offload.testing.demo_script import CRASH_PROMPT, DEMO_MODEL, DEMO_MODEL_LAB
 from offload.driver import start_session
 from offload.testing.model_server import ScriptedModelServer
 from offload.cli.progress import RosterView
-from offload.cli.views import Ui
+from offload.cli.views import READ_HINT_START, Ui, read_hint
 from offload.ledger.queries import running_rows
 from offload.runtime import Offload
 
@@ -49,8 +51,8 @@ _WORKSPACE_FILES = {
 
 def run_demo(keep: bool = False) -> int:
     started = time.monotonic()
-    ui = Ui()
     with _demo_home(keep) as (home, workspace), ScriptedModelServer(demo_script, (DEMO_MODEL,)) as server:
+        ui = Ui(read_hint=_read_hint(home, keep))
         ui.say("offload demo — offline, no API key", style="bold")
         ui.say(f"model server: {server.url} serving {DEMO_MODEL_LABEL}", style="yellow")
         ui.say(f"data: temporary HERMES_HOME {home} ({'kept' if keep else 'removed at the end'})", style="dim")
@@ -60,6 +62,9 @@ def run_demo(keep: bool = False) -> int:
         with Offload(home=home) as off:
             _fan_out(ui, off)
             _crash_and_recover(ui, off, workspace)
+    if not keep:
+        ui.say("The demo's data was removed; `offload demo --keep` keeps it, to read each result again with "
+               "`offload inbox --show ID`.", style="dim")
     ui.say(f"demo finished in {time.monotonic() - started:.1f} s. Next: point offload at a real model "
            "(docs/configuration.md) and run `offload chat`.", style="bold")
     return 0
@@ -129,10 +134,21 @@ def _spawn(args: list[str], ui: Ui, cwd: Path) -> subprocess.Popen[str]:
     return proc
 
 
+def _read_hint(home: Path, keep: bool) -> Callable[[str], str | None]:
+    """Only a kept home can be read after the demo, and only with its HERMES_HOME."""
+    inbox = f"HERMES_HOME={shlex.quote(str(home))} offload inbox"
+    return (lambda delegation_id: read_hint(delegation_id, inbox, in_chat=False)) if keep else (lambda _id: None)
+
+
 def _echo(stream: IO[str], pid: int, ui: Ui) -> None:
     for line in stream:
         if line.startswith("done; continue with"):
             continue  # its --resume hint names a session in the demo's temporary home, removed at the end
+        if line.startswith(READ_HINT_START):  # the child's hint names the user's inbox, not the demo's
+            found = re.search(r"--show (\S+?)`", line)
+            line = (ui.read_hint(found.group(1)) if found else None) or ""
+            if not line:
+                continue
         ui.say(f"  [pid {pid}] {line.rstrip()}", style="dim")
 
 

@@ -168,6 +168,14 @@ def sessions_table(listed: Iterable[Any], pending: dict[str, int], now: float | 
 
 
 # -- printing ----------------------------------------------------------------------------------
+READ_HINT_START = "  (the agent reads the full result"
+
+
+def read_hint(delegation_id: str, inbox_command: str = "offload inbox", in_chat: bool = True) -> str:
+    """Where the full text of a landed result can be read again."""
+    chat = f"/show {delegation_id} in the chat or " if in_chat else ""
+    return f"{READ_HINT_START}; see it with {chat}`{inbox_command} --show {delegation_id}`)"
+
 def make_console(**options: Any) -> Console:
     """A console that is 160 columns wide when not a terminal, so tables stay readable in logs."""
     console = Console(highlight=False, **options)
@@ -180,11 +188,13 @@ class Ui:
     """Console output of chat, run and the demo."""
 
     def __init__(self, console: Console | None = None, err_console: Console | None = None,
-                 answers: Console | None = None, label_answers: bool = True) -> None:
+                 answers: Console | None = None, label_answers: bool = True,
+                 read_hint: Callable[[str], str | None] = lambda delegation_id: read_hint(delegation_id)) -> None:
         self.console = console or make_console()
         self.err_console = err_console or make_console(stderr=True)
         self.answers = answers or self.console  # where the agent's answers go
         self.label_answers = label_answers
+        self.read_hint = read_hint  # where a landed result can be read in full (None: nowhere that lasts)
 
     @classmethod
     def for_scripts(cls, answers_on_stdout: bool = True) -> Ui:
@@ -232,8 +242,9 @@ class Ui:
         notices = [line for line in text.splitlines() if line.startswith("⚠ ")]  # child text cannot forge one
         for line in [*notices, *task_lines(event)]:
             self.console.print(Text("  " + line), soft_wrap=True)
-        self.say(f"  (the agent reads the full result; see it with /show {delegation_id} in the chat or "
-                 f"`offload inbox --show {delegation_id}`)", style="dim")
+        hint = self.read_hint(str(delegation_id))
+        if hint:
+            self.say(hint, style="dim")
 
     def _failure_notice(self, event: dict[str, Any]) -> None:
         """An early warning (once per unit): one task failed while its siblings still run."""

@@ -32,6 +32,11 @@ BATCH_INTRO = (
     "same call report separately. Act on these results or re-dispatch what failed; if you are "
     "still waiting on sibling units, end your turn after acting."
 )
+# The whole call in one unit: there are no sibling units to wait for, so none are mentioned.
+WHOLE_CALL_INTRO = (
+    "A background fan-out ({unit}) you dispatched earlier has finished. Act on these results or "
+    "re-dispatch what failed."
+)
 INTERIM_INTRO = (
     "One task of a background fan-out failed while its sibling tasks are still running. This "
     "is an early warning: the consolidated results of the whole unit will follow when every "
@@ -182,6 +187,13 @@ def _unit_phrase(evt: dict[str, Any], results: list[dict[str, Any]]) -> str:
     return f"group '{group}' ({phrase})" if group else phrase
 
 
+def _has_sibling_units(evt: dict[str, Any]) -> bool:
+    """Whether the call was split into several units: this one runs only some of its tasks
+    (``task_indexes`` is set only then)."""
+    indexes = evt.get("task_indexes")
+    return isinstance(indexes, list) and 0 < len(indexes) < len(event_goals(evt))
+
+
 def _section(lines: list[str]) -> list[str]:
     return ["", *lines] if lines else []
 
@@ -189,7 +201,8 @@ def _section(lines: list[str]) -> list[str]:
 def batch_block(evt: dict[str, Any], notice: list[str]) -> str:
     results, goals = event_results(evt), event_goals(evt)
     title = f"[ASYNC DELEGATION BATCH COMPLETE — {inline(evt.get('delegation_id')) or '?'}]"
-    lines = preamble(evt, title, BATCH_INTRO.format(unit=_unit_phrase(evt, results)), with_goal=False)
+    intro = BATCH_INTRO if _has_sibling_units(evt) else WHOLE_CALL_INTRO
+    lines = preamble(evt, title, intro.format(unit=_unit_phrase(evt, results)), with_goal=False)
     total = evt.get("total_duration_seconds")
     total = total if is_number(total) else evt.get("duration_seconds")
     lines[-1] += f"   Total duration: {format_seconds(total)}s" if is_number(total) else "   Total duration: unknown"

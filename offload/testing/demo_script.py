@@ -74,16 +74,28 @@ def _parent(request: dict[str, Any]) -> Reply:
     return tool_call_reply("delegate_task", {"tasks": DEMO_TASKS})
 
 
+_STATUS = re.compile(r"\(status=(\w+)|^Status: (\w+)", re.M)
+
+
 def _follow_up(notification: str) -> str:
-    if "status=unknown" in notification or "owner exited" in notification:
+    """An answer that says what the result holds: the crash drill's recovery, tasks that did not
+    complete (stopped, failed), the comparisons and the terminal check, whichever are in it."""
+    statuses = {a or b for a, b in _STATUS.findall(notification)}
+    if "unknown" in statuses or "owner exited" in notification:
         return ("Recovered after the crash: the quick task's real result survived in the ledger; the slow "
                 "task's outcome is unknown because its process died. I can re-dispatch it if you want.")
-    if "group 'compare'" in notification:
-        return ("Both comparisons are in. Short version: YAML is friendlier for nested, commented config; "
-                "TOML is stricter and harder to get wrong. For our config files I'd pick YAML.")
-    version = re.search(r"Python \d+\.\d+(?:\.\d+)?", notification)
-    found = version.group(0) if version else "the installed Python"
-    return f"The terminal check is done: this machine runs {found}, and the workspace listing came back."
+    if statuses - {"completed", "success"}:
+        return (f"Not every task completed ({', '.join(sorted(statuses))}); what they reported is above. "
+                "I can re-dispatch the ones that did not finish.")
+    parts = []
+    if "YAML:" in notification and "TOML:" in notification:
+        parts.append("Both comparisons are in. Short version: YAML is friendlier for nested, commented config; "
+                     "TOML is stricter and harder to get wrong. For our config files I'd pick YAML.")
+    if TERMINAL_COMMAND in notification:
+        version = re.search(r"Python \d+\.\d+(?:\.\d+)?", notification)
+        found = version.group(0) if version else "the installed Python"
+        parts.append(f"The terminal check is done: this machine runs {found}, and the workspace listing came back.")
+    return " ".join(parts) or "The subagents reported back; their results are above."
 
 
 def _subagent(request: dict[str, Any]) -> Reply:

@@ -37,13 +37,24 @@ def test_task_count_falls_back_to_results_when_goals_missing(make_batch):
 
 def test_group_unit_phrase(make_batch):
     evt = make_batch([{"task_index": 0, "status": "completed", "summary": "ok"},
-                      {"task_index": 1, "status": "completed", "summary": "ok"}], group="cmp")
-    assert "A background fan-out unit (group 'cmp' (2 subagents)) you dispatched" in format_process_notification(evt)
+                      {"task_index": 1, "status": "completed", "summary": "ok"}], group="cmp",
+                     goals=["a", "b", "c"], task_indexes=[0, 1])
+    text = format_process_notification(evt)
+    assert "A background fan-out unit (group 'cmp' (2 subagents)) you dispatched" in text
+    assert "Other units of the same call report separately" in text and "sibling units" in text
 
 
 def test_ungrouped_unit_phrase(make_batch):
-    evt = make_batch([{"task_index": 0, "status": "completed", "summary": "ok"}])
+    evt = make_batch([{"task_index": 1, "status": "completed", "summary": "ok"}], task_indexes=[1])
     assert "A background fan-out unit (1 subagent) you dispatched" in format_process_notification(evt)
+
+
+def test_a_unit_that_is_the_whole_call_mentions_no_other_units(make_batch):
+    whole = [{"task_index": 0, "status": "completed", "summary": "ok"}, {"task_index": 1, "status": "completed",
+                                                                         "summary": "ok"}]
+    for evt in (make_batch(whole), make_batch(whole, group="cmp"), make_batch(whole, task_indexes=[0, 1])):
+        text = format_process_notification(evt)
+        assert "A background fan-out (" in text and "Other units" not in text and "sibling" not in text
 
 
 def test_error_without_results_renders_error_section_and_stops(make_batch, delegation_config):

@@ -21,9 +21,8 @@ Found the bug in test_foo"""
 
 BATCH_MIXED = """\
 [ASYNC DELEGATION BATCH COMPLETE — deleg_x1]
-A background fan-out unit (group 'review' (3 subagents)) you dispatched earlier has finished. \
-Other units of the same call report separately. Act on these results or re-dispatch what \
-failed; if you are still waiting on sibling units, end your turn after acting.
+A background fan-out (group 'review' (3 subagents)) you dispatched earlier has finished. Act \
+on these results or re-dispatch what failed.
 
 Dispatched: 1970-01-01 00:16:40 (18m5s ago)
 Context you provided: repo /tmp/p
@@ -46,9 +45,8 @@ cut off mid-work
 
 RECOVERED_PARTIAL = """\
 [ASYNC DELEGATION BATCH COMPLETE — deleg_x1]
-A background fan-out unit (2 subagents) you dispatched earlier has finished. Other units of \
-the same call report separately. Act on these results or re-dispatch what failed; if you are \
-still waiting on sibling units, end your turn after acting.
+A background fan-out (2 subagents) you dispatched earlier has finished. Act on these results \
+or re-dispatch what failed.
 
 Dispatched: 1970-01-01 00:16:40 (2h3m ago)
 Role: leaf   Model: m   Total duration: 30.5s
