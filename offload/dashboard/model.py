@@ -38,9 +38,13 @@ def ledger_rows(ledger: DelegationLedger, settled_limit: int = HISTORY_LIMIT) ->
 
 
 def _owner(row: LedgerRow | None, ledger: DelegationLedger) -> dict[str, Any]:
+    """The owner process, and its fate: ``alive``; ``exited`` (after its unit finished, as every
+    process that ends normally does); or ``died`` (before its unit finished: recovered as unknown)."""
     if row is None or not row.owner_pid:
-        return {"pid": None, "alive": None, "host": None}
-    return {"pid": row.owner_pid, "alive": owner_state(row, ledger) == "running", "host": owner_host(row)}
+        return {"pid": None, "alive": None, "host": None, "fate": None}
+    alive = owner_state(row, ledger) == "running"
+    fate = "alive" if alive else ("died" if row.state in LIVE_STATES or row.state == UNKNOWN else "exited")
+    return {"pid": row.owner_pid, "alive": alive, "host": owner_host(row), "fate": fate}
 
 
 def _label(task: dict[str, Any], event: dict[str, Any]) -> str:

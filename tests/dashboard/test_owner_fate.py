@@ -1,0 +1,67 @@
+"""The dashboard tells an owner that exited normally from one that died (issue 26, item 5):
+every `offload run` exits when its work is done, and that is not "(dead)"."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+
+from offload.testing.demo_script import CRASH_PROMPT
+from tests.e2e.conftest import cli_env, offload
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def dashboard_url() -> Iterator[str]:
+    server = subprocess.Popen([sys.executable, "-m", "offload", "dashboard", "--port", "0"], env=cli_env(),
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        banner = server.stderr.readline()
+        assert " on http://" in banner, banner
+        yield banner.split(" on ", 1)[1].split("/ ", 1)[0]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(15)
+
+
+def _killed_mid_run() -> str:
+    """An `offload run` SIGKILLed while its slow child still runs; its delegation id."""
+    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "--demo-model", CRASH_PROMPT], env=cli_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            running = json.loads(offload("agents", "--json").stdout)["running"]
+            if running:
+                return running[0]["id"]
+            time.sleep(0.1)
+        raise AssertionError("the run never showed a running delegation")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(15)
+
+
+def _owner_cell(html: str, delegation_id: str) -> str:
+    row = re.search(rf"<tr[^>]*>(?:(?!</tr>).)*{delegation_id}(?:(?!</tr>).)*</tr>", html, re.S)
+    assert row, html
+    return row.group(0)
+
+
+def test_an_owner_that_exited_normally_is_not_called_dead_and_a_killed_one_is_said_to_have_died(dashboard_url):
+    done = offload("run", "--demo-model", "compare the formats")
+    assert done.returncode == 0, done
+    finished = json.loads(offload("inbox", "--all", "--json").stdout)["settled"][0]["id"]
+    died = _killed_mid_run()
+    history = httpx.get(dashboard_url + "/history").text
+    assert "(exited)" in _owner_cell(history, finished) and "dead" not in _owner_cell(history, finished)
+    assert "(died)" in _owner_cell(history, died)
+    assert "exited after the unit finished" in httpx.get(f"{dashboard_url}/d/{finished}").text
+    assert "died before the unit finished" in httpx.get(f"{dashboard_url}/d/{died}").text
