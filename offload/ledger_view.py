@@ -10,13 +10,11 @@ lists as empty without creating one.
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 from typing import Callable, TypeVar
-from urllib.parse import quote
 
 from offload.ledger import DelegationLedger, LedgerError, LedgerRow
 from offload.ledger.select import MisconfiguredLedger
-from offload.ledger.sqlite import BUSY_TIMEOUT_S, SqliteLedger
+from offload.ledger.sqlite import SqliteLedger, connect_read_only
 
 T = TypeVar("T")
 READ_ONLY_NOTE = ("note: {home} is read-only, so this is a read-only listing (no crash recovery, nothing "
@@ -24,23 +22,21 @@ READ_ONLY_NOTE = ("note: {home} is read-only, so this is a read-only listing (no
 
 
 class _ReadOnlySqliteLedger(SqliteLedger):
-    """The same queries over a read-only connection."""
+    """The same queries over a read-only connection; a file without the ledger's table (only
+    sessions were ever stored in it) holds no rows, as a file that does not exist."""
 
     def _connection(self, create: bool) -> sqlite3.Connection | None:
         if self._conn is None:
-            self._conn = _open_read_only(self.path)
+            self._conn = connect_read_only(self.path)
         return self._conn
 
-
-def _open_read_only(path: Path) -> sqlite3.Connection:
-    uri = f"file:{quote(str(path))}"
-    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-    try:
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        return conn
-    except sqlite3.OperationalError:  # WAL file: its index cannot be created in a read-only directory
-        conn.close()
-    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+    def exists(self) -> bool:
+        if not super().exists():
+            return False
+        with self._lock:
+            conn = self._connection(create=False)
+            return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                                ("async_delegations",)).fetchone() is not None
 
 
 class LedgerView:
@@ -60,7 +56,7 @@ class LedgerView:
             if exc.kind != "unwritable" or self.read_only or not isinstance(self._ledger, SqliteLedger):
                 raise
             self.use_read_only()
-            return query(self._ledger)
+            return query(self._ledger) if self._ledger.exists() else empty
 
     def use_read_only(self) -> None:
         """Switch to the read-only connection (after a write was refused) and say so once."""

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from offload.engine.errors import OffloadError
-from offload.ledger.sqlite import connect, is_locked, retry_while_locked, secure_files
-from offload.ledger.versions import Component, migrate_sqlite
+from offload.ledger.sqlite import connect, connect_read_only, is_locked, retry_while_locked, secure_files
+from offload.ledger.versions import Component, check_sqlite, migrate_sqlite
 from offload.home import state_db_path
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,9 @@ _SCHEMA = (
     " UNIQUE, reason TEXT NOT NULL, created_at REAL NOT NULL)",
 )
 _MAX_LINEAGE_HOPS = 1000
+_LIST_SESSIONS = ("SELECT s.session_id, s.created_at, s.updated_at, s.model, s.title,"
+                  " (SELECT COUNT(*) FROM session_messages m WHERE m.session_id = s.session_id)"
+                  " FROM sessions s ORDER BY s.updated_at DESC LIMIT ?")
 
 
 def _tables(conn: sqlite3.Connection) -> None:
@@ -70,6 +73,25 @@ class SessionInfo:
     model: str | None
     title: str | None
     message_count: int
+
+
+def stored_sessions(path: Path | None = None, limit: int = 10) -> list[SessionInfo]:
+    """``list_sessions`` without opening the store for writing: a home or ``state.db`` that does
+    not exist lists as empty and is not created, and a read-only home lists like any other."""
+    path = Path(path) if path is not None else state_db_path()
+    if not path.exists():
+        return []
+    try:
+        conn = connect_read_only(path)
+        try:
+            check_sqlite(conn, SESSIONS, str(path))  # a newer offload's layout is refused, never misread
+            if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='sessions'").fetchone():
+                return []
+            return [SessionInfo(*row) for row in conn.execute(_LIST_SESSIONS, (limit,)).fetchall()]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise SessionStoreError(f"cannot read the session store {path} ({exc})") from exc
 
 
 def new_session_id() -> str:
@@ -140,10 +162,7 @@ class SessionStore:
     def list_sessions(self, limit: int = 10) -> list[SessionInfo]:
         """Most recently updated first."""
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT s.session_id, s.created_at, s.updated_at, s.model, s.title,"
-                " (SELECT COUNT(*) FROM session_messages m WHERE m.session_id = s.session_id)"
-                " FROM sessions s ORDER BY s.updated_at DESC LIMIT ?", (limit,)).fetchall()
+            rows = self._conn.execute(_LIST_SESSIONS, (limit,)).fetchall()
         return [SessionInfo(*row) for row in rows]
 
     # -- messages ----------------------------------------------------------------------------

@@ -225,13 +225,13 @@ def sessions(limit: int = typer.Option(20, "--limit", "-n", min=1, help="how man
     """Stored chat sessions, most recent first: id, last use, messages, model, results pending.
 
     Continue one with `offload chat --resume ID` (a unique prefix is enough)."""
+    from offload.agent.session_store import stored_sessions
     from offload.cli.views import Ui, sessions_table
     from offload.ledger_view import LedgerView
 
     ui = Ui()
     with runtime() as off:
-        with off.session_store() as store:
-            listed = store.list_sessions(limit=limit)
+        listed = stored_sessions(off.home / "state.db", limit=limit)  # read-only: creates nothing
         rows = LedgerView(off.ledger(), on_read_only=ui.warn).pending()
     pending: dict[str, int] = {}
     for row in rows:

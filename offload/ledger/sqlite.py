@@ -23,6 +23,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
+from urllib.parse import quote
 
 from offload.ledger.delivery_sql import with_child
 from offload.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
@@ -98,6 +99,21 @@ def retry_while_locked(step: Callable[[], _T], timeout_s: float | None = None) -
 def connect(path: Path) -> sqlite3.Connection:
     """A raw autocommit connection whose busy timeout is set before any statement runs."""
     return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write or create anything (``mode=ro``); ``immutable=1`` when
+    SQLite cannot even create its WAL index, on a read-only directory."""
+    uri = f"file:{quote(str(path))}"
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return conn
+    except sqlite3.OperationalError as exc:  # WAL file: its index cannot be created in a read-only directory
+        conn.close()
+        if is_locked(exc):  # a writer holds it: say so, never read around its lock
+            raise
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
 
 
 def open_connection(path: Path) -> sqlite3.Connection:

@@ -124,3 +124,16 @@ def test_listing_works_on_a_read_only_home_and_writes_say_why_they_cannot():
     assert config.returncode == 2, config
     assert "cannot write" in one_line(config.stderr)
     assert config_path().read_text(encoding="utf-8") == "model: m\n"
+
+
+def test_sessions_lists_on_a_read_only_home_and_creates_no_home(tmp_path):
+    with SessionStore() as store:
+        store.create_session("sess_listed", model="m")
+    listed = offload("sessions", read_only=True)
+    assert listed.returncode == 0, listed
+    assert "sess_listed" in listed.stdout
+    missing = tmp_path / "never" / "made"
+    for args in (("sessions",), ("sessions", "--json"), ("agents",), ("inbox", "--all")):
+        done = subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True, timeout=60,
+                              env=cli_env(HERMES_HOME=str(missing)), stdin=subprocess.DEVNULL)
+        assert done.returncode == 0 and not missing.exists(), (args, done)
