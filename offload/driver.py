@@ -212,27 +212,42 @@ class SessionDriver:
                     self.ui.error(f"could not ask the worker to stop {item['delegation_id']}: {exc}")
         return asked
 
-    def wait_for_background(self, on_wait: Callable[[], None] | None = None) -> bool:
+    def wait_for_background(self, on_wait: Callable[[], None] | None = None,
+                            announce: Callable[[int], None] | None = None) -> bool:
         """Inject results until nothing of this session is running or queued.
 
         The first Ctrl-C stops the running subagents (their partial results are still
         delivered); a second one returns at once. True if everything was delivered.
+        ``announce(live)`` says what is awaited. A Ctrl-C only counts (the handler does nothing
+        else) and is acted on at the top of the loop, so one that arrives while the previous is
+        acted on, or while ``announce`` prints, still counts.
         """
-        stopping = False
+        interrupts = acted = 0
         while True:
             try:
+                if interrupts > acted:
+                    acted = interrupts
+                    if not self._act_on_ctrl_c(interrupts):
+                        return False
                 live = self.outstanding_count()  # read BEFORE polling: a unit queues its event before it stops being live
+                if announce is not None:
+                    announce, say = None, announce
+                    say(live)
                 if not self.deliver_ready(on_wait) and not live:
                     return True
                 if on_wait is not None:
                     on_wait()
                 time.sleep(POLL_S)
             except KeyboardInterrupt:
-                self._note_outcome(ExitCode.INTERRUPTED)
-                if stopping:
-                    self.ui.warn("leaving now: unfinished results stay in the ledger and are delivered on "
-                                f"`offload chat --resume {self.session_id}`")
-                    return False
-                stopping = True
-                stopped = self.stop_background()
-                self.ui.warn(f"stopping {stopped} background delegation(s); Ctrl-C again to leave at once")
+                interrupts += 1
+
+    def _act_on_ctrl_c(self, count: int) -> bool:
+        """The first Ctrl-C stops this session's subagents; a later one leaves (False)."""
+        self._note_outcome(ExitCode.INTERRUPTED)
+        if count > 1:
+            self.ui.warn("leaving now: unfinished results stay in the ledger and are delivered on "
+                         f"`offload chat --resume {self.session_id}`")
+            return False
+        stopped = self.stop_background()
+        self.ui.warn(f"stopping {stopped} background delegation(s); Ctrl-C again to leave at once")
+        return True

@@ -9,8 +9,9 @@ into a running turn, and results appear while the user is idle.
 Slash commands: ``/agents`` (live roster) and ``/stop`` (interrupt this session's background
 subagents) are answered by the reader thread at once, even while a turn runs — both only read
 or signal the engine, which is thread-safe; ``/quit`` (or end of input) waits for this
-session's background results, then leaves; ``/new`` starts a fresh session in the loop itself,
-between turns and deliveries, and the previous session's results stay with it. Ctrl-C
+session's background results, then leaves — with no prompt shown, so the first Ctrl-C stops
+them and a second leaves at once (exit 130); ``/new`` starts a fresh session in the loop
+itself, between turns and deliveries, and the previous session's results stay with it. Ctrl-C
 interrupts a running turn; at the prompt it leaves like ``/quit``.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import queue
 import sys
 import threading
+import time
 from typing import IO, Iterator
 
 from offload.cli.chat_input import CTRL_C, line_source
@@ -30,6 +32,7 @@ HELP = ("commands: /agents (live roster of background subagents), /stop (interru
         "/show ID (a result in full, as the agent read it), /new (start a new session), "
         "/quit (wait for their results, then leave), /help")
 _EOF = None
+STOP_READING_S = 2.0  # the prompt goes down within one event-loop turn; this only bounds a stuck one
 HISTORY_FILE = "chat_history"
 
 
@@ -42,19 +45,28 @@ class ChatLoop:
         self._in_turn = threading.Event()
 
     def run(self) -> int:
+        """0, or 130 when a second Ctrl-C left before the outstanding results were delivered."""
         self._banner()
-        threading.Thread(target=self._read_input, name="offload-stdin", daemon=True).start()
+        reader = threading.Thread(target=self._read_input, name="offload-stdin", daemon=True)
+        reader.start()
         try:
             with self.source.output():
                 self._loop()
         except KeyboardInterrupt:
             self.ui.say("(leaving)", style="yellow")
-        live = self.driver.live_count()
+        self._stop_reading(reader)  # no prompt while leaving: the first Ctrl-C must reach the wait below
+        delivered = self.driver.wait_for_background(announce=self._announce_wait)
+        self.ui.say(f"session saved; resume it with: offload chat --resume {self.driver.session_id}")
+        return 0 if delivered else 130
+
+    def _announce_wait(self, live: int) -> None:
         if live:
             self.ui.say(f"waiting for {live} background result(s) before leaving; Ctrl-C stops them", style="yellow")
-        self.driver.wait_for_background()
-        self.ui.say(f"session saved; resume it with: offload chat --resume {self.driver.session_id}")
-        return 0
+
+    def _stop_reading(self, reader: threading.Thread) -> None:
+        deadline = time.monotonic() + STOP_READING_S
+        while reader.is_alive() and time.monotonic() < deadline and self.source.close():
+            reader.join(0.05)
 
     def _banner(self) -> None:
         agent = self.driver.conversation.agent

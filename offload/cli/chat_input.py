@@ -5,6 +5,8 @@ kept in ``$HERMES_HOME/chat_history``) and Ctrl-R reverse search, while output f
 threads (landed results, answers) is printed above the prompt. On a pipe (scripts, tests),
 lines are read as they come. Both yield ``CTRL_C`` when the user presses Ctrl-C at the prompt
 (the terminal is in raw mode there, so no SIGINT arrives): the chat decides what it means.
+``close()`` takes the prompt down when the chat stops reading (leaving with work outstanding),
+so the next Ctrl-C is a signal again.
 
 Invariant: a history file that cannot be written (read-only home) never breaks the chat.
 """
@@ -34,6 +36,10 @@ class PlainLines:
     def output(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
+    def close(self) -> bool:
+        """Nothing to take down: no prompt is shown, and Ctrl-C is a signal as usual."""
+        return False
+
 
 class PromptLines:
     """prompt_toolkit's line editor with a persistent history."""
@@ -56,15 +62,27 @@ class PromptLines:
                     logger.debug("chat history not saved: %s", exc)
 
         self.session: PromptSession[str] = PromptSession(history=_History(str(history_path)))
+        self._closed = False
 
     def lines(self) -> Iterator[str]:
-        while True:
+        while not self._closed:
             try:
                 yield self.session.prompt(PROMPT)
             except KeyboardInterrupt:
                 yield CTRL_C
-            except EOFError:  # Ctrl-D
+            except EOFError:  # Ctrl-D, or close()
                 return
+
+    def close(self) -> bool:
+        """Take the prompt down (from another thread): no new one is shown, and the one shown
+        ends as if Ctrl-D was pressed, so the terminal leaves raw mode and Ctrl-C is a signal
+        again. Call until the reading thread ends (a prompt may be starting meanwhile)."""
+        self._closed = True
+        app = self.session.app
+        loop = app.loop
+        if app.is_running and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: app.exit(exception=EOFError) if app.is_running else None)
+        return True
 
     def output(self) -> contextlib.AbstractContextManager[None]:
         """While active, prints from any thread appear above the prompt instead of inside it."""
