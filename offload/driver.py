@@ -29,6 +29,7 @@ from offload.subagents.usage import roll_up_event
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.2
+SESSION_HISTORY_ROWS = 200  # settled rows /agents searches for this session's own
 
 
 def start_session(off: Offload, resume: str | None = None, *, sync_delegation: bool = False,
@@ -174,6 +175,20 @@ class SessionDriver:
     def _session_rows(self) -> list[Any]:
         """This session's undelivered ledger rows that another process runs or ran."""
         return self._ledger_rows.rows(self.conversation.store.lineage(self.session_id))
+
+    def ledger_units(self) -> tuple[list[Any], list[Any], list[Any]]:
+        """This session's delegations in the ledger that this process does not hold in memory
+        (it was resumed, or another process runs them): running, awaiting delivery, settled."""
+        from offload.ledger_view import LedgerView
+
+        sessions = set(self.conversation.store.lineage(self.session_id))
+        held = {str(item.get("delegation_id")) for item in self.units()}  # already on the live roster
+        view = LedgerView(self.runtime.ledger())
+
+        def mine(rows: list[Any]) -> list[Any]:
+            return [row for row in rows if row.delegation_id not in held
+                    and sessions & {row.parent_session_id, row.origin_session, row.origin_session_id}]
+        return mine(view.running()), mine(view.pending()), mine(view.settled(SESSION_HISTORY_ROWS))
 
     def live_count(self) -> int:
         """Background units of this session that have not reported yet, here or elsewhere."""

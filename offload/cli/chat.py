@@ -26,7 +26,7 @@ from typing import IO, Iterator
 from offload.cli.chat_input import CTRL_C, line_source
 from offload.driver import POLL_S, SessionDriver
 from offload.home import get_hermes_home
-from offload.cli.views import live_roster
+from offload.cli.views import session_roster
 
 HELP = ("commands: /agents (live roster of background subagents), /stop (interrupt them), "
         "/show ID (a result in full, as the agent read it), /new (start a new session), "
@@ -116,7 +116,7 @@ class ChatLoop:
     def _command(self, line: str) -> bool:
         """Answer a slash command that must not wait for the running turn; False if not one."""
         if line == "/agents":
-            self.ui.show(live_roster(self.driver.units()))
+            self.ui.show(session_roster(self.driver.units(), *self.driver.ledger_units()))
         elif line == "/stop":
             stopped = self.driver.stop_background()
             self.ui.say(f"stopped {stopped} background delegation(s); their results will be reported here",

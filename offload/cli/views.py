@@ -153,6 +153,21 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
     return _ledger_rows(rows, title, status)
 
 
+def session_roster(items: list[dict[str, Any]], running: list[LedgerRow], pending: list[LedgerRow],
+                   settled: list[LedgerRow]) -> RenderableType:
+    """``/agents``: the units this process runs (live), then the session's other delegations as the
+    ledger has them — run by another process, awaiting delivery, delivered — so a resumed chat
+    shows its history too."""
+    parts = [live_roster(items)] if items or not (running or pending or settled) else []
+    if running:
+        parts.append(ledger_running(running))
+    if pending:
+        parts.append(ledger_finished(pending, "awaiting delivery"))
+    if settled:
+        parts.append(ledger_finished(settled, "earlier in this session"))
+    return Group(*parts)
+
+
 def sessions_table(listed: Iterable[Any], pending: dict[str, int], now: float | None = None) -> RenderableType:
     """``offload sessions``: one line per stored session."""
     now = time.time() if now is None else now
@@ -175,6 +190,7 @@ def read_hint(delegation_id: str, inbox_command: str = "offload inbox", in_chat:
     """Where the full text of a landed result can be read again."""
     chat = f"/show {delegation_id} in the chat or " if in_chat else ""
     return f"{READ_HINT_START}; see it with {chat}`{inbox_command} --show {delegation_id}`)"
+
 
 def make_console(**options: Any) -> Console:
     """A console that is 160 columns wide when not a terminal, so tables stay readable in logs."""
