@@ -31,7 +31,7 @@ from offload.testing.model_server import ScriptedModelServer
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
-FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")  # indented: inside a list item
 NOT_RUN = re.compile(r"^<!--\s*not-run:(?P<reason>.*?)-->\s*$")
 BLOCK_TIMEOUT_S = 90.0
 
@@ -68,9 +68,9 @@ def blocks_of(page: Path) -> Iterator[Block]:
             continue
         end = next((i for i in range(index + 1, len(lines)) if lines[i].strip() == opening["fence"]), None)
         assert end is not None, f"{page.relative_to(ROOT)}:{index + 1}: the code block is never closed"
-        info = opening["info"].strip().split()
-        yield Block(page, index + 1, info[0] if info else "", "\n".join(lines[index + 1:end]),
-                    _marker_before(lines, index))
+        info, indent = opening["info"].strip().split(), len(opening["indent"])
+        text = "\n".join(line[indent:] if line[:indent].isspace() else line for line in lines[index + 1:end])
+        yield Block(page, index + 1, info[0] if info else "", text, _marker_before(lines, index))
         index = end + 1
 
 
