@@ -1,10 +1,11 @@
 """``offload gateway``: wire config, runtime, token, store and the Telegram platform into a
 ``GatewayApp``.
 
-Errors a user can fix (no token, empty allow-list) are ``ConfigError``s naming the key or the
-variable to set. The token is read from the environment variable ``gateway.telegram.token_env``
-names and is never printed; SIGTERM and Ctrl-C stop the gateway cleanly (unsettled results
-stay pending in the ledger for the next start).
+Errors a user can fix (no token) are ``ConfigError``s naming the key or the variable to set. An
+empty allow-list is the pairing start: the gateway serves no chat, tells each chat that writes
+its id, and prints the command that allows it. The token is read from the environment variable
+``gateway.telegram.token_env`` names and is never printed; SIGTERM and Ctrl-C stop the gateway
+cleanly (unsettled results stay pending in the ledger for the next start).
 """
 from __future__ import annotations
 
@@ -28,9 +29,6 @@ def run_gateway(verbose: bool = False) -> int:
     if not token:
         raise ConfigError(f"no Telegram bot token: export {tg.token_env}=<token from @BotFather> "
                           "(or name another variable with `offload config set gateway.telegram.token_env NAME`)")
-    if not tg.allowed_chat_ids:
-        raise ConfigError("gateway.telegram.allowed_chat_ids is empty, so the bot would serve nobody; add your chat "
-                          "id: `offload config set gateway.telegram.allowed_chat_ids '[123456789]'`")
     with Offload(cfg) as off:
         off.build_agent("sess_check")  # fail now on a bad model config, not on the first message
         return _serve(off, cfg)
@@ -58,8 +56,13 @@ def _serve(off: Offload, cfg: OffloadConfig) -> int:
         signal.signal(signum, lambda *_: stop.set())
     restored = off.bus.restore_completions()
     print(f"offload gateway: restored {restored} undelivered result(s) from the ledger", flush=True)
-    print(f"offload gateway: serving {len(tg.allowed_chat_ids)} allowed Telegram chat(s) via {tg.base_url}; "
-          "Ctrl-C stops", flush=True)
+    if tg.allowed_chat_ids:
+        print(f"offload gateway: serving {len(tg.allowed_chat_ids)} allowed Telegram chat(s) via {tg.base_url}; "
+              "Ctrl-C stops", flush=True)
+    else:
+        print("offload gateway: no chat is allowed yet, so none is served; write to the bot from your chat: it "
+              "answers with the chat's id, and this console prints the command that allows it. Ctrl-C stops",
+              flush=True)
     try:
         app.run()
     except (TelegramAuthError, GatewayStateError) as exc:

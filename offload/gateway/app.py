@@ -1,7 +1,9 @@
 """``GatewayApp``: serves every allowed chat of one platform until stopped.
 
 The poll loop reads incoming messages, refuses chats not on the allow-list (once per chat,
-remembered in the gateway state, and nothing runs for them), answers chat commands at once
+remembered in the gateway state, and nothing runs for them; the refusal tells the chat its id,
+and the console prints the command that allows it — how a new owner pairs their chat, also
+with an empty allow-list), answers chat commands at once
 (/agents, /stop, /new, /help) and queues anything else as a user turn of that chat's
 ``ChatSession``. A watcher thread delivers background results (see ``gateway/watcher.py``).
 
@@ -32,7 +34,11 @@ logger = logging.getLogger(__name__)
 HELP = ("I run an agent for this chat. Ask anything; background work reports back here.\n"
         "/agents live roster of this chat's background agents\n/stop stop this chat's background agents\n"
         "/new start a new session\n/help this text")
-REFUSAL = "This bot only serves allowed chats; ask its owner to add chat id {chat} to gateway.telegram.allowed_chat_ids."
+REFUSAL = ("This bot does not serve this chat. Its chat id is {chat}: the bot's owner can allow it with "
+           "`offload config set gateway.telegram.allowed_chat_ids '[{chat}]'` (next to the ids already there), "
+           "then restart offload gateway.")
+PAIRING = ("offload gateway: chat {chat} wrote, but it is not allowed; to serve it run: offload config set "
+           "gateway.telegram.allowed_chat_ids '[{ids}]' and restart the gateway")
 
 BuildConversation = Callable[[str, str], "Conversation"]  # (session id, session key) -> Conversation
 
@@ -45,6 +51,8 @@ class GatewayApp:
         self.platform, self.cfg, self.allowed, self.build = platform, cfg, allowed, build
         self.store, self.state = store, state
         self.stop = stop or threading.Event()
+        self.on_unknown_chat: Callable[[str], None] = lambda line: print(line, flush=True)  # the owner's console
+        self._told_owner: set[str] = set()
         self.chats: dict[str, ChatSession] = {}
         self._chats_lock = threading.Lock()
         self.watcher = DeliveryWatcher(platform.name, runtime.bus, runtime.deliveries, self.chat_for,
@@ -134,6 +142,11 @@ class GatewayApp:
             logger.warning("roster for chat %s failed: %s", chat.route.chat_id, exc)
 
     def _refuse(self, route: Route) -> None:
+        if route.chat_id not in self._told_owner:  # once per chat and run: what to type to allow it
+            self._told_owner.add(route.chat_id)
+            ids = ", ".join([*sorted(self.allowed, key=_numeric), route.chat_id])
+            self.on_unknown_chat(PAIRING.format(chat=route.chat_id, ids=ids))
+
         def first_time(data: dict) -> bool:
             refused = data.setdefault("refused", [])
             if route.chat_id in refused:
@@ -146,3 +159,10 @@ class GatewayApp:
                 self.platform.send(route, REFUSAL.format(chat=route.chat_id))
             except Exception as exc:
                 logger.warning("refusal to chat %s not sent: %s", route.chat_id, exc)
+
+
+def _numeric(chat_id: str) -> tuple[int, str]:
+    try:
+        return int(chat_id), ""
+    except ValueError:
+        return 0, chat_id

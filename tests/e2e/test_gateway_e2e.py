@@ -13,7 +13,7 @@ from offload.gateway.telegram.fake_api import FakeBotApi
 from offload.testing.demo_script import subagent_goal
 from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.gateway_harness import (DM, GROUP, TOKEN, TOPIC, chat_parent, echo_goal,
-                                       result_headers, shown, write_gateway_config)
+                                       result_headers, shown, visible, write_gateway_config)
 from offload.home import config_path
 from offload.ledger.queries import pending_rows, running_rows
 from tools.async_delegation_delivery import current_ledger
@@ -90,8 +90,9 @@ def test_unknown_chats_get_one_refusal_and_nothing_runs(api, configure, start_ga
     api.user_says(999, "please")
     api.user_says(DM, "alpha")
     wait_shown(api, DM, "result of alpha")
-    assert [m.text for m in api.messages(999)] == [
-        "This bot only serves allowed chats; ask its owner to add chat id 999 to gateway.telegram.allowed_chat_ids."]
+    [refusal] = [visible(m) for m in api.messages(999)]
+    assert "does not serve this chat. Its chat id is 999" in refusal
+    assert str(DM) not in refusal and str(GROUP) not in refusal  # a stranger never learns who is served
     assert not any("let me in" in str(r["messages"]) for r in server.requests)
     stop(gateway)
 
@@ -274,7 +275,6 @@ def test_slash_agents_shows_a_live_roster_edited_in_place_then_collapsed(api, co
 
 @pytest.mark.parametrize("gateway_cfg, token, expected", [
     ({}, "", r"no Telegram bot token: export TELEGRAM_BOT_TOKEN="),
-    ({"telegram": {"allowed_chat_ids": []}}, TOKEN, r"allowed_chat_ids is empty.*offload config set"),
     ({"telegram": {"base_url": "api.telegram.org"}}, TOKEN, r"gateway.telegram.base_url.*http"),
 ])
 def test_a_gateway_that_cannot_serve_says_which_key_to_fix(
