@@ -33,6 +33,7 @@ from offload.home import read_config_file
 from offload.subagents.config import DelegationConfig
 from offload.home import config_path
 from offload.ledger.config import LedgerConfig
+from offload.ledger.factory import redact
 
 __all__ = ["ConfigError", "OffloadConfig", "get_value", "load_config", "resolve_api_key", "set_value", "unset_value"]
 
@@ -127,7 +128,7 @@ def _problem(err: Any) -> Problem:
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     if err["type"] == "extra_forbidden":
         return Problem(key, "unknown key", f"offload config unset {key}")
-    message = f"{err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})"
+    message = f"{err['msg'].removeprefix('Value error, ')} (got {for_display(err.get('input'), key)!r})"
     return Problem(key, message, _set_default_command(_setting_of(err["loc"])))
 
 
@@ -308,6 +309,18 @@ def _yaml_scalar(value: Any) -> str:
     if hasattr(value, "model_dump"):
         value = value.model_dump()
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+SECRET_URLS = ("ledger.url",)  # printed with the password masked, everywhere
+
+
+def for_display(value: Any, key: str = "") -> Any:
+    """``value`` of ``key`` (the whole config for ``""``) as offload prints it: passwords masked."""
+    if key in SECRET_URLS and isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: for_display(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    return value
 
 
 def format_value(value: Any) -> str:

@@ -194,7 +194,7 @@ def config_get(key: str = typer.Argument(..., help="dotted key, e.g. model or de
     """Print the value offload uses for KEY (the file over the defaults)."""
     from offload import config as config_mod
 
-    typer.echo(config_mod.format_value(config_mod.get_value(key)))
+    typer.echo(config_mod.format_value(config_mod.for_display(config_mod.get_value(key), key)))
     override = config_mod.ENV_OVERRIDES.get(key)
     if override and os.environ.get(override, "").strip():
         typer.echo(f"(overridden now by ${override}={os.environ[override].strip()})", err=True)
@@ -209,7 +209,7 @@ def config_set(key: str = typer.Argument(..., help="dotted key"),
     from offload.home import config_path
 
     parsed, others = config_mod.set_value(key, value)
-    typer.echo(f"{key} = {config_mod.format_value(parsed)}  ({config_path()})")
+    typer.echo(f"{key} = {config_mod.format_value(config_mod.for_display(parsed, key))}  ({config_path()})")
     for problem in others:
         typer.echo(f"offload: config.yaml still has a problem: {problem}", err=True)
 
@@ -230,7 +230,7 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="print JSON (
     """Print the whole effective config (the file over the defaults) as YAML, or JSON."""
     from offload import config as config_mod
 
-    values = config_mod.load_file_config().model_dump()
+    values = config_mod.for_display(config_mod.load_file_config().model_dump())
     if as_json:
         cli_ledger.emit_json(values)
         return
