@@ -21,10 +21,12 @@ from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, RUNNING, UNFINISH
 from offload.ledger import DelegationLedger, LedgerRow
 from offload.ledger import queries as ledger_queries
 from offload.ledger_rows import owner_host, owner_state, row_state
+from offload.render.text import clip_words
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
 
+LABEL_GOAL_CHARS = 48  # per goal in a unit's label; the full goals are on the child rows
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
 HISTORY_LIMIT = 1000  # settled rows read for the history page (the ledger keeps about this many)
 STATES = UNIT_STATES  # the history page's state filter offers every unit state
@@ -48,9 +50,14 @@ def _owner(row: LedgerRow | None, ledger: DelegationLedger) -> dict[str, Any]:
 
 
 def _label(task: dict[str, Any], event: dict[str, Any]) -> str:
+    """A unit's one-line name: its group, its one goal, or its goals each cut at a word with "…"
+    (the engine's own label cuts each goal at 40 characters, mid-word)."""
     if task.get("group"):
         return f"group {task['group']}"
-    return str(task.get("goal") or event.get("goal") or "")
+    goals = [goal for _, goal in _child_goals(task)] if task.get("is_batch") else []
+    if len(goals) > 1:
+        return f"{len(goals)} subagents: " + "; ".join(clip_words(goal, LABEL_GOAL_CHARS) for goal in goals)
+    return " ".join(str(task.get("goal") or event.get("goal") or "").split())
 
 
 def _child_goals(task: dict[str, Any]) -> list[tuple[int, str]]:

@@ -117,3 +117,17 @@ def format_local_time(epoch: Any) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
     except (OverflowError, OSError, ValueError):
         return "?"
+
+
+def clip_words(text: Any, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters: cut at the last word boundary that
+    fits (mid-word only for a single overlong word), and marked with "…" when cut."""
+    text = " ".join(str(text or "").split())
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    boundary = head.rfind(" ")
+    if boundary >= limit // 2:
+        head = head[:boundary]
+    return head.rstrip(" ,;:.-") + "…"
+
