@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -86,6 +89,19 @@ def dashboard(runtime) -> Iterator[Any]:
     yield start
     for server in servers:
         server.stop()
+
+
+def serve_cli_dashboard(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``offload dashboard --port 0 ARGS`` as a subprocess: yields its URL, stops it with SIGTERM."""
+    server = subprocess.Popen([sys.executable, "-m", "offload", "dashboard", "--port", "0", *args], env=env,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        banner = server.stderr.readline()
+        assert " on http://" in banner, banner
+        yield banner.split(" on ", 1)[1].split("/ ", 1)[0]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(15)
 
 
 def _browser_missing() -> str | None:

@@ -5,38 +5,25 @@ same-origin ``Origin``; the served dashboard must refuse it — reading and butt
 127.0.0.1, localhost, [::1] and the names given with ``--allow-host`` work as before."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Iterator
 
 import httpx
 import pytest
 
 from offload.http_security import HostCheck
+from tests.dashboard.conftest import serve_cli_dashboard
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _serve(*args: str) -> Iterator[str]:
-    server = subprocess.Popen([sys.executable, "-m", "offload", "dashboard", "--port", "0", *args],
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        banner = server.stderr.readline()
-        assert " on http://" in banner, banner
-        yield banner.split(" on ", 1)[1].split("/ ", 1)[0]
-    finally:
-        server.terminate()
-        server.wait(15)
-
-
 @pytest.fixture
 def url() -> Iterator[str]:
-    yield from _serve()
+    yield from serve_cli_dashboard()
 
 
 @pytest.fixture
 def url_with_allowed_name() -> Iterator[str]:
-    yield from _serve("--allow-host", "Dash.Internal")
+    yield from serve_cli_dashboard("--allow-host", "Dash.Internal")
 
 
 def _get(url: str, host: str, path: str = "/") -> httpx.Response:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from offload.testing.demo_script import CRASH_PROMPT
+from tests.dashboard.conftest import serve_cli_dashboard
 from tests.e2e.conftest import cli_env, offload
 
 pytestmark = pytest.mark.timeout(120)
@@ -21,15 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def dashboard_url() -> Iterator[str]:
-    server = subprocess.Popen([sys.executable, "-m", "offload", "dashboard", "--port", "0"], env=cli_env(),
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        banner = server.stderr.readline()
-        assert " on http://" in banner, banner
-        yield banner.split(" on ", 1)[1].split("/ ", 1)[0]
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(15)
+    yield from serve_cli_dashboard(env=cli_env())
 
 
 def _killed_mid_run() -> str:
