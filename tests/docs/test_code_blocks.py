@@ -1,12 +1,13 @@
 """The code blocks of README.md and docs/*.md run as written, so the pages cannot drift from the product.
 
-Every fenced block names its language. A shell block (``bash``, ``sh``, ``console``) is RUN,
-unless the line just before its fence (blank lines aside) is ``<!-- not-run: REASON -->`` —
+Every fenced block names its language. A shell block (``bash``, ``sh``, ``console``) or a
+``python`` block is RUN, unless the line just before its fence (blank lines aside) is
+``<!-- not-run: REASON -->`` —
 for blocks that need a real service or API key, install packages, serve until Ctrl-C or would
 recurse into this test run; those are reported as skipped with their reason. Any other
 language (``text`` for illustrations, ``yaml``, …) is not code to run.
 
-A block runs with ``bash -e -o pipefail`` in a fresh directory (``.venv`` there is this
+A block runs with ``bash -e -o pipefail`` (python: this interpreter) in a fresh directory (``.venv`` there is this
 interpreter's environment, so ``.venv/bin/offload`` works), with a temporary ``HERMES_HOME``,
 no user ``OFFLOAD_*``/``OPENAI_*`` variables, stdin closed, and ``OFFLOAD_BASE_URL`` /
 ``OFFLOAD_MODEL`` / ``OFFLOAD_API_KEY`` pointing at the demo's scripted loopback model server:
@@ -31,6 +32,8 @@ from offload.testing.model_server import ScriptedModelServer
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
+RUNNERS = {**{language: ["bash", "-e", "-o", "pipefail", "-c"] for language in SHELL_LANGUAGES},
+           "python": [sys.executable, "-c"]}
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")  # indented: inside a list item
 NOT_RUN = re.compile(r"^<!--\s*not-run:(?P<reason>.*?)-->\s*$")
 BLOCK_TIMEOUT_S = 90.0
@@ -75,18 +78,18 @@ def blocks_of(page: Path) -> Iterator[Block]:
 
 
 ALL_BLOCKS = [block for page in PAGES for block in blocks_of(page)]
-SHELL_BLOCKS = [block for block in ALL_BLOCKS if block.language in SHELL_LANGUAGES]
+RUNNABLE = [block for block in ALL_BLOCKS if block.language in RUNNERS]
 
 
 def test_every_block_says_what_it_is():
-    """A fence without a language could be either; a not-run marker must say why and sit on a shell block."""
+    """A fence without a language could be either; a not-run marker must say why and sit on a runnable block."""
     unnamed = [block.name for block in ALL_BLOCKS if not block.language]
     assert not unnamed, f"code blocks without a language (write ```text for an illustration): {unnamed}"
-    stray = [block.name for block in ALL_BLOCKS if block.not_run is not None and block.language not in SHELL_LANGUAGES]
+    stray = [block.name for block in ALL_BLOCKS if block.not_run is not None and block.language not in RUNNERS]
     assert not stray, f"not-run markers on blocks that are never run anyway (remove them): {stray}"
-    bare = [block.name for block in SHELL_BLOCKS if block.not_run == ""]
+    bare = [block.name for block in RUNNABLE if block.not_run == ""]
     assert not bare, f"not-run markers without a reason (<!-- not-run: WHY -->): {bare}"
-    assert any(block.not_run is None for block in SHELL_BLOCKS), "no runnable block found: is the parser broken?"
+    assert any(block.not_run is None for block in RUNNABLE), "no runnable block found: is the parser broken?"
 
 
 @pytest.fixture(scope="module")
@@ -103,14 +106,14 @@ def _environment(home: Path, server: ScriptedModelServer) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("block", SHELL_BLOCKS, ids=[block.name for block in SHELL_BLOCKS])
+@pytest.mark.parametrize("block", RUNNABLE, ids=[block.name for block in RUNNABLE])
 def test_block_runs(block: Block, tmp_path, demo_server):
     if block.not_run is not None:
         pytest.skip(f"marked not-run: {block.not_run}")
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
-    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=workdir,
+    done = subprocess.run([*RUNNERS[block.language], block.text], cwd=workdir,
                           env=_environment(tmp_path / "home", demo_server), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S)
     assert done.returncode == 0, (f"{block.name} exited {done.returncode}\n--- block ---\n{block.text}\n"
