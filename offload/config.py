@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from offload.agent.llm import DEFAULT_STREAM_IDLE_TIMEOUT_S
+from offload.agent.llm_stream import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from offload.agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
 from offload.gateway.config import GatewayConfig
 from offload import config_file

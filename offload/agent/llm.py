@@ -31,6 +31,7 @@ import httpx
 
 from offload.agent.llm_errors import LLMError, ModelNotFoundError, classify_status, provider_message, retry_after_s
 from offload.agent.llm_sse import HTTPStatusFailure, StreamErrorEvent, TransportFailure, stream_chunks
+from offload.agent.llm_stream import DEFAULT_STREAM_IDLE_TIMEOUT_S  # noqa: F401 - re-exported
 from offload.agent.llm_stream import ALIVE, CHUNK, END, AssistantTurn, StreamPump, TurnAssembler
 
 __all__ = ["AssistantTurn", "LLMClient", "LLMError", "ModelNotFoundError", "RetryNotice"]
@@ -40,7 +41,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Some proxies refuse a bare "Bearer"; local servers (Ollama, llama.cpp, vLLM) ignore whatever we send.
 PLACEHOLDER_API_KEY = "not-needed"
-DEFAULT_STREAM_IDLE_TIMEOUT_S = 120.0
 IDLE_TIMEOUT_KEYS = "stream_idle_timeout_s (subagents: delegation.stream_idle_timeout_s)"
 # Request fields a server may refuse with a 400 naming them: asked for, and dropped on refusal.
 # stream_options.include_usage: usage in the stream (old servers refuse it); return_progress:

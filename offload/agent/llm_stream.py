@@ -16,6 +16,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+# How long a stream may stay silent (no chunk, keep-alive or progress) before the call fails;
+# `stream_idle_timeout_s` in config.yaml. Here, not in llm.py, so reading the config does not
+# import the HTTP client.
+DEFAULT_STREAM_IDLE_TIMEOUT_S = 120.0
+
 logger = logging.getLogger(__name__)
 
 CHUNK, END, ERROR, ALIVE = "chunk", "end", "error", "alive"

@@ -101,3 +101,12 @@ def test_install_completion_writes_a_bash_completion_that_completes_commands(tmp
     assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
     assert _complete(script, tmp_path, "offload", "con") == ["config"]
     assert _complete(script, tmp_path, "offload", "config", "s") == ["set", "show"]
+
+
+@pytest.mark.parametrize("args", [("config", "get", "model"), ("config", "show")])
+def test_reading_the_config_loads_no_http_client(args):
+    """A config command reads config.yaml only: the LLM client (httpx, ~80 ms) is not its cost."""
+    _, modules = _loaded_modules(*args)
+    assert "offload.config" in modules  # the command really read the config
+    assert not {m for m in modules if m == "httpx" or m.startswith(("httpx.", "offload.agent.llm"))
+                if m != "offload.agent.llm_stream"}
