@@ -9,7 +9,7 @@ storage, 3 endpoint, 4 model, 5 unfinished (cut off), 6 no subagent completed, 1
 
 ``offload --help`` must stay fast (well under 0.25 s): this module imports only typer at load
 time; each command imports what it needs (rich, pydantic, the engine, httpx) when it
-runs, and typer formats help without rich. ``tests/cli/test_cli_polish.py`` checks that.
+runs, and typer formats help without rich. ``tests/cli/test_cli_startup.py`` checks that.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ it with ``get_current_session_key``.
 
 Invariant: an explicitly bound, non-empty key wins; otherwise the key comes from the session
 env (``HERMES_SESSION_KEY`` via ``offload.context.session_env.get_session_env``: ContextVar if ever set,
-then ``os.environ``), then the caller's default. The fallback reads tools/session_env.py, not
-gateway/, because tools never import gateway.
+then ``os.environ``), then the caller's default. The fallback reads offload/context/session_env.py, not
+the gateway package, because the tool layer never imports the gateway.
 """
 from __future__ import annotations
 

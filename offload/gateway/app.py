@@ -5,7 +5,7 @@ remembered in the gateway state, and nothing runs for them; the refusal tells th
 and the console prints the command that allows it — how a new owner pairs their chat, also
 with an empty allow-list), answers chat commands at once
 (/agents, /stop, /new, /help) and queues anything else as a user turn of that chat's
-``ChatSession``. A watcher thread delivers background results (see ``gateway/watcher.py``).
+``ChatSession``. A watcher thread delivers background results (see ``offload/gateway/watcher.py``).
 
 Invariant: one ``ChatSession`` per session key per process, and that chat's session id lives
 in the gateway state, so after a restart a chat continues the same stored session and its

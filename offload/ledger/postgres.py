@@ -8,11 +8,11 @@ Invariants beyond the ledger contract:
 - every claim is one conditional ``UPDATE`` (PostgreSQL re-checks the condition after a row
   lock wait, so of N racing consumers exactly one wins); multi-row claims use
   ``FOR UPDATE SKIP LOCKED``; nothing is read-then-written without a row lock;
-- each process holds an owner lease (``async_delegation_postgres_lease``); terminal writes and
+- each process holds an owner lease (``postgres_lease``); terminal writes and
   per-child records are fenced by its token, recovery of another host's rows needs its lease
   to have expired on the database clock;
 - the store is never created by a read: reads of a database without the table return nothing;
-- a failure is a ``LedgerError`` with one kind per cause (see ``_errors``); an operation that
+- a failure is a ``LedgerError`` with one kind per cause (see ``postgres_errors``); an operation that
   lost its connection mid-flight is retried once on a fresh one;
 - a durable write that fails because the server is unreachable is kept in order in memory and
   replayed, idempotent and fenced, once it is back (``postgres_outbox``); reads first write

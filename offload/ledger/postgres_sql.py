@@ -1,5 +1,6 @@
-"""The PostgreSQL ledger's tables and statements as data: no I/O here (the connection pool,
-leases and retries live in ``async_delegation_postgres``).
+"""The PostgreSQL ledger's tables and statements as data: no I/O here (the backend is
+``postgres.py``; its connection pool is ``postgres_connections.py``, the owner lease
+``postgres_lease.py``, and the delivery statements it shares with SQLite ``delivery_sql.py``).
 
 Two tables in the connection's schema (``search_path``):
 - ``async_delegations``: the same columns as the SQLite ledger (times are epoch seconds as

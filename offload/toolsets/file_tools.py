@@ -1,7 +1,7 @@
 """The ``file`` toolset: read, write, patch, search and list files in the task's workspace.
 
 Owns the file tools' handlers and schemas. Search and listing walk the tree in
-``tools/file_walk.py``; path confinement lives in ``tools/workspace_paths.py``.
+``offload/toolsets/file_walk.py``; path confinement lives in ``offload/toolsets/workspace_paths.py``.
 
 Invariants:
 

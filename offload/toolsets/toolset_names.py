@@ -1,5 +1,5 @@
 """The built-in toolsets: each name an agent can be configured with, and the module that
-provides it. One source for the registry (``agent/toolsets.py``) and for ``delegate_task``'s
+provides it. One source for the registry (``offload/agent/toolsets.py``) and for ``delegate_task``'s
 argument validation and schema, which used to keep their own copies of the names.
 
 ``delegation`` has no module here: its ``delegate_task`` is bound to one runtime's engine, so

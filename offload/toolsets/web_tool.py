@@ -1,7 +1,7 @@
 """The ``web`` toolset: fetch one http(s) URL and return it as text.
 
 Owns the fetch: URL checks, redirects, size and time caps, content-type policy, decoding; HTML
-is turned into readable text by ``tools/html_text.py``.
+is turned into readable text by ``offload/toolsets/html_text.py``.
 
 Invariants:
 
