@@ -1,5 +1,6 @@
 """Errors a user can fix, shared by every layer without importing any of them: a bad config
-(``ConfigError``, raised by whoever reads ``config.yaml``) and a bad CLI request (``CliError``)."""
+(``ConfigError``, raised by whoever reads ``config.yaml``), a bad CLI request (``CliError``) and a bad
+call of the Python API (``RequestError``)."""
 from __future__ import annotations
 
 from offload.engine.errors import OffloadError
@@ -11,3 +12,9 @@ class ConfigError(OffloadError):
 
 class CliError(OffloadError):
     """A problem the user must fix (unknown session, bad argument). The message says how."""
+
+
+class RequestError(OffloadError, ValueError):
+    """A call of the Python API that cannot be served as it is (an empty or placeholder goal, an
+    unknown delegation id, a closed ``Offload``); nothing was started or changed. The message
+    says what to pass instead."""

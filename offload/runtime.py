@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from offload.config import ConfigError, OffloadConfig, load_config, resolve_api_key
+from offload.api import PublicApi
+from offload.config import ConfigError, OffloadConfig, load_config, resolve_api_key, validate_config
 from offload.engine.bus import CompletionBus
 from offload.engine.delivery import Deliveries, is_this_process
 from offload.engine.engine import Delegations
@@ -85,6 +86,16 @@ def policy_of(delegation: DelegationConfig, base: Policy = DEFAULTS) -> Policy:
                    stall_check_interval_s=float(delegation.stall_check_interval_seconds))
 
 
+def with_settings(cfg: OffloadConfig, settings: Mapping[str, Any]) -> OffloadConfig:
+    """``cfg`` with ``settings`` (config keys; a section given as a dict is merged into the
+    section), validated as ``config.yaml`` is: a ConfigError names the bad key and the fix."""
+    data = cfg.model_dump()
+    for key, value in settings.items():
+        data[key] = {**data[key], **value} if isinstance(data.get(key), dict) and isinstance(value, Mapping) else value
+    return validate_config(data, "Offload(" + ", ".join(f"{k}=..." for k in settings) + ")",
+                           fix="Pass a valid value, or leave the argument out to use config.yaml's.")
+
+
 def workspace_of(cfg: OffloadConfig) -> Path:
     path = Path(cfg.workspace).expanduser() if cfg.workspace else Path.cwd()
     if not path.is_dir():
@@ -112,18 +123,24 @@ class _Engine(Delegations):
         (hook if hook is not None else self.persist_completion)(evt, result, snapshot)
 
 
-class Offload:
-    """See the module docstring. ``config``: the validated configuration (default: the home's
+class Offload(PublicApi):
+    """See the module docstring; the public methods (delegate, results, ack, list, stop) are
+    ``offload.api``'s. ``config``: the validated configuration (default: the home's
     ``config.yaml``, read once now, with its environment overrides); ``home``: the data home
     (default ``$HERMES_HOME``, else ``~/.hermes``); ``ledger_url``: the ledger, over
     ``ledger.url`` and ``OFFLOAD_LEDGER_URL`` (default: ``<home>/state.db``); ``policy``: the
-    engine's numbers (default: the defaults with the config's stall tuning)."""
+    engine's numbers (default: the defaults with the config's stall tuning); ``api_key``: the
+    model endpoint's key (default: ``OFFLOAD_API_KEY`` or the variable ``api_key_env`` names);
+    ``settings``: config keys over the config (``model=``, ``base_url=``,
+    ``delegation={"independent_completions": True}``), validated like ``config.yaml``."""
 
     def __init__(self, config: OffloadConfig | None = None, *, home: str | os.PathLike[str] | None = None,
                  ledger_url: str | None = None, policy: Policy | None = None, clock: Clock | None = None,
-                 hooks: Hooks | None = None) -> None:
+                 hooks: Hooks | None = None, api_key: str | None = None, **settings: Any) -> None:
         self.home = Path(home).expanduser() if home is not None else get_hermes_home()
-        self.config = config if config is not None else load_config(self.home / "config.yaml")
+        config = config if config is not None else load_config(self.home / "config.yaml")
+        self.config = with_settings(config, settings) if settings else config
+        self.api_key = api_key
         self.hooks = hooks = hooks or Hooks()
         self.policy = policy or policy_of(self.config.delegation)
         self.health = LedgerHealth()
@@ -192,8 +209,9 @@ class Offload:
         from offload.agent.core import AIAgent
 
         cfg = config or self.config
+        key = api_key if api_key is not None else self.api_key
         return AIAgent(model=cfg.model, base_url=cfg.base_url,
-                       api_key=api_key if api_key is not None else resolve_api_key(cfg),
+                       api_key=key if key is not None else resolve_api_key(cfg),
                        toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
                        session_id=session_id, tool_settings={"max_spawn_depth": cfg.delegation.max_spawn_depth},
                        stream_idle_timeout_s=cfg.stream_idle_timeout_s, provided_toolsets=self.toolsets())
@@ -217,6 +235,7 @@ class Offload:
             if self.closed:
                 return
             self.closed = True
+        self._give_back_handed()
         self.owner_loop.stop()
         self.engine.close()
         if self._ledger is not None:  # a hooked ledger belongs to whoever plugged it in

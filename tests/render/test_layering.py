@@ -1,9 +1,9 @@
 """Layers point down inside the one ``offload`` package, and the import graph has no cycles.
 
 The layers, top to bottom (``LAYERS``, DESIGN.md's): the app (CLI, dashboard, telemetry,
-testing, the session driver and inbox, the worker) → ``offload.gateway`` (chat platforms) → the
+testing, the session driver, the worker) → ``offload.gateway`` (chat platforms) → the
 runtime (``offload.runtime``, the composition root, with the config it reads, the session it
-hosts and its owner loop) → ``offload.subagents`` → ``offload.agent`` → ``offload.toolsets`` →
+hosts, its owner loop, its public Python API and the session inbox that API delivers through) → ``offload.subagents`` → ``offload.agent`` → ``offload.toolsets`` →
 ``offload.context`` (turn-context variables) → ``offload.render`` (pure rendering) →
 ``offload.engine`` → ``offload.ledger`` → the base (errors, the state words, the data home, ids) →
 ``offload.engine.loop`` (the background-loop primitive the loops of every layer use; it imports
@@ -48,6 +48,8 @@ LAYERS = (
     ("offload.owner_loop", 7, "runtime"),
     ("offload.control_requests", 7, "runtime"),
     ("offload.activity", 7, "runtime"),
+    ("offload.api", 7, "runtime"),  # Offload's public methods (it inherits them)
+    ("offload.inbox", 7, "runtime"),  # the consumer path those methods deliver through
     ("offload.gateway", 8, "gateway"),
     ("offload", 9, "app"),
 )

@@ -1,0 +1,304 @@
+"""The public Python API of ``offload.Offload``: delegate, iterate a session's results as they
+land (sync and async), acknowledge them, list, stop. ``Offload`` inherits these methods from
+``PublicApi``; ``Handle`` and ``Result`` are the values they return, ``RequestError`` what bad
+input raises::
+
+    with Offload(home=home, model="gpt-4o-mini") as off:
+        handle = off.delegate("Summarise README.md", session="s1")
+        for result in off.results("s1", timeout_s=300):
+            print(result.text)
+            result.ack()
+
+Invariants:
+- a delegation goes through the same ``delegate_task`` tool as an agent's call (validation,
+  placeholder-goal refusal, capacity, groups), with its routing captured for ``session``;
+- results are delivered by the consumer path the chat, the gateway and ``run`` use
+  (``SessionInbox``: claim in the ledger, hand over, complete the claim on ``ack``), so a result
+  not acknowledged is delivered again (to the next ``Offload`` on the same ledger after a crash;
+  at once after ``close``, which gives back what was handed over and not acknowledged), and one
+  acknowledged is never delivered again;
+- ``results`` never yields interim failure notices (the unit's own result still follows).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Mapping, Sequence
+
+from offload.agent.session_store import new_session_id
+from offload.context.approval import reset_current_session_key, set_current_session_key
+from offload.context.session_env import set_async_delivery
+from offload.errors import RequestError
+from offload.inbox import Delivery, SessionInbox
+
+if TYPE_CHECKING:
+    from offload.runtime import Offload
+
+WAIT_SLICE_S = 0.25  # longest nap between polls: a sweep of other processes' rows needs a poll
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What ``delegate`` returns at once: the session the results go to and the delegation
+    id of each completion unit (one per call; one per group / ungrouped task when
+    ``delegation.independent_completions`` is on)."""
+
+    session: str
+    ids: tuple[str, ...]
+    goals: tuple[str, ...]
+    groups: tuple[str | None, ...]
+
+    @property
+    def id(self) -> str:
+        """The first unit's id (the only one unless the call was split)."""
+        return self.ids[0]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One finished delegation handed to you. ``text`` is what a parent agent reads (the
+    rendered notification); ``event`` the completion event as stored (plain JSON data).
+    Call ``ack()`` once you have used it; until then it is not delivered elsewhere, and it
+    comes back if this process ends first."""
+
+    id: str
+    session: str
+    state: str  # the unit's status as its event reports it (completed, failed, interrupted, ...)
+    text: str
+    event: Mapping[str, Any] = field(repr=False)
+    group: str | None = None
+    _owner: Any = field(default=None, repr=False, compare=False)
+
+    def ack(self) -> bool:
+        """Acknowledge: this result is never delivered again. True the first time."""
+        return self._owner.ack(self.id)
+
+    def document(self) -> dict[str, Any]:
+        """The machine form: a JSON-ready dict of who, what and how it ended."""
+        return {"id": self.id, "session": self.session, "state": self.state, "group": self.group,
+                "text": self.text, "results": list(self.event.get("results") or []),
+                "goals": list(self.event.get("goals") or [self.event.get("goal") or ""]),
+                "dispatched_at": self.event.get("dispatched_at"), "completed_at": self.event.get("completed_at")}
+
+
+class PublicApi:
+    """The public methods of ``Offload`` (see the module docstring). Relies on the runtime's
+    ``delegate_tool``, ``engine``, ``deliveries``, ``bus``, ``ledger()``, ``build_agent`` and
+    ``session_store``."""
+
+    def _api_state(self: Offload) -> _ApiState:
+        state = self.__dict__.get("_api")
+        if state is None:
+            state = self.__dict__.setdefault("_api", _ApiState())
+        return state
+
+    # -- delegating -----------------------------------------------------------------------------
+    def delegate(self: Offload, goal: str | None = None, *, tasks: Sequence[Mapping[str, Any]] | None = None,
+                 session: str | None = None, context: str | None = None,
+                 toolsets: Sequence[str] | None = None) -> Handle:
+        """Start subagents in the background and return at once. ``goal``: one task; ``tasks``:
+        several in parallel, each ``{"goal": ..., "group": ..., "context": ..., "toolsets": [...]}``
+        (tasks of one group report together). ``session``: where the results go (default: a new
+        session id, in the handle). Raises ``RequestError`` for bad input; nothing is started then."""
+        if self.closed:
+            raise RequestError("this Offload is closed; open a new one (with Offload(...) as off:)")
+        if (goal is None) == (tasks is None):
+            raise RequestError("delegate needs exactly one of goal='...' (one task) or tasks=[{'goal': ...}, ...]")
+        session = _session_of(session)
+        call: dict[str, Any] = {"context": context, "background": True}
+        if tasks is not None:
+            call["tasks"] = [dict(t) for t in tasks]
+        else:
+            call["goal"] = goal
+        if toolsets is not None:
+            call["toolsets"] = list(toolsets)
+        reply = self._api_state().call_tool(self, session, call)
+        return _handle_of(session, reply)
+
+    # -- results --------------------------------------------------------------------------------
+    def results(self: Offload, session: str, *, timeout_s: float | None = None) -> Iterator[Result]:
+        """Yield each result of ``session`` as it lands (including ones recorded by an earlier
+        process on this ledger and not acknowledged), until nothing of the session is running
+        in this ``Offload`` and nothing is waiting. ``timeout_s``: give up after this long with
+        ``TimeoutError`` naming what still runs. Acknowledge each with ``result.ack()``."""
+        inbox = self._api_state().inbox(self, _session_of(session))
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            live = self._api_state().live_ids(self, inbox)  # BEFORE polling: a unit queues its event first
+            ready = self._api_state().take(self, inbox)
+            yield from ready
+            if not ready and not live:
+                return
+            if not ready:
+                _wait_for_bus(self, deadline, inbox.session_id, live)
+
+    async def aresults(self: Offload, session: str, *, timeout_s: float | None = None) -> AsyncIterator[Result]:
+        """``results`` for asyncio: the waits run in a worker thread, never on the event loop."""
+        iterator = self.results(session, timeout_s=timeout_s)
+        done = object()
+        while True:
+            item = await asyncio.to_thread(next, iterator, done)
+            if item is done:
+                return
+            yield item  # type: ignore[misc]
+
+    def ack(self: Offload, delegation_id: str) -> bool:
+        """Acknowledge a result handed over by ``results`` (or, by id, any pending one): it is
+        never delivered again. True if this call settled it; False if it already was."""
+        handed = self._api_state().pop_handed(delegation_id)
+        if handed is not None:
+            inbox, item = handed
+            inbox.acknowledge(item)
+            return True
+        row = self.ledger().get(delegation_id) if self.ledger().exists() else None
+        if row is None:
+            raise RequestError(f"no delegation {delegation_id!r} in {self.ledger().location}; "
+                               "use an id from a Handle or a Result (off.list() shows them)")
+        return self.deliveries.mark_delivered(delegation_id)
+
+    # -- listing and stopping ---------------------------------------------------------------------
+    def list(self: Offload, session: str | None = None) -> list[dict[str, Any]]:
+        """Every delegation the ledger holds (running, waiting, then recently settled), newest
+        first within each, optionally only those of ``session``: ``{"id", "session", "state",
+        "delivery_state", "goals", "dispatched_at", "completed_at"}``."""
+        ledger = self.ledger()
+        if not ledger.exists():
+            return []
+        rows = [*ledger.running_rows(), *ledger.pending_rows(), *ledger.settled_rows(200)]
+        listed = [_listing(row) for row in rows]
+        return [item for item in listed if session is None or item["session"] == session]
+
+    def stop(self: Offload, delegation_id: str) -> bool:
+        """Ask a running delegation to stop, in this process or (through the ledger) the one that
+        runs it; its partial result is still delivered. False if it had already finished."""
+        if self.engine.interrupt_one(delegation_id, "stopped through the Python API"):
+            return True
+        row = self.ledger().get(delegation_id) if self.ledger().exists() else None
+        if row is None:
+            raise RequestError(f"no delegation {delegation_id!r} in {self.ledger().location}; "
+                               "use an id from a Handle (off.list() shows them)")
+        if row.state != "running":
+            return False
+        from offload import control_requests
+
+        control_requests.request(self.ledger(), delegation_id)
+        return True
+
+    def _give_back_handed(self) -> None:
+        """On close: results handed over and not acknowledged go back to the ledger at once."""
+        for inbox, item in self._api_state().drain_handed():
+            inbox.give_back(item)
+
+
+class _ApiState:
+    """What the API keeps per ``Offload``: a parent agent per session (the delegate tool's
+    caller), an inbox per session, and the results handed over and not yet acknowledged."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.parents: dict[str, Any] = {}
+        self.inboxes: dict[str, SessionInbox] = {}
+        self.handed: dict[str, tuple[SessionInbox, Delivery]] = {}
+        self.store: Any = None
+
+    def call_tool(self, off: Offload, session: str, call: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            parent = self.parents.get(session)
+            if parent is None:
+                parent = self.parents[session] = off.build_agent(session)
+        token = set_current_session_key(session)
+        async_token = set_async_delivery(True)  # a Python caller is always there to take results
+        try:
+            reply = json.loads(off.delegate_tool(**call, parent_agent=parent))
+        finally:
+            async_token.var.reset(async_token)
+            reset_current_session_key(token)
+        if reply.get("status") == "error":
+            raise RequestError(str(reply.get("error")))
+        return reply
+
+    def inbox(self, off: Offload, session: str) -> SessionInbox:
+        with self.lock:
+            if self.store is None:
+                self.store = off.session_store()
+            inbox = self.inboxes.get(session)
+            if inbox is None:
+                inbox = self.inboxes[session] = SessionInbox(session, self.store, off)
+            return inbox
+
+    def take(self, off: Offload, inbox: SessionInbox) -> list[Result]:
+        ready = []
+        for item in inbox.poll():
+            if not item.dedupe_id:  # an interim notice: the unit's own result still follows
+                inbox.acknowledge(item)
+                continue
+            with self.lock:
+                self.handed[item.delegation_id] = (inbox, item)
+            ready.append(_result_of(off, inbox.session_id, item))
+        return ready
+
+    def live_ids(self, off: Offload, inbox: SessionInbox) -> list[str]:
+        from offload.engine.states import LIVE_STATES
+
+        return [str(u.get("delegation_id")) for u in off.engine.list()
+                if u.get("status") in LIVE_STATES and inbox.owns(u)]
+
+    def pop_handed(self, delegation_id: str) -> tuple[SessionInbox, Delivery] | None:
+        with self.lock:
+            return self.handed.pop(delegation_id, None)
+
+    def drain_handed(self) -> list[tuple[SessionInbox, Delivery]]:
+        with self.lock:
+            handed, self.handed = list(self.handed.values()), {}
+            self.parents.clear()
+            return handed
+
+
+def _session_of(session: str | None) -> str:
+    if session is None:
+        return new_session_id()
+    if not isinstance(session, str) or not session.strip():
+        raise RequestError(f"session must be a non-empty string (got {session!r}); omit it for a new session id")
+    return session.strip()
+
+
+def _handle_of(session: str, reply: dict[str, Any]) -> Handle:
+    goals = tuple(str(g) for g in reply.get("goals") or [])
+    units = reply.get("units") or [{"delegation_id": reply.get("delegation_id"), "group": None}]
+    if reply.get("mode") != "background" or not units[0].get("delegation_id"):
+        raise RequestError(f"the delegation did not go to the background ({reply.get('note') or reply}); raise "
+                           "delegation.max_concurrent_children or wait for running delegations to finish")
+    return Handle(session=session, ids=tuple(str(u["delegation_id"]) for u in units), goals=goals,
+                  groups=tuple(u.get("group") for u in units))
+
+
+def _result_of(off: Offload, session: str, item: Delivery) -> Result:
+    evt = item.event
+    return Result(id=item.delegation_id, session=session, state=str(evt.get("status") or "unknown"),
+                  text=item.text, event=evt, group=evt.get("group"), _owner=off)
+
+
+def _listing(row: Any) -> dict[str, Any]:
+    task = row.task or {}
+    goals = task.get("goals") or ([task["goal"]] if task.get("goal") else [])
+    indexes = task.get("task_indexes")
+    if isinstance(indexes, list):  # a unit of a split call: its own tasks' goals
+        goals = [goals[i] for i in indexes if isinstance(i, int) and 0 <= i < len(goals)]
+    return {"id": row.delegation_id, "session": row.parent_session_id or row.origin_session, "state": row.state,
+            "delivery_state": row.delivery_state, "goals": list(goals), "group": task.get("group"),
+            "dispatched_at": row.dispatched_at, "completed_at": row.completed_at}
+
+
+def _wait_for_bus(off: Offload, deadline: float | None, session: str, live: list[str]) -> None:
+    """Sleep until something is put on the bus (or a slice passes); TimeoutError past ``deadline``."""
+    remaining = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError(f"results of session {session!r} did not all land in time; still running: "
+                           f"{', '.join(live) or 'nothing (results are being delivered elsewhere)'}. "
+                           "Wait longer (timeout_s=...), or off.stop(ID) them")
+    queue = off.bus.completion_queue
+    with queue.not_empty:
+        queue.not_empty.wait(min(remaining, WAIT_SLICE_S))
