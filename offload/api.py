@@ -115,6 +115,10 @@ class PublicApi:
             call["goal"] = goal
         if toolsets is not None:
             call["toolsets"] = list(toolsets)
+        cap = self.config.delegation.max_concurrent_children
+        if len(self.engine.slots) >= cap:  # else the tool would run the call inline, in this thread
+            raise RequestError(f"the background pool is full (delegation.max_concurrent_children={cap} "
+                               "delegations running); take or stop some first, or raise that setting")
         reply = self._api_state().call_tool(self, session, call)
         return _handle_of(session, reply)
 
@@ -268,9 +272,10 @@ def _session_of(session: str | None) -> str:
 def _handle_of(session: str, reply: dict[str, Any]) -> Handle:
     goals = tuple(str(g) for g in reply.get("goals") or [])
     units = reply.get("units") or [{"delegation_id": reply.get("delegation_id"), "group": None}]
-    if reply.get("mode") != "background" or not units[0].get("delegation_id"):
-        raise RequestError(f"the delegation did not go to the background ({reply.get('note') or reply}); raise "
-                           "delegation.max_concurrent_children or wait for running delegations to finish")
+    if reply.get("mode") != "background" or not units[0].get("delegation_id"):  # lost a race for the last slot
+        raise RequestError(f"the background pool filled up meanwhile, so the call ran in this thread and is not "
+                           f"delivered through results(): {json.dumps(reply.get('results'), default=str)[:2000]}; "
+                           "raise delegation.max_concurrent_children or take results first")
     return Handle(session=session, ids=tuple(str(u["delegation_id"]) for u in units), goals=goals,
                   groups=tuple(u.get("group") for u in units))
 

@@ -167,3 +167,13 @@ def test_unknown_ids_closed_instances_and_bad_settings_are_refused_clearly(tmp_p
     with pytest.raises(OffloadError, match="base_url"):
         Offload(home=tmp_path / "home", base_url="not a url")
     assert issubclass(RequestError, ValueError)
+
+
+def test_a_full_background_pool_refuses_the_call_instead_of_running_it_in_the_callers_thread(tmp_path, model):
+    with open_offload(tmp_path / "home", model, delegation={"max_concurrent_children": 1}) as off:
+        running = off.delegate(SLOW, session="full")
+        with pytest.raises(RequestError, match="max_concurrent_children=1"):
+            off.delegate(QUICK, session="full")
+        assert [item["id"] for item in off.list()] == [running.id]
+        off.stop(running.id)
+        drain(off, "full")
