@@ -131,6 +131,7 @@ def test_stop_interrupts_a_running_delegation_whose_partial_result_is_still_deli
         assert off.stop(handle.id) is False  # finished: nothing left to stop
 
 
+@pytest.mark.sqlite_only  # the PostgreSQL rerun points every Offload at one shared ledger
 def test_two_homes_at_once_keep_their_own_ledgers_and_results(tmp_path, model):
     with open_offload(tmp_path / "one", model) as one, open_offload(tmp_path / "two", model) as two:
         a, b = one.delegate(QUICK, session="same"), two.delegate(YAML, session="same")
