@@ -33,6 +33,7 @@ from offload.context.approval import reset_current_session_key, set_current_sess
 from offload.context.session_env import set_async_delivery
 from offload.errors import RequestError
 from offload.inbox import Delivery, SessionInbox
+from offload.result import DelegationResult, from_event, from_row
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
@@ -59,17 +60,19 @@ class Handle:
 
 @dataclass(frozen=True)
 class Result:
-    """One finished delegation handed to you. ``text`` is what a parent agent reads (the
-    rendered notification); ``event`` the completion event as stored (plain JSON data).
-    Call ``ack()`` once you have used it; until then it is not delivered elsewhere, and it
-    comes back if this process ends first."""
+    """One finished delegation handed to you. ``state`` is a unit state of
+    ``docs/vocabulary.md`` (completed, partial, failed, error, interrupted, stalled, unknown);
+    ``text`` what a parent agent reads (the rendered notification); ``event`` the completion
+    event as stored. Call ``ack()`` once you have used it; until then it is not delivered
+    elsewhere, and it comes back if this process ends first."""
 
     id: str
     session: str
-    state: str  # the unit's status as its event reports it (completed, failed, interrupted, ...)
+    state: str
     text: str
     event: Mapping[str, Any] = field(repr=False)
     group: str | None = None
+    _doc: DelegationResult | None = field(default=None, repr=False, compare=False)
     _owner: Any = field(default=None, repr=False, compare=False)
 
     def ack(self) -> bool:
@@ -77,11 +80,9 @@ class Result:
         return self._owner.ack(self.id)
 
     def document(self) -> dict[str, Any]:
-        """The machine form: a JSON-ready dict of who, what and how it ended."""
-        return {"id": self.id, "session": self.session, "state": self.state, "group": self.group,
-                "text": self.text, "results": list(self.event.get("results") or []),
-                "goals": list(self.event.get("goals") or [self.event.get("goal") or ""]),
-                "dispatched_at": self.event.get("dispatched_at"), "completed_at": self.event.get("completed_at")}
+        """The result document (schema ``offload.result/1``, ``docs/vocabulary.md``), the same
+        JSON that ``offload run --json``, the dashboard API and the MCP tools give."""
+        return self._doc.to_json() if self._doc is not None else from_event(self.event).to_json()
 
 
 class PublicApi:
@@ -164,16 +165,16 @@ class PublicApi:
         return self.deliveries.mark_delivered(delegation_id)
 
     # -- listing and stopping ---------------------------------------------------------------------
-    def list(self: Offload, session: str | None = None) -> list[dict[str, Any]]:
-        """Every delegation the ledger holds (running, waiting, then recently settled), newest
-        first within each, optionally only those of ``session``: ``{"id", "session", "state",
-        "delivery_state", "goals", "dispatched_at", "completed_at"}``."""
+    def list(self: Offload, session: str | None = None, *, settled: int = 200) -> list[dict[str, Any]]:
+        """The ledger's delegations as result documents (``docs/vocabulary.md``): running ones,
+        those waiting for acknowledgement, then the ``settled`` most recently settled;
+        optionally only those of ``session``."""
         ledger = self.ledger()
         if not ledger.exists():
             return []
-        rows = [*ledger.running_rows(), *ledger.pending_rows(), *ledger.settled_rows(200)]
-        listed = [_listing(row) for row in rows]
-        return [item for item in listed if session is None or item["session"] == session]
+        rows = [*ledger.running_rows(), *ledger.pending_rows(), *ledger.settled_rows(settled)]
+        listed = [from_row(row, self.render).to_json() for row in rows]
+        return [doc for doc in listed if session is None or doc["session"] == session]
 
     def stop(self: Offload, delegation_id: str) -> bool:
         """Ask a running delegation to stop, in this process or (through the ledger) the one that
@@ -281,20 +282,9 @@ def _handle_of(session: str, reply: dict[str, Any]) -> Handle:
 
 
 def _result_of(off: Offload, session: str, item: Delivery) -> Result:
-    evt = item.event
-    return Result(id=item.delegation_id, session=session, state=str(evt.get("status") or "unknown"),
-                  text=item.text, event=evt, group=evt.get("group"), _owner=off)
-
-
-def _listing(row: Any) -> dict[str, Any]:
-    task = row.task or {}
-    goals = task.get("goals") or ([task["goal"]] if task.get("goal") else [])
-    indexes = task.get("task_indexes")
-    if isinstance(indexes, list):  # a unit of a split call: its own tasks' goals
-        goals = [goals[i] for i in indexes if isinstance(i, int) and 0 <= i < len(goals)]
-    return {"id": row.delegation_id, "session": row.parent_session_id or row.origin_session, "state": row.state,
-            "delivery_state": row.delivery_state, "goals": list(goals), "group": task.get("group"),
-            "dispatched_at": row.dispatched_at, "completed_at": row.completed_at}
+    doc = from_event(item.event, lambda evt: item.text)  # the text this consumer rendered and hands over
+    return Result(id=item.delegation_id, session=session, state=doc.state, text=item.text, event=item.event,
+                  group=doc.group, _doc=doc, _owner=off)
 
 
 def _wait_for_bus(off: Offload, deadline: float | None, session: str, live: list[str]) -> None:

@@ -31,7 +31,7 @@ def main(mode: str, home: str, base_url: str, goal: str, session: str) -> None:
         return
     deadline = time.monotonic() + FINISH_WITHIN_S
     while time.monotonic() < deadline:
-        if any(item["id"] == handle.id and item["state"] != "running" for item in off.list()):
+        if any(doc["id"] == handle.id and doc["completed_at"] is not None for doc in off.list()):
             print(f"finished {handle.id}", flush=True)
             os._exit(9)
         time.sleep(0.05)  # another process's ledger row: nothing to wait on but the row itself

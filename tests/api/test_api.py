@@ -46,7 +46,9 @@ def test_delegate_returns_a_handle_at_once_and_the_result_lands_once(tmp_path, m
         [result] = drain(off, "s1")
         assert (result.id, result.session, result.state) == (handle.id, "s1", "completed")
         assert "3 files" in result.text and handle.id in result.text
-        assert result.document()["results"][0]["summary"].startswith("Counted the workspace")
+        document = result.document()
+        assert document["schema"] == "offload.result/1" and document["id"] == handle.id
+        assert document["children"][0]["summary"].startswith("Counted the workspace")
         assert result.ack() is False  # acknowledged once already
         assert list(off.results("s1", timeout_s=WAIT_S)) == []
         [listed] = off.list()
@@ -65,7 +67,8 @@ def test_a_fan_out_reports_per_group_and_each_session_gets_only_its_own(tmp_path
         assert set(results) == set(handle.ids)
         compare = results[handle.ids[0]]
         assert compare.group == "compare" and "YAML" in compare.text and "TOML" in compare.text
-        assert [item["goals"] for item in off.list("fan") if item["id"] == handle.ids[0]] == [[YAML, TOML]]
+        assert [[c["goal"] for c in doc["children"]] for doc in off.list("fan") if doc["id"] == handle.ids[0]] \
+            == [[YAML, TOML]]
         assert [r.id for r in drain(off, "other")] == [other.id]
 
 
@@ -127,7 +130,7 @@ def test_stop_interrupts_a_running_delegation_whose_partial_result_is_still_deli
             next(off.results("s3", timeout_s=0.3))
         assert off.stop(handle.id) is True
         [result] = drain(off, "s3")
-        assert result.id == handle.id and result.state != "completed"
+        assert result.id == handle.id and result.state == "interrupted"
         assert off.stop(handle.id) is False  # finished: nothing left to stop
 
 

@@ -18,7 +18,7 @@ def main() -> int:
         handle = off.delegate("Wait for the interrupt from the dashboard.", session="sess-other")
         print("READY", handle.id, flush=True)
         [result] = off.results("sess-other", timeout_s=60)
-        return 0 if result.document()["results"][0]["status"] == "interrupted" else 1
+        return 0 if result.document()["children"][0]["state"] == "interrupted" else 1
 
 
 if __name__ == "__main__":

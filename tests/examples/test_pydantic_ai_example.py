@@ -45,4 +45,4 @@ def test_each_result_is_a_new_turn_of_the_agent_and_acknowledged_after_it(tmp_pa
         assert len(answers) == 3 and all("comparison is in" in a for a in answers[1:])
         listed = off.list("s-example")
         assert len(listed) == 2 and {i["delivery_state"] for i in listed} == {"delivered"}
-        assert sorted(g for i in listed for g in i["goals"]) == sorted(example.GOALS)
+        assert sorted(c["goal"] for doc in listed for c in doc["children"]) == sorted(example.GOALS)

@@ -36,6 +36,7 @@ LAYERS = (
     ("offload.ledger", 0, "ledger"),
     ("offload.engine", 1, "engine"),
     ("offload.render", 2, "render"),
+    ("offload.result", 2, "render"),  # the result document: a pure rendering of a row or an event
     ("offload.context", 3, "context"),
     ("offload.toolsets", 4, "toolsets"),
     ("offload.agent", 5, "agent"),
