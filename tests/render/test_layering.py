@@ -5,7 +5,8 @@ testing, the session driver, the worker) → ``offload.gateway`` (chat platforms
 runtime (``offload.runtime``, the composition root, with the config it reads, the session it
 hosts, its owner loop, its public Python API and the session inbox that API delivers through) → ``offload.subagents`` → ``offload.agent`` → ``offload.toolsets`` →
 ``offload.context`` (turn-context variables) → ``offload.render`` (pure rendering) →
-``offload.engine`` → ``offload.ledger`` → the base (errors, the state words, the data home, ids) →
+``offload.engine`` → ``offload.ledger`` → the base (errors, the state words, the data home, ids, the
+origin) →
 ``offload.engine.loop`` (the background-loop primitive the loops of every layer use; it imports
 nothing of offload). Every import
 counts, including lazy ones inside functions and ``importlib.import_module("literal")``; only
@@ -33,6 +34,7 @@ LAYERS = (
     ("offload.errors", -1, "base"),
     ("offload.ids", -1, "base"),
     ("offload.home", -1, "base"),
+    ("offload.origin", -1, "base"),
     ("offload.ledger", 0, "ledger"),
     ("offload.engine", 1, "engine"),
     ("offload.render", 2, "render"),
