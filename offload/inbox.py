@@ -1,7 +1,7 @@
 """The consumer side of the completion bus for ONE session (the CLI's inbox).
 
-``SessionInbox.poll()`` drains the events this session owns (its ``session_key`` or
-``parent_session_id`` is the session id; restored events of a previous process are included,
+``SessionInbox.poll()`` drains the events this session owns (the event's ``Origin`` names the
+session id as its key, parent or wake session; restored events of a previous process are included,
 because ownership is proven by that id), claims each in the ledger and hands back the ones
 to inject. The caller injects each as a new turn, and only AFTER the turn is stored calls
 ``acknowledge`` (completes the claim); if injecting fails it calls ``give_back`` (releases
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from offload.agent.session_store import SessionStore
 from offload.engine.events import is_interim
+from offload.origin import Origin
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
@@ -65,9 +66,10 @@ class SessionInbox:
         """Whether this session should receive ``evt``: it names this session, or a session whose
         compression lineage ends here. An unresolvable lineage (or a store error, which the bus
         treats as "not mine") leaves the result pending for a later poll; never a guess."""
-        if self.session_id in (evt.get("session_key"), evt.get("parent_session_id"), evt.get("origin_session_id")):
+        origin = Origin.of_event(evt)
+        if origin.belongs_to(self.session_id):
             return True
-        anchor = evt.get("parent_session_id") or evt.get("origin_session_id")
+        anchor = origin.parent_session_id or origin.wake_session_id
         return bool(anchor) and self.store.live_tip(str(anchor)) == self.session_id
 
     def _already_injected(self, delegation_id: str) -> bool:

@@ -133,6 +133,21 @@ class Origin:
                 pass
         return cls.from_flat(evt if isinstance(evt, Mapping) else {})
 
+    @classmethod
+    def of_row(cls, row: Any) -> Origin:
+        """The origin of a ledger row (``DispatchRow``/``LedgerRow``): the one its task carries,
+        else (a row of a previous version) its session columns and its task's identity fields.
+        Never raises."""
+        task = getattr(row, "task", None)
+        task = task if isinstance(task, Mapping) else {}
+        if isinstance(task.get("origin"), Mapping):
+            return cls.of_event(task)
+        columns = {"parent_session_id": getattr(row, "parent_session_id", None),
+                   "origin_ui_session_id": getattr(row, "origin_ui_session_id", ""),
+                   "origin_session_id": getattr(row, "origin_session_id", "")}
+        return cls.from_flat({**{k: task.get(k) for k in IDENTITY_KEYS}, **columns},
+                             session_key=getattr(row, "origin_session", "") or "")
+
     # -- what consumers select by -----------------------------------------------------------------
     def chat(self) -> dict[str, str] | None:
         """``{"platform", "chat_type", "chat_id"[, "thread_id"]}`` when the result goes back to a

@@ -6,15 +6,25 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from offload.engine.units import UnitSpec, batch_spec
+from offload.origin import Origin
 from offload.runtime import Offload
 from tests.engine.conftest import wait_event
 
 
 def dispatch(off: Offload, runner: Callable[[], Any], goal: str = "g", cap: int = 3, *, interrupt_fn=None,
              progress_fn=None, **spec: Any) -> dict[str, Any]:
-    """One single-goal unit on ``off``'s engine; ``spec``: ``UnitSpec`` fields (session_key, ...)."""
-    return off.engine.dispatch(UnitSpec(goal, role=spec.pop("role", "leaf"), model=spec.pop("model", "m"), **spec),
+    """One single-goal unit on ``off``'s engine; ``spec``: ``UnitSpec`` fields, and the session fields
+    of its origin (session_key, parent_session_id)."""
+    return off.engine.dispatch(UnitSpec(goal, role=spec.pop("role", "leaf"), model=spec.pop("model", "m"),
+                                        **_with_origin(spec)),
                                runner, cap, interrupt_fn=interrupt_fn, progress_fn=progress_fn)
+
+
+def _with_origin(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with its loose session fields (session_key, parent_session_id) made into the
+    unit's one ``Origin``, unless it names the origin itself."""
+    origin = Origin.capture(spec.pop("session_key", ""), spec.pop("parent_session_id", None))
+    return {"origin": origin, **spec}
 
 
 def finished(off: Offload, session_id: str, summary: str = "ok") -> dict[str, Any]:
@@ -30,7 +40,8 @@ def batch(off: Offload, runner: Callable[[], Any], goals: list[str] | tuple[str,
           task_indexes: list[int] | None = None, interrupt_fn=None, progress_fn=None, hold_slot: bool = False,
           **spec: Any) -> dict[str, Any]:
     """One fan-out unit (``goals``, of which it runs ``task_indexes``) on ``off``'s engine."""
-    unit = batch_spec(list(goals), task_indexes, role=spec.pop("role", "leaf"), model=spec.pop("model", "m"), **spec)
+    unit = batch_spec(list(goals), task_indexes, role=spec.pop("role", "leaf"), model=spec.pop("model", "m"),
+                      **_with_origin(spec))
     return off.engine.dispatch(unit, runner, cap, interrupt_fn=interrupt_fn, progress_fn=progress_fn,
                                hold_slot=hold_slot)
 
@@ -43,7 +54,7 @@ def wait(off: Offload, delegation_id: str, **kw: Any) -> dict[str, Any]:
 def hermes_dispatch(off: Offload, *, runner: Callable[[], Any], max_async_children: int = 3, interrupt_fn=None,
                     progress_fn=None, **spec: Any) -> dict[str, Any]:
     """``dispatch_async_delegation``'s keywords, on ``off``'s engine (for tests written that way)."""
-    return off.engine.dispatch(UnitSpec(**spec), runner, max_async_children, interrupt_fn=interrupt_fn,
+    return off.engine.dispatch(UnitSpec(**_with_origin(spec)), runner, max_async_children, interrupt_fn=interrupt_fn,
                                progress_fn=progress_fn)
 
 
@@ -51,5 +62,5 @@ def hermes_batch(off: Offload, *, runner: Callable[[], Any], goals: list[Any], t
                  max_async_children: int = 3, interrupt_fn=None, progress_fn=None, hold_slot: bool = False,
                  **spec: Any) -> dict[str, Any]:
     """``dispatch_async_delegation_batch``'s keywords, on ``off``'s engine."""
-    return off.engine.dispatch(batch_spec(goals, task_indexes, **spec), runner, max_async_children,
+    return off.engine.dispatch(batch_spec(goals, task_indexes, **_with_origin(spec)), runner, max_async_children,
                                interrupt_fn=interrupt_fn, progress_fn=progress_fn, hold_slot=hold_slot)

@@ -29,6 +29,7 @@ from offload.engine.pool import DaemonThreadPool
 from offload.engine.states import ACTIVE_STATES as _ACTIVE_STATES  # noqa: F401 - re-exported
 from offload.engine.states import LIVE_STATES as _LIVE_STATES  # noqa: F401 - re-exported
 from offload.engine.units import UnitSpec, batch_spec
+from offload.origin import IDENTITY_KEYS, Origin
 from offload.home import state_db_path
 from offload.ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
 from offload.ledger.sqlite import initialize_schema as _initialize_schema  # noqa: F401 - re-exported
@@ -154,8 +155,9 @@ def dispatch_async_delegation(*, goal, context, toolsets, role, model, session_k
                               subagent_config: dict | None = None) -> dict[str, Any]:
     """Run ONE subagent in the background; returns ``{"status": "dispatched", "delegation_id"}``
     at once, or ``{"status": "rejected", "error"}``."""
-    spec = UnitSpec(goal, context, toolsets, role, model, session_key, parent_session_id, origin_ui_session_id,
-                    origin_session_id, origin, subagent_config=subagent_config)
+    spec = UnitSpec(goal, context, toolsets, role, model,
+                    _origin(session_key, parent_session_id, origin_ui_session_id, origin_session_id, origin),
+                    subagent_config=subagent_config)
     return runtime().engine.dispatch(spec, runner, max_async_children, interrupt_fn=interrupt_fn,
                                      progress_fn=progress_fn)
 
@@ -170,12 +172,19 @@ def dispatch_async_delegation_batch(*, goals, context, toolsets, role, model, se
     list, ``task_indexes`` the subset this unit runs; ``hold_slot`` keeps the unit's slot taken
     until ``release_slot_hold``."""
     spec = batch_spec(goals, task_indexes, context=context, toolsets=toolsets, role=role, model=model,
-                      session_key=session_key, parent_session_id=parent_session_id,
-                      origin_ui_session_id=origin_ui_session_id, origin_session_id=origin_session_id, origin=origin,
+                      origin=_origin(session_key, parent_session_id, origin_ui_session_id, origin_session_id, origin),
                       delegation_id=delegation_id, slot_key=slot_key, task_transcripts=task_transcripts, group=group,
                       subagent_config=subagent_config)
     return runtime().engine.dispatch(spec, runner, max_async_children, interrupt_fn=interrupt_fn,
                                      progress_fn=progress_fn, hold_slot=hold_slot)
+
+
+def _origin(session_key: Any, parent_session_id: Any, ui_session_id: Any, wake_session_id: Any,
+            identity: dict | None) -> Origin:
+    """The hermes arguments (the session fields, ``origin`` = scope/user identity) as one Origin."""
+    return Origin.from_flat({"session_key": session_key, "parent_session_id": parent_session_id,
+                             "origin_ui_session_id": ui_session_id, "origin_session_id": wake_session_id,
+                             **{k: v for k, v in (identity or {}).items() if k in IDENTITY_KEYS}})
 
 
 def release_slot_hold(slot_key: str) -> None:

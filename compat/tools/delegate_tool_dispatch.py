@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from offload.origin import Origin
 from offload.subagents.child import finalize_child_results as _finalize_child_results  # noqa: F401 - the seam
-from offload.subagents.dispatch import capture_routing, run_sync, units_of  # noqa: F401 - re-exported
+from offload.subagents.dispatch import capture_origin, run_sync, units_of  # noqa: F401 - re-exported
 from offload.subagents.dispatch import dispatch_background as _dispatch_background
 
 
-def dispatch_background(batch: Any, routing: dict[str, Any]) -> dict[str, Any]:
+def dispatch_background(batch: Any, origin: Origin) -> dict[str, Any]:
     from tools.async_delegation import runtime
 
-    return _dispatch_background(runtime().engine, batch, routing)
+    return _dispatch_background(runtime().engine, batch, origin)

@@ -324,7 +324,8 @@ class Deliveries:
                 "dispatched_at": row.dispatched_at, "completed_at": row.completed_at, "result": row.result,
                 "event": row.event, "delivery_state": row.delivery_state, "delivery_attempts": row.delivery_attempts,
                 "origin_session_id": row.origin_session_id, "parent_session_id": row.parent_session_id,
-                "delivery_progress": row.delivery_progress, "drop_reason": row.drop_reason}
+                "delivery_progress": row.delivery_progress, "drop_reason": row.drop_reason,
+                "origin": row.origin.to_json()}
 
     def reset(self) -> None:
         self.health.reset()

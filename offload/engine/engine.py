@@ -32,7 +32,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from offload.engine import roster
-from offload.engine.events import ROUTING_KEYS, build_event, crash_result, failure_notice, unit_task_indexes
+from offload.engine.events import build_event, crash_result, failure_notice, unit_task_indexes
 from offload.engine.health import LedgerHealth
 from offload.ledger import DelegationLedger, DispatchRow, LedgerError
 from offload.engine.liveness import current_owner
@@ -44,6 +44,7 @@ from offload.engine.loop import Clock, Loop
 from offload.engine.stall import StallLoop
 from offload.engine.states import ACTIVE_STATES, ERROR, FAILED_STATES, LIVE_STATES, result_state
 from offload.engine.units import UnitSpec, capacity_error, invalid_dispatch, new_record
+from offload.origin import IDENTITY_KEYS, Origin
 
 Record = dict[str, Any]
 FULL_ACROSS_HOSTS = object()  # _persist_dispatch: a ledger shared by several hosts has no free slot
@@ -172,14 +173,13 @@ class Delegations:
         pid, started = current_owner()
         task = {k: record[k] for k in ("goal", "context", "toolsets", "role", "model", "is_batch")}
         task.update({k: record[k] for k in ("goals", "task_indexes", "task_transcripts", "group", "trace_context",
-                                            "subagent_config", *ROUTING_KEYS)
+                                            "subagent_config", *IDENTITY_KEYS)
                      if record.get(k)})
         task["owner_cwd"] = os.getcwd()
         if record["slot_key"] != record["delegation_id"]:
             task["slot_key"] = record["slot_key"]  # a shared ledger counts the call's units as one slot
-        row = DispatchRow(record["delegation_id"], record["session_key"], record["dispatched_at"], task,
-                          record["origin_ui_session_id"], record["origin_session_id"], record["parent_session_id"],
-                          pid, started)
+        row = DispatchRow.of(record["delegation_id"], Origin.of_event(record), record["dispatched_at"], task,
+                             pid, started)
         record["_ledger"], record["_ledger_row"] = ledger, row
         within = getattr(ledger, "persist_dispatch_within", None) if cap is not None else None
         try:

@@ -2,7 +2,9 @@
 
 An event is the one thing that leaves the engine: it goes on ``completion_queue`` and into
 the ledger's ``event_json``, and a renderer turns it into the parent's next turn. So it must
-be self-contained (the task source travels with the result) and JSON-serializable.
+be self-contained (the task source travels with the result) and JSON-serializable. Its
+``origin`` is the unit's whole ``Origin`` (JSON); the flat session fields beside it are what a
+previous version and the hermes surface read.
 
 An interim event (``task_failure_notice``: one child of a still-running unit failed) is an
 early warning, not the result: it is never persisted, claimed, acknowledged or deduplicated
@@ -15,9 +17,9 @@ import re
 from typing import Any
 
 from offload.engine.states import ERROR
+from offload.origin import IDENTITY_KEYS, Origin
 
 
-ROUTING_KEYS = ("scope_id", "user_id", "user_name")
 STALL_META_KEYS = ("stalled_after_quiet_seconds", "stall_threshold_seconds", "stall_phase", "stall_grace_seconds")
 _COMMON = ("delegation_id", "session_key", "origin_ui_session_id", "origin_session_id", "parent_session_id",
            "goal", "context", "toolsets", "role", "dispatched_at", "completed_at")
@@ -52,7 +54,8 @@ def event_base(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
     evt["session_key"] = evt["session_key"] or ""
     evt["origin_ui_session_id"] = evt["origin_ui_session_id"] or ""
     evt["origin_session_id"] = evt["origin_session_id"] or ""
-    for key in (*ROUTING_KEYS, "subagent_config"):
+    evt["origin"] = Origin.of_event(snapshot).to_json()
+    for key in (*IDENTITY_KEYS, "subagent_config"):
         if snapshot.get(key):
             evt[key] = snapshot[key]
     return evt

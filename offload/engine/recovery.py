@@ -28,10 +28,9 @@ def recovered_event(row: LedgerRow, now: float, git_hint: str | None = None) -> 
                  "were recorded and are included below, the rest are unknown.")
     else:
         error = NO_RESULT_ERROR
-    origin = {"delegation_id": row.delegation_id, "session_key": row.origin_session,
-              "origin_ui_session_id": row.origin_ui_session_id, "origin_session_id": row.origin_session_id,
-              "parent_session_id": row.parent_session_id, "dispatched_at": row.dispatched_at, "completed_at": now}
-    evt = event_base({**task, **origin}, "unknown")
+    origin = row.origin  # the one the unit was dispatched for (an older row: from its columns)
+    evt = event_base({**task, **origin.flat(), "origin": origin.to_json(), "delegation_id": row.delegation_id,
+                      "dispatched_at": row.dispatched_at, "completed_at": now}, "unknown")
     evt.update(model=task.get("model"), summary=None, error=error, is_batch=is_batch, goals=task.get("goals") or [],
                last_known_status=row.state)
     for key in ("group", "task_indexes"):

@@ -3,7 +3,8 @@ Pure: no clock but the record's own timestamps, no I/O.
 
 A record is a dict because the hermes-compatible surface exposes it (``_records`` is patched
 and read by the acceptance suite); its public keys are what ``/agents`` lists, and keys
-starting with ``_`` are the engine's private bookkeeping.
+starting with ``_`` are the engine's private bookkeeping. The spec's ``Origin`` goes into the
+record whole as ``origin`` (its JSON) and as the flat session fields the hermes surface reads.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from offload.engine.events import ROUTING_KEYS
+from offload.origin import Origin
 
 
 @dataclass
@@ -21,11 +22,7 @@ class UnitSpec:
     toolsets: list[str] | None = None
     role: Any = None
     model: Any = None
-    session_key: str = ""
-    parent_session_id: str | None = None
-    origin_ui_session_id: str = ""
-    origin_session_id: str = ""
-    origin: dict[str, Any] | None = None  # routing identity (scope_id, user_id, user_name)
+    origin: Origin = Origin()  # who the result belongs to, captured once at the tool call
     delegation_id: str | None = None  # None: the engine makes one
     is_batch: bool = False
     goals: list[Any] = field(default_factory=list)  # a batch unit: the whole call's goals
@@ -55,15 +52,11 @@ def new_record(spec: UnitSpec, delegation_id: str) -> dict[str, Any]:
     record: dict[str, Any] = {
         "delegation_id": delegation_id, "goal": spec.goal, "context": spec.context,
         "toolsets": list(spec.toolsets or []) or None, "role": spec.role, "model": spec.model,
-        "session_key": spec.session_key or "", "parent_session_id": spec.parent_session_id,
-        "origin_ui_session_id": spec.origin_ui_session_id or "", "origin_session_id": spec.origin_session_id or "",
+        **spec.origin.flat(), "origin": spec.origin.to_json(),
         "status": "running", "dispatched_at": now, "completed_at": None, "is_batch": spec.is_batch,
         "slot_key": delegation_id, "interrupt_fn": None, "progress_fn": None,
         "_progress_token": None, "_progress_ts": time.monotonic(), "_interrupted_at": None, "_started": False,
     }
-    for key in ROUTING_KEYS:
-        if (spec.origin or {}).get(key):
-            record[key] = spec.origin[key]
     if spec.subagent_config:
         record["subagent_config"] = dict(spec.subagent_config)
     if spec.is_batch:

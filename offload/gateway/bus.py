@@ -14,7 +14,7 @@ from typing import Any
 from offload.engine.bus import CompletionBus
 from offload.engine.delivery import Deliveries
 from offload.gateway.runner import GatewayRunner, enrich_async_delegation_routing
-from offload.gateway.session_keys import parse_session_key
+from offload.origin import Origin
 
 logger = logging.getLogger(__name__)
 Event = dict[str, Any]
@@ -22,7 +22,7 @@ Event = dict[str, Any]
 
 def _routable(evt: Event) -> bool:
     return evt.get("type") == "async_delegation" and (
-        bool(evt.get("platform")) or parse_session_key(evt.get("session_key")) is not None)
+        bool(evt.get("platform")) or Origin.of_event(evt).chat() is not None)
 
 
 class GatewayBus:

@@ -1,6 +1,6 @@
 """GatewayRunner: delivers background-delegation results back to the chat they came from.
 
-Owns three things: routing enrichment (session key -> platform/chat/thread on the event), the
+Owns three things: routing enrichment (the event's Origin -> platform/chat/thread on it), the
 gateway's choice of text per event type (``gateway_text``, over the runtime's renderer), and the
 delivery step ``deliver_pending(drain)``: drain -> enrich -> group per route -> one turn per
 group -> ``adapter.send``. The loop around that step, with delivery claims, is
@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from offload.gateway.session_keys import parse_session_key
+from offload.origin import Origin
 from offload.render.notification import format_event
 
 logger = logging.getLogger(__name__)
@@ -71,13 +71,13 @@ def gateway_text(evt: Event, render: Render = format_event) -> str | None:
 
 
 def enrich_async_delegation_routing(evt: Event) -> None:
-    """Fill platform/chat_type/chat_id[/thread_id] from ``session_key`` unless already routed.
-
-    An empty or unparseable key (CLI or desktop origin) leaves the event without ``platform``.
+    """Fill platform/chat_type/chat_id[/thread_id] from the event's ``Origin`` (its chat, captured
+    at the tool call; an event of a previous version: parsed from ``session_key``) unless already
+    routed. An origin without a chat (CLI or desktop) leaves the event without ``platform``.
     """
     if evt.get("platform"):
         return
-    route = parse_session_key(evt.get("session_key"))
+    route = Origin.of_event(evt).chat()
     if route:
         evt.update(route)
 

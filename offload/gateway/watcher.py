@@ -1,7 +1,8 @@
 """The gateway's delivery watcher: completion bus -> claimed batches -> each chat's worker.
 
-One ``tick``: drain the events whose session key routes to this platform (restored events of
-a dead process included — the session key proves the chat), buffer them per chat, and for
+One ``tick``: drain the events whose ``Origin`` routes to this platform (restored events of a
+dead process included — the origin, carried whole from the tool call through the ledger, proves
+the chat), buffer them per chat (the origin's session key), and for
 every chat whose agent is idle and whose backoff has passed, claim the buffered events in the
 ledger and hand them over as ONE batch (coalescing). An event another consumer holds is
 forgotten here (that consumer delivers it; if it dies, the lease expires and the orphan sweep
@@ -23,7 +24,7 @@ from typing import Any, Callable
 
 from offload.gateway.chat_session import ChatSession, Claimed
 from offload.gateway.platform import Route
-from offload.gateway.session_keys import parse_session_key
+from offload.origin import Origin
 from offload.engine.bus import CompletionBus
 from offload.engine.delivery import Deliveries
 from offload.engine.events import is_interim
@@ -35,6 +36,7 @@ Event = dict[str, Any]
 @dataclass
 class _Pending:
     events: list[tuple[Event, str]] = field(default_factory=list)
+    origin: Origin = Origin()  # the chat's: where its worker replies
     not_before: float = 0.0  # monotonic time of the next allowed handover
     failures: int = 0
 
@@ -51,24 +53,26 @@ class DeliveryWatcher:
         self._lock = threading.Lock()
 
     def owns(self, evt: Event) -> bool:
-        route = parse_session_key(evt.get("session_key"))
+        route = Origin.of_event(evt).chat()
         return evt.get("type") == "async_delegation" and route is not None and route["platform"] == self.platform_name
 
     def tick(self, now: float | None = None) -> int:
         """Hand over what is ready; returns how many results went to chat workers."""
         now = time.monotonic() if now is None else now
         for evt, text in self.registry.drain_notifications(owns_event=self.owns):
-            if not self.allowed(parse_session_key(evt["session_key"])["chat_id"]):
-                self._drop_unserved(evt)
+            origin = Origin.of_event(evt)
+            if not self.allowed(origin.chat_id):
+                self._drop_unserved(evt, origin)
             elif text:
                 with self._lock:
-                    self._pending.setdefault(str(evt["session_key"]), _Pending()).events.append((evt, text))
+                    pending = self._pending.setdefault(origin.session_key, _Pending(origin=origin))
+                    pending.events.append((evt, text))
         handed = 0
         for key in self._ready_keys(now):
             handed += self._hand_over(key)
         return handed
 
-    def _drop_unserved(self, evt: Event) -> None:
+    def _drop_unserved(self, evt: Event, origin: Origin) -> None:
         """A result (replayed from before a config change) for a chat no longer served."""
         if is_interim(evt):
             return  # an early warning: dropping it must not drop the unit's result row
@@ -76,17 +80,16 @@ class DeliveryWatcher:
         if claim is None:
             return  # another gateway, perhaps still serving that chat, holds it
         did = str(evt.get("delegation_id") or "")
-        self.deliveries.drop(did, claim or None, f"chat {parse_session_key(evt['session_key'])['chat_id']} is not "
-                             f"in gateway.{self.platform_name}.allowed_chat_ids")
+        self.deliveries.drop(did, claim or None, f"chat {origin.chat_id} is not in "
+                             f"gateway.{self.platform_name}.allowed_chat_ids")
 
     def _ready_keys(self, now: float) -> list[str]:
         with self._lock:
             return [k for k, p in self._pending.items() if p.events and p.not_before <= now]
 
     def _hand_over(self, key: str) -> int:
-        route = parse_session_key(key) or {}
-        chat = self.chat_for(key, Route(route.get("chat_id", ""), route.get("thread_id", "")),
-                             route.get("chat_type", "dm"))
+        origin = self._pending[key].origin
+        chat = self.chat_for(key, Route(origin.chat_id, origin.thread_id), origin.chat_type or "dm")
         if not chat.idle:
             return 0  # results become a turn only when the chat's agent is idle; keep buffering
         with self._lock:
@@ -107,7 +110,8 @@ class DeliveryWatcher:
         """Called by a chat worker: ``done`` settles the chat's backoff, ``retry`` schedules one."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            pending = self._pending.setdefault(key, _Pending())
+            origin = Origin.of_event(batch[0].event) if batch else Origin()
+            pending = self._pending.setdefault(key, _Pending(origin=origin))
             if outcome == "done":
                 pending.failures = 0
                 return

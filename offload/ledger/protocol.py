@@ -15,6 +15,10 @@ Invariants every backend keeps:
 - at most one live claim per row: a claim is granted only to a pending row whose previous
   claim is absent or older than the lease, so two consumers never both deliver one row;
 - policy numbers (lease, attempt budget, ages) are arguments, never backend constants.
+
+A row's ``origin`` (who the result belongs to) travels whole in its task JSON
+(``DispatchRow.of``); the session columns repeat its session fields for queries and for a
+previous version, and a row written before the task carried it is read from those columns.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
+
+from offload.origin import Origin
 
 # ``alive(pid, started_at)``: is that process running on this host (the local pid check)?
 OwnerCheck = Callable[[int | None, int | None], bool]
@@ -48,6 +54,18 @@ class DispatchRow:
     parent_session_id: str | None = None
     owner_pid: int | None = None
     owner_started_at: int | None = None
+
+    @classmethod
+    def of(cls, delegation_id: str, origin: Origin, dispatched_at: float, task: dict[str, Any],
+           owner_pid: int | None = None, owner_started_at: int | None = None) -> DispatchRow:
+        """The row of a unit dispatched for ``origin``: the origin travels whole in the task JSON,
+        and its session fields fill the columns a previous version selects by."""
+        return cls(delegation_id, origin.session_key, dispatched_at, {**task, "origin": origin.to_json()},
+                   origin.ui_session_id, origin.wake_session_id, origin.parent_session_id, owner_pid, owner_started_at)
+
+    @property
+    def origin(self) -> Origin:
+        return Origin.of_row(self)
 
 
 def parse_json(raw: str | None) -> Any:
@@ -123,6 +141,11 @@ class LedgerRow:
     delivery_progress: int = 0  # parts of a split message already shown
     drop_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def origin(self) -> Origin:
+        """Who the result belongs to (a row of a previous version: from its columns)."""
+        return Origin.of_row(self)
 
 
 class DelegationLedger(Protocol):

@@ -6,7 +6,7 @@ per ungrouped task with ``delegation.independent_completions`` — dispatched wi
 child in the ledger at once (before any post-processing), so a crash costs only the children
 that had not finished. If the first unit is refused at capacity, the whole call runs
 synchronously with a note saying so. Whether a call may go to the background at all is decided
-by ``capture_routing``: a push channel, or a stateless one that can be woken at a raw session
+by ``capture_origin``: a push channel, or a stateless one that can be woken at a raw session
 id; only a channel that can never be reached later runs inline. Inline children's usage is
 rolled into the parent when the call returns.
 """
@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from offload.engine.units import batch_spec
+from offload.origin import Origin
 from offload.subagents import children as kids
 from offload.subagents.child import Batch, str_attr, unit_stamp
 from offload.subagents.usage import roll_up, sum_usage
@@ -35,22 +36,25 @@ _NOTES = {
 }
 
 
-def capture_routing(parent: Any) -> dict[str, Any]:
-    """Who the results belong to. Must run before children are built."""
+def capture_origin(parent: Any) -> Origin | None:
+    """Who the results belong to, or None when this turn's channel can never be reached later
+    (a one-shot run: the call runs inline). Must run before children are built: it reads the
+    turn's session context, once; everything after carries the ``Origin`` whole."""
     from offload.context.approval import get_current_session_key
     from offload.context.session_env import get_session_env, resolve_wake_session
 
+    wake_sid = resolve_wake_session()  # a raw session id when the channel is stateless but wakeable
+    if wake_sid is None:
+        return None
     parent_sid = str_attr(parent, "session_id")
     session_key = get_current_session_key(default="")
     if get_session_env("HERMES_SESSION_SOURCE", "") == "tui" and parent_sid:
         session_key = parent_sid  # compression may have rotated the id since the turn began
-    origin = {k: v for k, v in (("scope_id", get_session_env("HERMES_SESSION_SCOPE_ID", "")),
-                                ("user_id", get_session_env("HERMES_SESSION_USER_ID", "")),
-                                ("user_name", get_session_env("HERMES_SESSION_USER_NAME", ""))) if v}
-    wake_sid = resolve_wake_session()  # a raw session id when the channel is stateless but wakeable
-    return {"session_key": session_key or parent_sid or "", "parent_session_id": parent_sid,
-            "origin_ui_session_id": get_session_env("HERMES_UI_SESSION_ID", "") or "",
-            "origin_session_id": wake_sid or "", "origin": origin, "async_delivery": wake_sid is not None}
+    return Origin.capture(session_key or parent_sid or "", parent_sid,
+                          ui_session_id=get_session_env("HERMES_UI_SESSION_ID", ""), wake_session_id=wake_sid,
+                          scope_id=get_session_env("HERMES_SESSION_SCOPE_ID", ""),
+                          user_id=get_session_env("HERMES_SESSION_USER_ID", ""),
+                          user_name=get_session_env("HERMES_SESSION_USER_NAME", ""))
 
 
 def units_of(batch: Batch) -> list[Batch]:
@@ -71,7 +75,7 @@ def units_of(batch: Batch) -> list[Batch]:
                     cancelled=threading.Event()) for group, indexes in plan]
 
 
-def dispatch_background(engine: Delegations, batch: Batch, routing: dict[str, Any]) -> dict[str, Any]:
+def dispatch_background(engine: Delegations, batch: Batch, origin: Origin) -> dict[str, Any]:
     units = units_of(batch)
     call_id = engine.new_id()
     handles, inline, slot_key = [], [], None
@@ -80,7 +84,7 @@ def dispatch_background(engine: Delegations, batch: Batch, routing: dict[str, An
             unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"
             # The first unit holds the call's slot until every unit is out, so a fast first
             # unit that finishes meanwhile cannot leave its siblings to be refused at capacity.
-            res = dispatch_unit(engine, unit, unit_id, routing, batch.cfg.max_concurrent_children, slot_key,
+            res = dispatch_unit(engine, unit, unit_id, origin, batch.cfg.max_concurrent_children, slot_key,
                                  hold_slot=slot_key is None and len(units) > 1)
             if res["status"] == "dispatched":
                 slot_key = slot_key or unit_id
@@ -104,23 +108,16 @@ def dispatch_background(engine: Delegations, batch: Batch, routing: dict[str, An
     return handle
 
 
-def dispatch_unit(engine: Delegations, unit: Batch, unit_id: str, routing: dict[str, Any], cap: int,
+def dispatch_unit(engine: Delegations, unit: Batch, unit_id: str, origin: Origin, cap: int,
                   slot_key: str | None, hold_slot: bool, subagent_config: dict[str, Any] | None = None):
     """``subagent_config``: the stamp for the unit's events; default: from the unit's own config
     (a worker passes the stamp the dispatching host queued, whose config chose the model)."""
     whole_call = unit.indexes == list(range(len(unit.tasks)))
     spec = batch_spec(unit.goals, None if whole_call else unit.indexes, context=unit.context, role=unit.role,
                       model=unit.creds.get("model"), delegation_id=unit_id, slot_key=slot_key, group=unit.group,
-                      subagent_config=subagent_config or unit_stamp(unit), **routing_fields(routing))
+                      subagent_config=subagent_config or unit_stamp(unit), origin=origin)
     return engine.dispatch(spec, _unit_runner(engine, unit, unit_id), cap, interrupt_fn=lambda: kids.stop(unit),
                            progress_fn=kids.progress_token(unit.children), hold_slot=hold_slot)
-
-
-def routing_fields(routing: dict[str, Any]) -> dict[str, Any]:
-    """The ``UnitSpec`` fields of a captured (or queued) routing."""
-    return {"session_key": routing["session_key"] or "", "parent_session_id": routing["parent_session_id"],
-            "origin_ui_session_id": routing["origin_ui_session_id"] or "",
-            "origin_session_id": routing["origin_session_id"] or "", "origin": routing["origin"]}
 
 
 def _unit_runner(engine: Delegations, unit: Batch, unit_id: str) -> Callable[[], dict[str, Any]]:

@@ -14,9 +14,8 @@ import time
 from typing import Any, Callable
 
 from offload.ledger import DispatchRow, LedgerError
+from offload.origin import IDENTITY_KEYS, Origin
 from offload.subagents.child import unit_stamp
-
-ROUTING_KEYS = ("session_key", "parent_session_id", "origin_ui_session_id", "origin_session_id", "origin")
 _NOTE = ("Queued for an `offload worker` host (delegation.run_on: workers). Each result arrives as a new message "
          "after you END YOUR TURN; do not poll or wait for it. Tell the user what you started and carry on.")
 
@@ -31,17 +30,34 @@ def needs_shared_ledger(ledger: Any) -> str | None:
             "delegation.run_on local`")
 
 
-def unit_spec(unit: Any, routing: dict[str, Any]) -> dict[str, Any]:
-    """What a worker needs to run ``unit`` (JSON; no credentials)."""
+def unit_spec(unit: Any, origin: Origin) -> dict[str, Any]:
+    """What a worker needs to run ``unit`` (JSON; no credentials). ``origin`` travels whole (added
+    by ``DispatchRow.of``); ``routing`` is the same facts in the form a previous worker reads."""
     return {"goals": unit.goals, "tasks": [t.model_dump(exclude_none=True) for t in unit.tasks],
             "context": unit.context, "role": unit.role, "model": unit.creds.get("model"),
             "task_indexes": list(unit.indexes), "group": unit.group, "max_iterations": unit.child_max_iterations,
             "is_batch": True, "run_on": "workers", "subagent_config": unit_stamp(unit),
-            "routing": {k: routing.get(k) for k in ROUTING_KEYS}}
+            "routing": legacy_routing(origin)}
+
+
+def legacy_routing(origin: Origin) -> dict[str, Any]:
+    flat = origin.flat()
+    return {**{k: flat[k] for k in ("session_key", "parent_session_id", "origin_ui_session_id", "origin_session_id")},
+            "origin": {k: flat[k] for k in IDENTITY_KEYS if k in flat}}
+
+
+def queued_origin(row: Any) -> Origin:
+    """The origin of a queued row: carried whole, or (queued by a previous version) its routing."""
+    spec = row.task if isinstance(row.task, dict) else {}
+    if "origin" in spec or not isinstance(spec.get("routing"), dict):
+        return row.origin
+    routing = spec["routing"]
+    identity = routing.get("origin") if isinstance(routing.get("origin"), dict) else {}
+    return Origin.from_flat({**routing, **identity}, session_key=routing.get("session_key") or row.origin_session)
 
 
 def queue_units(ledger: Any, new_id: Callable[[], str], batch: Any, units: list[Any],
-                routing: dict[str, Any]) -> dict[str, Any]:
+                origin: Origin) -> dict[str, Any]:
     """Queue each of ``units`` (the completion units of ``batch``) in ``ledger`` for the workers,
     under ids from ``new_id``; the handle the parent agent gets."""
     problem = needs_shared_ledger(ledger)
@@ -52,10 +68,7 @@ def queue_units(ledger: Any, new_id: Callable[[], str], batch: Any, units: list[
     for k, unit in enumerate(units):
         unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"
         now = time.time()
-        row = DispatchRow(unit_id, routing["session_key"], now, unit_spec(unit, routing),
-                          origin_ui_session_id=routing.get("origin_ui_session_id") or "",
-                          origin_session_id=routing.get("origin_session_id") or "",
-                          parent_session_id=routing.get("parent_session_id"))
+        row = DispatchRow.of(unit_id, origin, now, unit_spec(unit, origin))
         try:
             ledger.enqueue_unit(row, now)
         except LedgerError as exc:

@@ -149,20 +149,20 @@ class DelegateTool:
         hops = result_chain.next_hops()
         if background and hops > cfg.max_result_chain:
             return {"status": "error", "error": _chain_refusal(hops, cfg.max_result_chain)}
-        routing = dispatch.capture_routing(parent) if background else None  # before any child is built
+        origin = dispatch.capture_origin(parent) if background else None  # before any child is built
         # Children are built later, each on the worker that runs it (offload.subagents.children).
         batch = self.batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
                            context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
                            child_max_iterations=args.max_iterations or cfg.max_iterations, result_hops=hops)
-        if routing is None:
+        if not background:
             return dispatch.run_sync(batch)
-        if routing["async_delivery"] and cfg.run_on == "workers":
+        if origin is None:
+            return dispatch.run_sync(batch, note="no_async")
+        if cfg.run_on == "workers":
             from offload.subagents.queue import queue_units
             # an `offload worker` on any host runs it
-            return queue_units(self.ledger(), self.engine.new_id, batch, dispatch.units_of(batch), routing)
-        if not routing["async_delivery"]:
-            return dispatch.run_sync(batch, note="no_async")
-        return dispatch.dispatch_background(self.engine, batch, routing)
+            return queue_units(self.ledger(), self.engine.new_id, batch, dispatch.units_of(batch), origin)
+        return dispatch.dispatch_background(self.engine, batch, origin)
 
 
 def _describe_validation(exc: ValidationError) -> str:

@@ -14,8 +14,9 @@ from offload.ledger import LedgerRow
 from offload.subagents.args import TaskArgs
 from offload.subagents.child import Batch
 from offload.subagents.config import DelegationConfig
-from offload.subagents.dispatch import dispatch_unit, routing_fields
-from offload.subagents.queue import ROUTING_KEYS
+from offload.origin import Origin
+from offload.subagents.dispatch import dispatch_unit
+from offload.subagents.queue import queued_origin
 from offload.subagents.tool import DelegateTool
 
 
@@ -25,13 +26,12 @@ def start_claimed(tool: DelegateTool, row: LedgerRow, parent: Any, cfg: Delegati
     handle. Its children are built with this worker's credentials (``parent`` is the worker's
     own agent)."""
     spec = row.task or {}
-    routing = {k: (spec.get("routing") or {}).get(k) for k in ROUTING_KEYS}
-    routing.update(session_key=routing["session_key"] or row.origin_session, origin=routing["origin"] or {})
+    origin = queued_origin(row)
     try:
         unit = _rebuild(tool, spec, parent, cfg)
     except Exception as exc:  # a spec this worker cannot run still ends as a reported result
-        return _report_unrunnable(tool, row, spec, routing, f"{type(exc).__name__}: {exc}", max_here)
-    return dispatch_unit(tool.engine, unit, row.delegation_id, routing, max_here, None, False,
+        return _report_unrunnable(tool, row, spec, origin, f"{type(exc).__name__}: {exc}", max_here)
+    return dispatch_unit(tool.engine, unit, row.delegation_id, origin, max_here, None, False,
                          spec.get("subagent_config"))
 
 
@@ -48,12 +48,12 @@ def _rebuild(tool: DelegateTool, spec: dict[str, Any], parent: Any, cfg: Delegat
                       child_max_iterations=int(spec.get("max_iterations") or cfg.max_iterations))
 
 
-def _report_unrunnable(tool: DelegateTool, row: LedgerRow, spec: dict[str, Any], routing: dict[str, Any],
+def _report_unrunnable(tool: DelegateTool, row: LedgerRow, spec: dict[str, Any], origin: Origin,
                        error: str, max_here: int) -> dict[str, Any]:
     goals = [str(g) for g in spec.get("goals") or []] or ["(unreadable queued unit)"]
     indexes = spec.get("task_indexes") or list(range(len(goals)))
     failed = [{"task_index": i, "status": "failed", "summary": None, "error": f"the worker could not run it: {error}"}
               for i in indexes]
     unit = batch_spec(goals, indexes, role="leaf", model=spec.get("model"), delegation_id=row.delegation_id,
-                      subagent_config=spec.get("subagent_config"), **routing_fields(routing))
+                      subagent_config=spec.get("subagent_config"), origin=origin)
     return tool.engine.dispatch(unit, lambda: {"results": failed}, max_here)

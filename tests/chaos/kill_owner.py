@@ -50,6 +50,7 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
     from offload import Hooks, Offload
     from offload.engine.events import is_interim
     from offload.engine.units import UnitSpec
+    from offload.origin import Origin
     from tests.delegate.fakes import FakeParent
 
     issued = [0]
@@ -90,7 +91,8 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
         maybe = [peek] + ([f"{peek}-{k}" for k in range(1, n + 1)] if kind == "grouped" else [])
         log(f"B {call} {json.dumps(maybe)}")
         if kind == "single":
-            res = off.engine.dispatch(UnitSpec(goals[0], role="leaf", model="m", session_key="agent:main:cli:dm:owner"),
+            origin = Origin.capture("agent:main:cli:dm:owner")
+            res = off.engine.dispatch(UnitSpec(goals[0], role="leaf", model="m", origin=origin),
                                       single_runner(goals[0]), 6)
             ids = [res["delegation_id"]] if res["status"] == "dispatched" else []
         else:

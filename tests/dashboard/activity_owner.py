@@ -13,6 +13,7 @@ import time
 
 from offload import Offload
 from offload.engine.units import batch_spec
+from offload.origin import Origin
 
 
 def main() -> None:
@@ -29,8 +30,8 @@ def run(off: Offload) -> int:
         done.wait(60)
         return {"results": [{"task_index": i, "status": "completed", "summary": "ok"} for i in range(2)]}
 
-    handle = off.engine.dispatch(batch_spec(["search the web", "think quietly"], model="m", session_key="sess-other"),
-                                 runner, 10, interrupt_fn=done.set,
+    spec = batch_spec(["search the web", "think quietly"], model="m", origin=Origin.capture("sess-other"))
+    handle = off.engine.dispatch(spec, runner, 10, interrupt_fn=done.set,
                                  progress_fn=lambda: (list(activity), activity[0][1] is not None))
     print("READY", handle["delegation_id"], flush=True)
     for line in sys.stdin:

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from offload.engine.units import batch_spec
+from offload.origin import Origin
 from offload.runtime import Offload
 from tests.engine.conftest import wait_event
 
@@ -48,7 +49,7 @@ class HeldUnit:
         return [(3, "terminal", time.time()) for _ in self.goals], True
 
     def dispatch(self, session_key: str = "sess-1") -> "HeldUnit":
-        handle = self.runtime.engine.dispatch(batch_spec(self.goals, model="fake", session_key=session_key),
+        handle = self.runtime.engine.dispatch(batch_spec(self.goals, model="fake", origin=Origin.capture(session_key)),
                                               self.runner, 10, interrupt_fn=self.interrupt, progress_fn=self.progress)
         assert handle["status"] == "dispatched", handle
         self.delegation_id = handle["delegation_id"]

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from offload import Offload
 from offload.engine import observers
 from offload.engine.units import batch_spec
+from offload.origin import Origin
 from offload.telemetry import tracing
 
 
@@ -49,7 +50,8 @@ def main(spans_file: str) -> None:
         forever.wait()
         return {}
 
-    handle = off.engine.dispatch(batch_spec(["first", "second"], model="m", session_key="sess-kill"), runner, 3)
+    spec = batch_spec(["first", "second"], model="m", origin=Origin.capture("sess-kill"))
+    handle = off.engine.dispatch(spec, runner, 3)
     unit["id"] = handle["delegation_id"]
     dispatched.set()
     forever.wait()

@@ -13,6 +13,7 @@ from offload.engine.engine import Delegations, new_delegation_id
 from offload.ledger import open_ledger
 from offload.engine.policy import Policy
 from offload.engine.units import UnitSpec
+from offload.origin import Origin
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -28,7 +29,8 @@ def engine():
 
 
 def test_a_unit_is_recorded_run_published_and_settled_in_the_given_ledger(engine):
-    handle = engine.dispatch(UnitSpec("sum it", session_key="s1"), lambda: {"status": "completed", "summary": "42"}, 2)
+    handle = engine.dispatch(UnitSpec("sum it", origin=Origin.capture("s1")),
+                             lambda: {"status": "completed", "summary": "42"}, 2)
 
     evt = engine.bus.get(timeout=10)
 

@@ -5,6 +5,7 @@ import pytest
 
 from offload.engine.bus import CompletionBus
 from offload.engine.units import UnitSpec
+from offload.origin import Origin
 from offload.gateway.bus import GatewayBus
 from offload.gateway.runner import GatewayRunner
 from tests.engine.conftest import wait_event
@@ -23,7 +24,7 @@ class Adapter:
 
 def finished_event(off, session_key: str) -> tuple[dict, CompletionBus]:
     """A real finished delegation, its event on a fresh bus that has nothing to restore."""
-    res = off.engine.dispatch(UnitSpec("look it up", role="leaf", model="m", session_key=session_key),
+    res = off.engine.dispatch(UnitSpec("look it up", role="leaf", model="m", origin=Origin.capture(session_key)),
                               lambda: {"status": "completed", "summary": "found it"}, 3)
     evt = wait_event(res["delegation_id"], bus=off.bus)
     registry = CompletionBus(render=off.render)

@@ -25,6 +25,7 @@ from tests.delegate.fakes import FakeParent
 from tests.postgres.conftest import Host
 from tools import async_delegation_delivery as delivery
 from offload.ledger import DispatchRow
+from offload.origin import Origin
 from offload.subagents.config import DelegationConfig
 from offload.subagents.queue import unit_spec
 
@@ -45,11 +46,11 @@ def parent_host(tmp_path, monkeypatch, pg_schema):
 
 def queue_units(ledger, n: int, prefix: str = "deleg_w") -> list[str]:
     ids = [f"{prefix}{i:04d}" for i in range(n)]
-    routing = {"session_key": SESSION, "parent_session_id": "parent", "origin": {}}
+    origin = Origin.capture(SESSION, "parent")
     for did in ids:
         unit = dt.Batch(tasks=[dt.TaskArgs(goal=f"goal of {did}")], children=[], parent=None, cfg=DelegationConfig(),
                         creds={"model": "demo-model"}, indexes=[0])
-        ledger.enqueue_unit(DispatchRow(did, SESSION, time.time(), unit_spec(unit, routing)), time.time())
+        ledger.enqueue_unit(DispatchRow.of(did, origin, time.time(), unit_spec(unit, origin)), time.time())
     return ids
 
 

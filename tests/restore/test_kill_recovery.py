@@ -16,6 +16,7 @@ OWNER = r'''
 import json, os, pathlib, threading
 from offload import Offload
 from offload.engine.units import batch_spec
+from offload.origin import Origin
 
 off = Offload()  # never closed: the test SIGKILLs this process
 marker = pathlib.Path(os.environ["KILL_MARKER"])
@@ -31,7 +32,7 @@ def runner():
 
 handle = off.engine.dispatch(batch_spec(
     ["first goal", "second goal", "third goal"], context="ctx", role="leaf", model="m",
-    session_key="agent:main:telegram:dm:42", parent_session_id="parent-1", delegation_id=unit_id), runner, 3)
+    origin=Origin.capture("agent:main:telegram:dm:42", "parent-1"), delegation_id=unit_id), runner, 3)
 assert handle["status"] == "dispatched", handle
 threading.Event().wait()
 '''
