@@ -207,3 +207,19 @@ def test_resuming_a_compressed_session_by_id_or_prefix_continues_at_its_tip(stor
     b = store.continue_session(a, [])
     assert _resolve_session(store, a) == b and _resolve_session(store, a[:12]) == b
     assert _resolve_session(store, b) == b
+
+
+def test_the_inbox_owns_by_the_events_origin_or_the_flat_fields_of_an_older_event(runtime, store):
+    a = store.create_session()
+    b = store.continue_session(a, [])
+    c = store.continue_session(b, [])
+    carried = {"type": "async_delegation", "delegation_id": "d1",
+               "origin": {"session_key": "k", "parent_session_id": a}}
+    old = {"type": "async_delegation", "delegation_id": "d2", "session_key": "k", "parent_session_id": a,
+           "origin_ui_session_id": "", "origin_session_id": ""}  # as the previous version wrote it
+    for evt in (carried, old):
+        assert SessionInbox(c, store, runtime).owns(evt)  # the live tip of its parent session
+        assert not SessionInbox(b, store, runtime).owns(evt)  # compressed away: not the live session
+    woken = {"type": "async_delegation", "delegation_id": "d3", "origin": {"wake_session_id": c}}
+    assert SessionInbox(c, store, runtime).owns(woken)
+    assert not SessionInbox(c, store, runtime).owns({"type": "async_delegation", "origin": {"session_key": "other"}})
