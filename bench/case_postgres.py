@@ -133,17 +133,18 @@ def queue_and_drain(url: str, units: int, who: str) -> float:
     import psycopg
 
     from offload.ledger import DispatchRow, open_ledger
+    from offload.origin import Origin
     from offload.subagents import tool as dt
     from offload.subagents.config import DelegationConfig
     from offload.subagents.queue import unit_spec
 
     ledger = open_ledger(url, host_id="bench-parent")
-    routing = {"session_key": "bench:session", "parent_session_id": None, "origin": {}}
+    origin = Origin(session_key="bench:session")
     started = time.perf_counter()
     for i in range(units):
         unit = dt.Batch(tasks=[dt.TaskArgs(goal=f"bench unit number {i}")], children=[], parent=None,
                         cfg=DelegationConfig(), creds={"model": "bench-model"}, indexes=[0])
-        ledger.enqueue_unit(DispatchRow(f"deleg_b{i:06d}", "bench:session", time.time(), unit_spec(unit, routing)),
+        ledger.enqueue_unit(DispatchRow.of(f"deleg_b{i:06d}", origin, time.time(), unit_spec(unit, origin)),
                             time.time())
     with psycopg.connect(url, autocommit=True) as conn:
         while conn.execute("SELECT count(*) FROM async_delegations WHERE state NOT IN ('queued', 'running')"

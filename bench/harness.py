@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from offload.engine.units import UnitSpec
+from offload.origin import Origin
 from offload.runtime import Offload
+
+BENCH_ORIGIN = Origin(session_key="bench:session")
 
 _runtime: Offload | None = None  # the runtime of the home in use (one at a time in a bench process)
 
@@ -117,7 +120,7 @@ def goal_index(evt: dict[str, Any]) -> int:
 
 def dispatch_unit(index: int, runner: Callable[[], Any], cap: int, progress_fn=None) -> dict[str, Any]:
     """One engine dispatch the way ``delegate_task`` makes it for a single task."""
-    spec = UnitSpec(f"u{index}", role="leaf", model="bench-model", session_key="bench:session")
+    spec = UnitSpec(f"u{index}", role="leaf", model="bench-model", origin=BENCH_ORIGIN)
     return runtime().engine.dispatch(spec, runner, cap, progress_fn=progress_fn)
 
 
