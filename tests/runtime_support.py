@@ -21,9 +21,14 @@ def dispatch(off: Offload, runner: Callable[[], Any], goal: str = "g", cap: int 
 
 
 def _with_origin(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` with its loose session fields (session_key, parent_session_id) made into the
-    unit's one ``Origin``, unless it names the origin itself."""
-    origin = Origin.capture(spec.pop("session_key", ""), spec.pop("parent_session_id", None))
+    """``spec`` with its loose session fields (session_key, parent_session_id, ui_session_id, and
+    ``origin`` as the hermes identity dict) made into the unit's one ``Origin``, unless ``origin``
+    already is one."""
+    if isinstance(spec.get("origin"), Origin):
+        return spec
+    identity = {k: v for k, v in (spec.pop("origin", None) or {}).items() if k in ("scope_id", "user_id", "user_name")}
+    origin = Origin.capture(spec.pop("session_key", ""), spec.pop("parent_session_id", None),
+                            ui_session_id=spec.pop("ui_session_id", ""), **identity)
     return {"origin": origin, **spec}
 
 
