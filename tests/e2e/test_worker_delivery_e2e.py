@@ -148,6 +148,7 @@ def test_a_python_consumer_on_the_workers_host_delivers_its_result(cli, model_se
     """The library surface: a program draining the completion bus for its session, claiming
     and acknowledging each result, on the host where the worker runs."""
     from offload.ledger import DispatchRow
+    from offload.origin import Origin
     from offload.subagents.queue import unit_spec
     from tools import async_delegation_delivery as delivery
     from tools.process_registry import CompletionBus
@@ -163,9 +164,8 @@ def test_a_python_consumer_on_the_workers_host_delivers_its_result(cli, model_se
     unit = dt.Batch(tasks=[dt.TaskArgs(goal="summarize")], children=[], parent=None, cfg=DelegationConfig(),
                     creds={"model": "demo-model"}, indexes=[0])
     did = "deleg_library0001"
-    routing = {"session_key": session, "parent_session_id": session, "origin": {}}
-    delivery.current_ledger().enqueue_unit(DispatchRow(did, session, time.time(), unit_spec(unit, routing),
-                                                       parent_session_id=session), time.time())
+    origin = Origin.capture(session, session)
+    delivery.current_ledger().enqueue_unit(DispatchRow.of(did, origin, time.time(), unit_spec(unit, origin)), time.time())
     deadline = time.monotonic() + 60
     got = []
     while not got:

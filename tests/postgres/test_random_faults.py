@@ -181,13 +181,14 @@ class Ledger:
     def queue(self, delegation_id: str) -> None:
         import tools.delegate_tool as dt
         from offload.ledger import DispatchRow
+        from offload.origin import Origin
         from offload.subagents.config import DelegationConfig
         from offload.subagents.queue import unit_spec
 
         unit = dt.Batch(tasks=[dt.TaskArgs(goal=f"goal of {delegation_id}")], children=[], parent=None,
                         cfg=DelegationConfig(), creds={"model": "demo-model"}, indexes=[0])
-        routing = {"session_key": SESSION, "parent_session_id": SESSION, "origin": {}}
-        row = DispatchRow(delegation_id, SESSION, time.time(), unit_spec(unit, routing), parent_session_id=SESSION)
+        origin = Origin.capture(SESSION, SESSION)
+        row = DispatchRow.of(delegation_id, origin, time.time(), unit_spec(unit, origin))
         assert self.ledger.enqueue_unit(row, time.time())
 
     def wait_delivered(self, delegation_id: str, timeout_s: float = 60.0) -> float:
