@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import typer
 
 from offload.cli import ledger as cli_ledger
+from offload.cli import mcp as cli_mcp
 from offload.errors import CliError
 
 if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only chat, run and demo load it
@@ -162,6 +163,7 @@ app.command()(cli_ledger.agents)
 app.command()(cli_ledger.inbox)
 app.command()(cli_ledger.sessions)
 app.command()(cli_ledger.stop)
+app.command()(cli_mcp.mcp)
 
 
 @app.command()

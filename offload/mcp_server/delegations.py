@@ -1,0 +1,208 @@
+"""One MCP namespace's view of an ``Offload``: dispatch a ``delegate_task`` call, and read,
+wait for, list and stop the delegations it started, all from the ledger.
+
+Invariants:
+- every delegation belongs to a namespace, stored as its origin session key
+  (``mcp:<namespace>``); every read, id prefixes included, sees only rows of that namespace
+  (``all_namespaces`` lifts the filter for an operator), so an unrelated client can neither see
+  nor touch them;
+- what a caller reads comes from the ledger, never from this process's memory, so an id
+  dispatched by a server that was killed is answered by the next one (its row is recovered,
+  finished children keep their real results), never "no such delegation";
+- a result is acknowledged (``delivered``) only when it was handed over in full;
+- bad input raises ``McpInputError`` whose text names the fix; nothing here raises for a
+  delegation's own failure (that is its ``state``).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from offload import control_requests, ledger_rows
+from offload.context.approval import reset_current_session_key, set_current_session_key
+from offload.context.session_env import clear_session_env, reset_session_env, set_async_delivery
+from offload.engine.states import LIVE_STATES
+from offload.errors import CliError
+from offload.ids import resolve
+from offload.ledger import LedgerRow
+from offload.ledger_view import LedgerView
+from offload.runtime import Offload
+
+SESSION_PREFIX = "mcp:"
+LISTED_MAX = 1000  # settled rows read when resolving an id or listing a namespace
+RECHECK_S = 0.5  # a wait re-reads the ledger this often: another process may finish the row
+COLLECT_NOTE = ("Running in the background; nothing is pushed to you over MCP. Collect the result with "
+                "delegation_result(delegation_id=..., wait_s=...) (it waits up to wait_s seconds and returns "
+                "early when the subagents finish), or check progress with delegation_status. Carry on with "
+                "other work meanwhile.")
+
+Progress = Callable[[int, int], None]  # (children done, children total)
+
+
+class McpInputError(ValueError):
+    """A tool call the server cannot act on; the text says what to change."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who is asking: their namespace, or every namespace (``namespace`` None)."""
+
+    namespace: str | None
+
+    @property
+    def session_key(self) -> str:
+        return SESSION_PREFIX + (self.namespace or "operator")
+
+    def sees(self, row: LedgerRow) -> bool:
+        if self.namespace is None:
+            return row.origin_session.startswith(SESSION_PREFIX)
+        return row.origin_session == self.session_key
+
+
+def default_namespace(client_name: str | None, cwd: Path | None = None) -> str:
+    """The client's reported name and the server's working directory: the same client
+    restarting in the same project finds its delegations again; another project does not."""
+    return f"{client_name or 'mcp-client'}@{(cwd or Path.cwd()).resolve()}"
+
+
+class McpDelegations:
+    """See the module docstring. ``off``: the runtime; ``parent``: the agent whose endpoint,
+    toolsets and workspace the children inherit (built once, never run)."""
+
+    def __init__(self, off: Offload, parent: Any) -> None:
+        self.off, self.parent = off, parent
+        self.view = LedgerView(off.ledger())
+        self._changed = threading.Condition()
+        self._drainer = threading.Thread(target=self._drain_bus, name="offload-mcp-bus", daemon=True)
+        self._drainer.start()
+        off.deliveries.recover_abandoned()  # rows a killed server left running
+
+    # -- completion signal ------------------------------------------------------------------------
+    def _drain_bus(self) -> None:
+        """Nobody else reads this process's completion bus: each event only wakes the waiters
+        (what they hand over is read from the ledger, where the event was recorded first)."""
+        while not self.off.closed:
+            try:
+                self.off.bus.completion_queue.get(timeout=RECHECK_S)
+            except Exception:  # queue.Empty: look at ``closed`` again
+                continue
+            with self._changed:
+                self._changed.notify_all()
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def delegate(self, scope: Scope, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Start ``arguments`` (delegate_task's: ``goal`` or ``tasks``, ``context``, ``toolsets``)
+        in the background for ``scope``; the handle, with the note on how to collect it."""
+        if scope.namespace is None:
+            raise McpInputError("an --all-namespaces server only reads and stops delegations; start one from a "
+                                "server with a namespace (drop --all-namespaces)")
+        session = set_current_session_key(scope.session_key)
+        clear_session_env()  # no HERMES_SESSION_* of the server's environment routes these results
+        set_async_delivery(True)  # results stay in the ledger for delegation_result, never run inline
+        try:
+            handle = json.loads(self.off.delegate_tool(**arguments, background=True, parent_agent=self.parent))
+        finally:
+            reset_current_session_key(session)
+            reset_session_env()
+        if handle.get("status") == "error":
+            raise McpInputError(str(handle.get("error")))
+        handle["note"] = COLLECT_NOTE
+        return handle
+
+    # -- reads ------------------------------------------------------------------------------------
+    def _rows(self, scope: Scope) -> list[LedgerRow]:
+        rows = [*self.view.running(), *self.view.pending(), *self.view.settled(LISTED_MAX)]
+        seen: dict[str, LedgerRow] = {}
+        for row in rows:
+            if scope.sees(row):
+                seen.setdefault(row.delegation_id, row)
+        return sorted(seen.values(), key=lambda r: r.dispatched_at, reverse=True)
+
+    def find(self, scope: Scope, wanted: Any) -> LedgerRow:
+        """The row ``wanted`` (an id or a unique prefix) names in ``scope``; a dead owner's
+        running row is recovered first."""
+        if not isinstance(wanted, str) or not wanted.strip():
+            raise McpInputError("delegation_id is required: pass the id delegate_task returned (a unique prefix is "
+                                "enough); list_delegations lists them")
+        exact = self.view.get(wanted.strip())
+        rows = [exact] if exact is not None and scope.sees(exact) else self._rows(scope)
+        try:
+            full_id = resolve(wanted, (r.delegation_id for r in rows), kind="delegation", id_prefix="deleg_",
+                              listing="list_delegations")
+        except CliError as exc:
+            raise McpInputError(str(exc)) from None
+        row = self.view.get(full_id)
+        if row is not None and row.state == "running" and control_requests.owner_gone(self.off.ledger(), row):
+            self.off.deliveries.recover_abandoned()
+            row = self.view.get(full_id)
+        if row is None:
+            raise McpInputError(f"delegation {full_id} vanished from the ledger (pruned?); list_delegations lists "
+                                "what is left")
+        return row
+
+    def status(self, row: LedgerRow) -> dict[str, Any]:
+        """State, delivery and each child's progress (status, API calls, current tool)."""
+        rec = ledger_rows.record(row, self.view.activity([row]).get(row.delegation_id), self.off.ledger())
+        kids = rec["children"]
+        done = sum(1 for c in kids if c["status"] != "running")
+        return {"delegation_id": row.delegation_id, "state": row.state, "label": rec["label"],
+                "children_done": done, "children_total": len(kids), "children": kids,
+                "delivered": row.delivery_state == "delivered", "dispatched_at": row.dispatched_at,
+                "completed_at": row.completed_at, "owner_pid": row.owner_pid, "owner": rec["owner"]}
+
+    def wait(self, scope: Scope, wanted: Any, wait_s: float, progress: Progress | None = None) -> LedgerRow:
+        """The row, once it left the live states or ``wait_s`` passed; ``progress`` is told
+        each change of the children done."""
+        row = self.find(scope, wanted)
+        deadline = time.monotonic() + max(0.0, wait_s)
+        last = None
+        while row.state in LIVE_STATES:
+            counts = _progress(row)
+            if progress is not None and counts != last:
+                progress(*counts)
+                last = counts
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with self._changed:
+                self._changed.wait(min(remaining, RECHECK_S))
+            row = self.find(scope, row.delegation_id)
+        return row
+
+    def result(self, row: LedgerRow) -> dict[str, Any]:
+        """The status, and for a finished row the rendered result, which is then acknowledged."""
+        out = self.status(row)
+        if row.state in LIVE_STATES or not row.event:
+            out["result"] = None
+            return out
+        out["result"] = self.off.render(row.event) or ""
+        if row.delivery_state == "pending":
+            self.off.deliveries.mark_delivered(row.delegation_id)
+        out["delivered"] = True
+        return out
+
+    def listing(self, scope: Scope, limit: int = 50) -> list[dict[str, Any]]:
+        """This scope's delegations, newest first."""
+        return [{"delegation_id": r.delegation_id, "state": r.state, "label": ledger_rows.label(r),
+                 "delivered": r.delivery_state == "delivered", "dispatched_at": r.dispatched_at}
+                for r in self._rows(scope)[:limit]]
+
+    def stop(self, scope: Scope, wanted: Any) -> dict[str, Any]:
+        """Ask the delegation's owner (this process or another) to interrupt it; its partial
+        result is still recorded and collected with delegation_result."""
+        row = self.find(scope, wanted)
+        if row.state != "running":
+            return {**self.status(row), "stopped": False,
+                    "note": f"{row.delegation_id} is not running (it is {row.state}); nothing to stop"}
+        control_requests.request(self.off.ledger(), row.delegation_id)
+        return {**self.status(row), "stopped": True,
+                "note": "stop requested; collect the partial result with delegation_result"}
+
+
+def _progress(row: LedgerRow) -> tuple[int, int]:
+    kids = ledger_rows.children(row)
+    return sum(1 for c in kids if c["status"] != "running"), len(kids)

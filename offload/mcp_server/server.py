@@ -1,0 +1,130 @@
+"""The five MCP tools of ``offload mcp`` on the official SDK's ``MCPServer``: ``delegate_task``,
+``delegation_status``, ``delegation_result``, ``list_delegations`` and ``stop_delegation``.
+
+Invariants: a tool never raises to the client — bad input comes back as a tool error
+(``isError``) whose text names the fix, and the server keeps serving; ``delegation_status`` and
+``delegation_result`` return structured content with a ``state`` field beside the text; the
+ledger work runs on worker threads, so a long ``delegation_result`` wait never blocks the
+event loop (it sends progress notifications: children done / total).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent
+
+from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, default_namespace
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WAIT_S = 30.0
+MAX_WAIT_S = 3600.0
+INSTRUCTIONS = ("offload runs subagents in the background and keeps every delegation in a durable ledger. "
+                "delegate_task returns a delegation_id at once; keep working, then collect the result with "
+                "delegation_result (wait_s waits for it) or watch it with delegation_status. Results survive a "
+                "restart of this server.")
+
+
+def _tool_result(payload: dict[str, Any], text: str | None = None) -> CallToolResult:
+    return CallToolResult(content=[TextContent(text=text if text is not None else json.dumps(payload, default=str))],
+                          structured_content=payload)
+
+
+def _tool_error(message: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(text=message)], is_error=True)
+
+
+def _client_name(ctx: Context) -> str | None:
+    params = ctx.session.client_params
+    return params.client_info.name if params is not None and params.client_info is not None else None
+
+
+def _result_text(out: dict[str, Any]) -> str:
+    if out.get("result") is not None:
+        return out["result"]
+    return (f"{out['delegation_id']} is still {out['state']} ({out['children_done']}/{out['children_total']} "
+            "children done); call delegation_result again with wait_s to keep waiting.")
+
+
+class Tools:
+    """The tool functions over one ``McpDelegations``; ``namespace``: the server's fixed one
+    (``--namespace``), else each client's default; ``all_namespaces``: an operator's view."""
+
+    def __init__(self, service: McpDelegations, namespace: str | None = None, all_namespaces: bool = False) -> None:
+        self.service, self.namespace, self.all_namespaces = service, namespace, all_namespaces
+
+    def scope(self, ctx: Context) -> Scope:
+        if self.all_namespaces:
+            return Scope(None)
+        return Scope(self.namespace or default_namespace(_client_name(ctx)))
+
+    async def _call(self, work: Callable[[], CallToolResult]) -> CallToolResult:
+        try:
+            return await anyio.to_thread.run_sync(work)
+        except McpInputError as exc:
+            return _tool_error(str(exc))
+        except Exception as exc:  # the tool boundary: the client gets a reason, the server keeps serving
+            logger.exception("offload mcp tool failed")
+            return _tool_error(f"offload failed unexpectedly ({type(exc).__name__}: {exc}); retry once, and if it "
+                               "fails again see the server's log (stderr)")
+
+    async def delegate_task(self, ctx: Context, goal: str | None = None, tasks: list[dict[str, Any]] | None = None,
+                            context: str | None = None, toolsets: list[str] | None = None) -> CallToolResult:
+        """Hand one goal (``goal``), or several (``tasks``: a list of {goal, context, toolsets, group}), to
+        subagents in the background. Returns at once with the delegation_id; collect the result later with
+        delegation_result. ``context``: what the subagents need to know (they do not see this conversation)."""
+        scope = self.scope(ctx)
+        arguments = {k: v for k, v in (("goal", goal), ("tasks", tasks), ("context", context),
+                                       ("toolsets", toolsets)) if v is not None}
+        return await self._call(lambda: _tool_result(self.service.delegate(scope, arguments)))
+
+    async def delegation_status(self, ctx: Context, delegation_id: str) -> CallToolResult:
+        """The state of a delegation (a unique prefix of its id is enough) and each subagent's progress:
+        status, API calls so far and the tool it is running."""
+        scope = self.scope(ctx)
+        return await self._call(lambda: _tool_result(self.service.status(self.service.find(scope, delegation_id))))
+
+    async def delegation_result(self, ctx: Context, delegation_id: str, wait_s: float = DEFAULT_WAIT_S) -> CallToolResult:
+        """The delegation's result, waiting up to ``wait_s`` seconds for it (0: do not wait). While it still
+        runs you get its state and progress instead; call again to keep waiting. Reading a finished result in
+        full acknowledges it."""
+        if not 0 <= wait_s <= MAX_WAIT_S:
+            return _tool_error(f"wait_s must be between 0 and {MAX_WAIT_S:g} seconds (got {wait_s:g}); pass e.g. "
+                               "wait_s=60 and call again while it runs")
+        scope = self.scope(ctx)
+
+        def progress(done: int, total: int) -> None:
+            anyio.from_thread.run(ctx.report_progress, done, total, f"{done}/{total} subagents done")
+
+        def work() -> CallToolResult:
+            out = self.service.result(self.service.wait(scope, delegation_id, wait_s, progress))
+            return _tool_result(out, _result_text(out))
+        return await self._call(work)
+
+    async def list_delegations(self, ctx: Context, limit: int = 50) -> CallToolResult:
+        """Your delegations, newest first: id, state, what it was about, whether you read its result."""
+        scope = self.scope(ctx)
+        return await self._call(lambda: _tool_result({"delegations": self.service.listing(scope, max(1, limit))}))
+
+    async def stop_delegation(self, ctx: Context, delegation_id: str) -> CallToolResult:
+        """Interrupt a running delegation; its partial result is still recorded: collect it with
+        delegation_result."""
+        scope = self.scope(ctx)
+        return await self._call(lambda: _tool_result(self.service.stop(scope, delegation_id)))
+
+
+def build_server(tools: Tools) -> MCPServer:
+    """An ``MCPServer`` named ``offload`` with the five tools."""
+    from offload import __version__
+
+    server = MCPServer("offload", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    for fn in (tools.delegate_task, tools.delegation_status, tools.delegation_result, tools.list_delegations,
+               tools.stop_delegation):
+        server.add_tool(fn, name=fn.__name__, description=fn.__doc__)
+    return server

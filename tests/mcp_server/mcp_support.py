@@ -1,0 +1,70 @@
+"""Driving ``offload mcp`` as a subprocess with the SDK's own ``Client`` over stdio, against a
+loopback scripted model whose "HOLD" goals wait for the test's gate."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from mcp import Client, StdioServerParameters
+from mcp_types import Implementation
+
+from offload.testing.model_server import ScriptedModelServer, last_message_text, text_reply
+
+OFFLOAD = str(Path(sys.executable).with_name("offload"))
+HOLD = "HOLD"  # a goal with this word is answered only once the gate is open
+GATE_TIMEOUT_S = 60.0
+
+
+class GatedModel:
+    """The children's model: answers at once, except goals saying HOLD, which wait for ``gate``."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.server = ScriptedModelServer(self.script)
+
+    def script(self, request: dict[str, Any]):
+        text = " ".join(str(m.get("content")) for m in request.get("messages") or [])
+        if HOLD in text:
+            self.gate.wait(GATE_TIMEOUT_S)
+        return text_reply(f"finished: {last_message_text(request)[:40]}")
+
+
+def server_env(home: Path, model: GatedModel | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFLOAD_BASE")}
+    env["HERMES_HOME"] = str(home)
+    if model is not None:
+        env.update(OFFLOAD_BASE_URL=model.server.url, OFFLOAD_MODEL="demo-model")
+    return env
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(home: Path, *args: str, model: GatedModel | None = None, name: str = "pytest-client",
+                     cwd: Path | None = None, tolerate_exit: bool = False) -> AsyncIterator[Client]:
+    """A ``Client`` on a fresh ``offload mcp ARGS`` over stdio; ``tolerate_exit``: the test
+    kills the server, so the connection's teardown errors are expected."""
+    params = StdioServerParameters(command=OFFLOAD, args=["mcp", *args], env=server_env(home, model),
+                                   cwd=str(cwd or home))
+    client = Client(params, client_info=Implementation(name=name, version="1"), read_timeout_seconds=60)
+    try:
+        async with client:
+            yield client
+    except BaseException as exc:  # an ExceptionGroup from the transport's task group
+        if not tolerate_exit or isinstance(exc, (KeyboardInterrupt, AssertionError)):
+            raise
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> Any:
+    """The tool's result; fails the test on a tool error."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content[0].text
+    return result
+
+
+async def tool_error(client: Client, tool: str, **arguments: Any) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, result
+    return result.content[0].text

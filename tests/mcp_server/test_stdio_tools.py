@@ -1,0 +1,114 @@
+"""``offload mcp`` over stdio, driven by the SDK's own client: the five tools, dispatch at once,
+results collected and acknowledged, progress during a wait, bad input as tool errors, and
+namespaces that keep unrelated clients apart."""
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from tests.mcp_server.mcp_support import GatedModel, HOLD, call, mcp_client, tool_error
+
+pytestmark = pytest.mark.timeout(120)
+TOOLS = {"delegate_task", "delegation_status", "delegation_result", "list_delegations", "stop_delegation"}
+
+
+@pytest.fixture
+def model():
+    gated = GatedModel()
+    with gated.server:
+        yield gated
+        gated.gate.set()
+
+
+def test_demo_model_dispatches_at_once_and_the_result_arrives_acknowledged(tmp_path):
+    async def body():
+        async with mcp_client(tmp_path, "--demo-model") as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            started = time.monotonic()
+            handle = (await call(client, "delegate_task", goal="count the files in the workspace")).structured_content
+            assert time.monotonic() - started < 1.0
+            assert handle["status"] == "dispatched" and "delegation_result" in handle["note"]
+            delegation_id = handle["delegation_id"]
+            status = (await call(client, "delegation_status", delegation_id=delegation_id[:10])).structured_content
+            assert status["delegation_id"] == delegation_id and status["state"] in {"running", "completed"}
+            assert status["children_total"] == 1
+            result = await call(client, "delegation_result", delegation_id=delegation_id, wait_s=60)
+            assert result.structured_content["state"] == "completed"
+            assert delegation_id in result.content[0].text and "count the files" in result.content[0].text
+            listed = (await call(client, "list_delegations")).structured_content["delegations"]
+            assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(delegation_id, True)]
+    anyio.run(body)
+
+
+def test_a_long_wait_reports_children_done_as_progress(tmp_path, model):
+    seen: list[tuple[float, float | None]] = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total))
+        if progress == 1:
+            model.gate.set()  # the quick child is in: let the held one finish
+
+    async def body():
+        async with mcp_client(tmp_path, model=model) as client:
+            handle = (await call(client, "delegate_task", tasks=[{"goal": "quick look"},
+                                                                  {"goal": f"{HOLD} slow look"}])).structured_content
+            result = await client.call_tool("delegation_result", {"delegation_id": handle["delegation_id"], "wait_s": 60},
+                                            progress_callback=on_progress)
+            assert not result.is_error and result.structured_content["state"] == "completed"
+            assert result.structured_content["children_done"] == 2
+    anyio.run(body)
+    assert (1, 2) in seen and all(total == 2 for _, total in seen)
+
+
+def test_a_short_wait_returns_the_state_and_stop_delivers_the_partial_result(tmp_path, model):
+    async def body():
+        async with mcp_client(tmp_path, model=model) as client:
+            handle = (await call(client, "delegate_task", goal=f"{HOLD} a long job")).structured_content
+            waited = await call(client, "delegation_result", delegation_id=handle["delegation_id"], wait_s=0)
+            assert waited.structured_content["state"] == "running" and waited.structured_content["result"] is None
+            assert "call delegation_result again" in waited.content[0].text
+            stopped = (await call(client, "stop_delegation", delegation_id=handle["delegation_id"])).structured_content
+            assert stopped["stopped"] is True
+            result = await call(client, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
+            assert result.structured_content["state"] == "error"  # a stopped unit did not complete
+            assert "interrupted" in result.content[0].text, result.content[0].text
+            again = (await call(client, "stop_delegation", delegation_id=handle["delegation_id"])).structured_content
+            assert again["stopped"] is False and "not running" in again["note"]
+    anyio.run(body)
+
+
+def test_bad_input_is_a_tool_error_naming_the_fix_and_the_server_keeps_serving(tmp_path, model):
+    async def body():
+        async with mcp_client(tmp_path, model=model) as client:
+            assert "list_delegations" in await tool_error(client, "delegation_result", delegation_id="deleg_nope")
+            assert "goal" in await tool_error(client, "delegate_task")
+            assert "placeholder" in (await tool_error(client, "delegate_task", goal="TODO")).lower()
+            assert "delegation_id is required" in await tool_error(client, "delegation_status", delegation_id=" ")
+            assert "wait_s must be between" in await tool_error(client, "delegation_result", delegation_id="x",
+                                                               wait_s=-1)
+            handle = (await call(client, "delegate_task", goal="still serving")).structured_content
+            assert handle["status"] == "dispatched"
+    anyio.run(body)
+
+
+def test_namespaces_keep_clients_apart_and_a_restarted_client_finds_its_own(tmp_path, model):
+    async def body():
+        async with mcp_client(tmp_path, model=model, name="alpha") as alpha:
+            delegation_id = (await call(alpha, "delegate_task", goal="alpha's job")).structured_content["delegation_id"]
+            await call(alpha, "delegation_result", delegation_id=delegation_id, wait_s=60)
+        async with mcp_client(tmp_path, model=model, name="beta") as beta:
+            assert (await call(beta, "list_delegations")).structured_content["delegations"] == []
+            assert "no delegation" in await tool_error(beta, "delegation_status", delegation_id=delegation_id)
+            assert "no delegation" in await tool_error(beta, "stop_delegation", delegation_id=delegation_id[:10])
+        async with mcp_client(tmp_path, "--namespace", "shared", model=model, name="beta") as named:
+            assert (await call(named, "list_delegations")).structured_content["delegations"] == []
+        async with mcp_client(tmp_path, model=model, name="alpha") as alpha_again:
+            listed = (await call(alpha_again, "list_delegations")).structured_content["delegations"]
+            assert [d["delegation_id"] for d in listed] == [delegation_id]
+        async with mcp_client(tmp_path, "--all-namespaces", model=model, name="operator") as operator:
+            listed = (await call(operator, "list_delegations")).structured_content["delegations"]
+            assert [d["delegation_id"] for d in listed] == [delegation_id]
+            assert "only reads and stops" in await tool_error(operator, "delegate_task", goal="from the operator")
+    anyio.run(body)
