@@ -1,5 +1,5 @@
 """``offload mcp``: serve durable background subagents to an MCP client (Claude Code, Codex,
-Cursor, any client of the protocol), over stdio (default) or Streamable HTTP.
+Cursor, any client of the protocol), over stdio (default) or Streamable HTTP (``--http``).
 
 Invariant: in stdio mode stdout carries nothing but the protocol; every message of ours (the
 demo model's label, logs, errors) goes to stderr.
@@ -28,8 +28,15 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         workspace: Optional[Path] = typer.Option(None, "--workspace", metavar="DIR",
                                                  help="where children work (default: workspace in config.yaml, "
                                                       "else this directory)"),
+        http: bool = typer.Option(False, "--http", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"),
+        host: str = typer.Option("127.0.0.1", "--host", help="--http: address to bind; off loopback needs --token"),
+        port: int = typer.Option(8766, "--port", min=0, max=65535, help="--http: port to listen on (0: any free one)"),
+        token: Optional[str] = typer.Option(None, "--token", envvar="OFFLOAD_MCP_TOKEN",
+                                            help="--http: clients must send Authorization: Bearer TOKEN"),
+        allow_host: list[str] = typer.Option([], "--allow-host", metavar="NAME",
+                                             help="--http: also answer to this host name (repeatable)"),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="log progress to stderr")) -> None:
-    """MCP server over stdio: delegate_task, delegation_status, delegation_result,
+    """MCP server over stdio (or Streamable HTTP with --http): delegate_task, delegation_status, delegation_result,
     list_delegations and stop_delegation, with every delegation in the ledger of this home.
 
     Claude Code: claude mcp add offload -- offload mcp (see docs/mcp.md)."""
@@ -46,6 +53,10 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
                         format="offload mcp: %(levelname)s: %(message)s", force=True)
     if namespace is not None and all_namespaces:
         raise CliError("--namespace and --all-namespaces exclude each other; pass one")
+    if http:
+        from offload.mcp_server.http import check_bind
+
+        check_bind(host, token)  # before anything starts: a refused bind leaves nothing behind
     cfg = load_config()
     if demo_model:
         from offload.cli.demo_model import start_demo_endpoint
@@ -56,4 +67,11 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         cfg = cfg.model_copy(update={"workspace": str(workspace)})
     with Offload(cfg) as off:
         service = McpDelegations(off, off.build_agent(PARENT_SESSION))
-        build_server(Tools(service, namespace, all_namespaces)).run()
+        server = build_server(Tools(service, namespace, all_namespaces))
+        if not http:
+            server.run()
+            return
+        from offload.mcp_server.http import serve_http
+
+        serve_http(server, host, port, token, allow_host,
+                   lambda url: typer.echo(f"offload mcp on {url} (Ctrl-C stops it)", err=True))

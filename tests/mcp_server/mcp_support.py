@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -68,3 +69,48 @@ async def tool_error(client: Client, tool: str, **arguments: Any) -> str:
     result = await client.call_tool(tool, arguments)
     assert result.is_error, result
     return result.content[0].text
+
+
+class HttpServer:
+    """``offload mcp --http --port 0 ARGS`` as a subprocess; ``url`` once it listens."""
+
+    START_TIMEOUT_S = 30.0
+
+    def __init__(self, home: Path, *args: str, model: GatedModel | None = None) -> None:
+        self.proc = subprocess.Popen([OFFLOAD, "mcp", "--http", "--port", "0", *args], env=server_env(home, model),
+                                     cwd=str(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.url = self._await_url()
+
+    def _await_url(self) -> str:
+        seen: list[str] = []
+        timer = threading.Timer(self.START_TIMEOUT_S, self.proc.kill)  # a hung start ends the read below
+        timer.start()
+        try:
+            for line in self.proc.stderr:
+                seen.append(line)
+                if line.startswith("offload mcp on "):
+                    return line.split()[3]
+        finally:
+            timer.cancel()
+        raise AssertionError(f"offload mcp --http did not start: {''.join(seen)}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+def http_client(url: str, token: str | None, name: str = "pytest-client") -> Client:
+    """The SDK's client over Streamable HTTP, with the bearer token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    transport = streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=60))
+    return Client(transport, client_info=Implementation(name=name, version="1"), read_timeout_seconds=60)

@@ -1,0 +1,116 @@
+"""``offload mcp --http``: the MCP server over Streamable HTTP (the SDK's app under uvicorn),
+behind the checks the MCP transport spec asks for.
+
+Invariants, each applied before a request reaches the SDK:
+- Host: only the names ``offload.http_security`` allows (loopback names, the bound address,
+  ``--allow-host`` names), the one check of every HTTP server offload runs (DNS rebinding);
+- Origin: a request carrying an ``Origin`` header must come from one of those same names, so a
+  page on another site cannot drive the server from a browser;
+- token: with ``--token``, every request carries ``Authorization: Bearer TOKEN`` (compared in
+  constant time); the token is the outer boundary between clients, namespaces sit inside it. A
+  bind off loopback without a token is refused before anything listens.
+"""
+from __future__ import annotations
+
+import hmac
+import socket
+from typing import Callable, Iterable
+from urllib.parse import urlsplit
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from offload.dashboard.security import is_loopback
+from offload.errors import CliError
+from offload.http_security import HostCheck, HostGuard
+
+MCP_PATH = "/mcp"
+LISTEN_BACKLOG = 2048  # uvicorn's own default
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse a bind off loopback without a token: anyone reaching it could start subagents."""
+    if token is not None and not token.strip():
+        raise CliError("--token is empty; give a long random value, e.g. --token \"$(openssl rand -hex 16)\"")
+    if not is_loopback(host) and not token:
+        raise CliError(f"refusing to serve MCP on {host} without a token: anyone who can reach it could start, read "
+                       "and stop subagents. Add --token SECRET (clients send Authorization: Bearer SECRET), or bind "
+                       "127.0.0.1 (the default)")
+
+
+class OriginGuard:
+    """ASGI middleware: a request with an ``Origin`` must name a host the server answers to."""
+
+    def __init__(self, app: ASGIApp, check: HostCheck) -> None:
+        self.app, self.check = app, check
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        origin = Headers(scope=scope).get("origin") if scope["type"] == "http" else None
+        if origin is not None and not self._accepts(origin):
+            refusal = PlainTextResponse(f"403: requests from the web origin {origin!r} are refused (MCP clients send "
+                                        "no Origin, or one of this server's own names)\n", status_code=403)
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _accepts(self, origin: str) -> bool:
+        try:
+            netloc = urlsplit(origin).netloc
+        except ValueError:
+            return False
+        return bool(netloc) and self.check.accepts(netloc)
+
+
+class BearerGuard:
+    """ASGI middleware: ``Authorization: Bearer TOKEN`` on every request when a token is set."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.token and scope["type"] == "http" and not self._authorized(Headers(scope=scope)):
+            refusal = PlainTextResponse("401: this MCP server needs Authorization: Bearer <token> (the --token it was "
+                                        "started with)\n", status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, headers: Headers) -> bool:
+        scheme, _, value = (headers.get("authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), self.token.encode())
+
+
+def http_app(server: MCPServer, host: str, token: str | None, allowed_hosts: Iterable[str] = ()) -> ASGIApp:
+    """The SDK's Streamable HTTP app at ``/mcp`` behind the Host, Origin and token checks (the
+    SDK's own header check is off: ours is the one offload applies everywhere)."""
+    check_bind(host, token)
+    hosts = HostCheck(host, allowed_hosts)
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host,
+                                     transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    return HostGuard(OriginGuard(BearerGuard(app, token), hosts), hosts)
+
+
+def serve_http(server: MCPServer, host: str, port: int, token: str | None, allowed_hosts: Iterable[str] = (),
+               on_start: Callable[[str], None] | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM (uvicorn's handling); ``on_start(url)`` once the port is
+    bound (port 0 = any free port, so a caller learns which)."""
+    import uvicorn
+
+    app = http_app(server, host, token, allowed_hosts)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(LISTEN_BACKLOG)  # listening before we announce: early connects wait for uvicorn to accept
+    except OSError as exc:
+        sock.close()
+        raise CliError(f"offload mcp could not listen on {host}:{port} ({exc.strerror}); pick another with --port "
+                       "or --host") from None
+    bound, bound_port = sock.getsockname()[:2]
+    if on_start is not None:
+        on_start(f"http://{'[' + bound + ']' if ':' in bound else bound}:{bound_port}{MCP_PATH}")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])

@@ -1,0 +1,101 @@
+"""``offload mcp --http`` driven by the SDK's client over Streamable HTTP on 127.0.0.1: dispatch
+at once and results, namespaces, the bearer token, the Host/Origin checks against DNS
+rebinding, a refused bind off loopback without a token, and a SIGKILL then restart."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import anyio
+import httpx
+import pytest
+
+from tests.mcp_server.mcp_support import OFFLOAD, GatedModel, HOLD, HttpServer, call, http_client, server_env, tool_error
+
+pytestmark = pytest.mark.timeout(120)
+TOKEN = "s3cret-token"
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                         "clientInfo": {"name": "raw", "version": "1"}}}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@pytest.fixture
+def model():
+    gated = GatedModel()
+    with gated.server:
+        yield gated
+        gated.gate.set()
+
+
+@pytest.fixture
+def server(tmp_path, model):
+    running = HttpServer(tmp_path, "--token", TOKEN, model=model)
+    yield running
+    running.stop()
+
+
+def test_dispatch_returns_at_once_results_arrive_and_namespaces_stay_apart(server):
+    async def body():
+        async with http_client(server.url, TOKEN, name="alpha") as alpha:
+            started = time.monotonic()
+            handle = (await call(alpha, "delegate_task", goal="look around")).structured_content
+            assert time.monotonic() - started < 1.0 and handle["status"] == "dispatched"
+            result = await call(alpha, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
+            assert result.structured_content["state"] == "completed" and "finished:" in result.content[0].text
+            assert "no delegation" in await tool_error(alpha, "delegation_status", delegation_id="deleg_nope")
+        async with http_client(server.url, TOKEN, name="beta") as beta:
+            assert (await call(beta, "list_delegations")).structured_content["delegations"] == []
+            assert "no delegation" in await tool_error(beta, "delegation_result", delegation_id=handle["delegation_id"])
+    anyio.run(body)
+
+
+def test_requests_without_the_token_or_for_a_foreign_name_are_refused(server):
+    with httpx.Client(timeout=10) as raw:
+        assert raw.post(server.url, json=INITIALIZE, headers=HEADERS).status_code == 401
+        wrong = raw.post(server.url, json=INITIALIZE, headers={**HEADERS, "Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        authorized = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+        rebound = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Host": "evil.example:80"})
+        assert rebound.status_code == 403 and "--allow-host" in rebound.text
+        page = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://evil.example"})
+        assert page.status_code == 403
+        own = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://127.0.0.1"})
+        assert own.status_code == 200, own.text
+
+
+def test_a_bind_off_loopback_without_a_token_is_refused(tmp_path):
+    done = subprocess.run([OFFLOAD, "mcp", "--http", "--host", "0.0.0.0", "--port", "0"], env=server_env(tmp_path, None),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--token" in done.stderr and done.stdout == ""
+
+
+def test_a_killed_http_server_s_delegation_is_recovered_after_a_restart(tmp_path, model):
+    first = HttpServer(tmp_path, "--token", TOKEN, model=model)
+
+    async def dispatch() -> str:
+        async with http_client(first.url, TOKEN) as client:
+            handle = (await call(client, "delegate_task", goal=f"{HOLD} never finishes")).structured_content
+            with anyio.fail_after(30):
+                while not model.server.requests:  # the child is talking to its model
+                    await anyio.sleep(0.05)
+            return handle["delegation_id"]
+    try:
+        delegation_id = anyio.run(dispatch)
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(10)
+    finally:
+        first.stop()
+    model.gate.set()
+    second = HttpServer(tmp_path, "--token", TOKEN, model=model)
+
+    async def collect() -> None:
+        async with http_client(second.url, TOKEN) as client:
+            result = await call(client, "delegation_result", delegation_id=delegation_id, wait_s=30)
+            assert result.structured_content["state"] == "unknown" and result.structured_content["result"]
+    try:
+        anyio.run(collect)
+    finally:
+        second.stop()
