@@ -40,7 +40,7 @@ def _tool_error(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(text=message)], is_error=True)
 
 
-def _client_name(ctx: Context) -> str | None:
+def _client_name(ctx: Any) -> str | None:
     params = ctx.session.client_params
     return params.client_info.name if params is not None and params.client_info is not None else None
 
@@ -59,7 +59,8 @@ class Tools:
     def __init__(self, service: McpDelegations, namespace: str | None = None, all_namespaces: bool = False) -> None:
         self.service, self.namespace, self.all_namespaces = service, namespace, all_namespaces
 
-    def scope(self, ctx: Context) -> Scope:
+    def scope(self, ctx: Any) -> Scope:
+        """The namespace of a request (``ctx``: a tool's ``Context`` or a method's request context)."""
         if self.all_namespaces:
             return Scope(None)
         return Scope(self.namespace or default_namespace(_client_name(ctx)))
@@ -120,10 +121,14 @@ class Tools:
 
 
 def build_server(tools: Tools) -> MCPServer:
-    """An ``MCPServer`` named ``offload`` with the five tools."""
+    """An ``MCPServer`` named ``offload`` with the five tools and the tasks extension."""
     from offload import __version__
 
-    server = MCPServer("offload", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    from offload.mcp_server.tasks import TasksExtension
+
+    tasks = TasksExtension(tools.service, tools.scope, tools.service.result)
+    server = MCPServer("offload", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING",
+                       extensions=[tasks])
     for fn in (tools.delegate_task, tools.delegation_status, tools.delegation_result, tools.list_delegations,
                tools.stop_delegation):
         server.add_tool(fn, name=fn.__name__, description=fn.__doc__)

@@ -1,0 +1,132 @@
+"""MCP Tasks (the ``io.modelcontextprotocol/tasks`` extension, SEP-2663) for clients that opt
+in, on the SDK's server extension API: a ``delegate_task`` call from such a client returns a
+``CreateTaskResult`` (``resultType: "task"``) whose task id is the delegation id, and
+``tasks/get``, ``tasks/update`` and ``tasks/cancel`` read and stop it.
+
+Invariants:
+- the ledger is the task store: a task is its delegation's row, so it outlives the server
+  process, and ``tasks/get`` after a restart answers with the recovered result;
+- a ``CreateTaskResult`` goes only to a client that declared the extension on that request
+  (everyone else gets the ordinary tool result), and only once the row is written, so a
+  ``tasks/get`` for it resolves at once;
+- statuses: a live delegation is ``working`` (its message says how many subagents are done);
+  a finished one is ``completed`` with the ``delegation_result`` tool result inline (a failed
+  or stopped delegation is a tool result too, with ``isError`` when it did not complete), and
+  reading it acknowledges it; ``failed`` is left to JSON-RPC errors, as the SEP says;
+- tasks are seen only in their namespace: another namespace's id is "no such task";
+- ``tasks/update`` and ``tasks/cancel`` acknowledge with an empty result whatever the id
+  (the SEP's rule); cancel asks the delegation's owner to stop it, and the partial result is
+  then the task's result.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Callable
+
+import anyio.to_thread
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams, RequestParams
+from mcp_types.jsonrpc import INVALID_PARAMS
+
+from offload.engine.states import DONE_STATES, LIVE_STATES
+from offload.ledger import LedgerRow
+from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+POLL_INTERVAL_MS = 1000  # subagents take seconds to minutes; a ledger read per second per client is cheap
+TASK_TOOL = "delegate_task"
+
+
+class TaskParams(RequestParams):
+    """``tasks/get`` and ``tasks/cancel``: the task id and the opaque state we never set."""
+
+    task_id: str
+    request_state: str | None = None
+
+
+class UpdateTaskParams(TaskParams):
+    input_responses: dict[str, Any] | None = None
+
+
+def iso(epoch_s: float | None) -> str:
+    return dt.datetime.fromtimestamp(epoch_s or 0.0, tz=dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def declared(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client declared the tasks extension for this request."""
+    capabilities = ctx.session.client_capabilities
+    return bool(capabilities and capabilities.extensions and TASKS_EXTENSION in capabilities.extensions)
+
+
+class TasksExtension(Extension):
+    """See the module docstring. ``service``: the delegations; ``scope_of``: the namespace a
+    request belongs to; ``tool_result``: a finished row's ``delegation_result`` (it acknowledges)."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(self, service: McpDelegations, scope_of: Callable[[Any], Scope],
+                 tool_result: Callable[[LedgerRow], dict[str, Any]]) -> None:
+        self.service, self.scope_of, self.tool_result = service, scope_of, tool_result
+
+    def methods(self) -> list[MethodBinding]:
+        return [MethodBinding("tasks/get", TaskParams, self._get),
+                MethodBinding("tasks/update", UpdateTaskParams, self._update),
+                MethodBinding("tasks/cancel", TaskParams, self._cancel)]
+
+    async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
+                                  call_next: CallNext) -> HandlerResult:
+        if params.name != TASK_TOOL or not declared(ctx):
+            return await call_next(ctx)
+        scope = self.scope_of(ctx)
+        arguments = dict(params.arguments or {})
+        try:
+            handle = await anyio.to_thread.run_sync(lambda: self.service.delegate(scope, arguments))
+        except McpInputError:
+            return await call_next(ctx)  # the plain tool answers bad input with its tool error
+        row = await anyio.to_thread.run_sync(lambda: self.service.find(scope, handle["delegation_id"]))
+        return {**self._task(row, finished=False), "resultType": "task"}
+
+    # -- the methods ------------------------------------------------------------------------------
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        scope = self.scope_of(ctx)
+
+        def read() -> dict[str, Any]:
+            try:
+                row = self.service.find(scope, params.task_id)
+            except McpInputError as exc:
+                raise MCPError(code=INVALID_PARAMS, message=f"no such task {params.task_id!r}: {exc}") from None
+            if row.delegation_id != params.task_id:  # a prefix is a convenience of the tools, not of task ids
+                raise MCPError(code=INVALID_PARAMS, message=f"no such task {params.task_id!r}")
+            return self._task(row, finished=row.state not in LIVE_STATES)
+        return await anyio.to_thread.run_sync(read)
+
+    async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
+        return {}  # our tasks never ask for input: any response is for no outstanding request
+
+    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        scope = self.scope_of(ctx)
+
+        def cancel() -> None:
+            try:
+                self.service.stop(scope, params.task_id)
+            except McpInputError:
+                pass  # acknowledged whatever the id (SEP-2663)
+        await anyio.to_thread.run_sync(cancel)
+        return {}
+
+    # -- the task shape ---------------------------------------------------------------------------
+    def _task(self, row: LedgerRow, finished: bool) -> dict[str, Any]:
+        status = self.service.status(row)
+        task: dict[str, Any] = {
+            "taskId": row.delegation_id, "createdAt": iso(row.dispatched_at),
+            "lastUpdatedAt": iso(row.updated_at or row.completed_at or row.dispatched_at), "ttlSeconds": None,
+            "pollIntervalMilliseconds": POLL_INTERVAL_MS}
+        if not finished:
+            return {**task, "status": "working", "statusMessage": (
+                f"{status['children_done']}/{status['children_total']} subagents done")}
+        out = self.tool_result(row)
+        return {**task, "status": "completed", "statusMessage": f"delegation {row.state}",
+                "result": {"content": [{"type": "text", "text": out["result"] or ""}], "structuredContent": out,
+                           "isError": row.state not in DONE_STATES}}

@@ -1,0 +1,102 @@
+"""The client half of MCP Tasks (``io.modelcontextprotocol/tasks``, SEP-2663) on the SDK's
+client extension API: ``Client(..., extensions=[TasksClient()])`` declares the extension, and a
+``delegate_task`` answered with a task is polled with ``tasks/get`` until it finishes, so
+``call_tool`` still returns the tool's result. ``on_task`` sees every task state (the created
+one first), e.g. to keep the task id for after a restart.
+
+Invariant: the poll honours the server's ``pollIntervalMilliseconds`` and ends only on a
+terminal status; a ``failed`` or ``cancelled`` task becomes an ``isError`` tool result.
+"""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Literal
+
+import anyio
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp_types import CallToolResult, Request, Result, TextContent
+from pydantic import ConfigDict
+
+from offload.mcp_server.tasks import TASKS_EXTENSION, TaskParams
+
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+MIN_POLL_S = 0.05
+
+
+class CreateTaskResult(Result):
+    """``resultType: "task"``: the seed state of a task."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    poll_interval_milliseconds: int | None = None
+
+
+class TaskState(Result):
+    """A ``tasks/get`` answer: the task, with ``result`` or ``error`` once terminal."""
+
+    model_config = ConfigDict(extra="allow")
+    task_id: str
+    status: str
+    status_message: str | None = None
+    poll_interval_milliseconds: int | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+class GetTaskRequest(Request[TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    name_param = "taskId"  # the Mcp-Name header SEP-2663 asks for over HTTP
+
+
+class CancelTaskRequest(Request[TaskParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    name_param = "taskId"
+
+
+OnTask = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class TasksClient(ClientExtension):
+    identifier = TASKS_EXTENSION
+
+    def __init__(self, on_task: OnTask | None = None) -> None:
+        self.on_task = on_task
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreateTaskResult, resolve=self._resolve)]
+
+    async def _resolve(self, created: CreateTaskResult, ctx: ClaimContext) -> CallToolResult:
+        await self._tell(created)
+        return await poll(ctx.session, created.task_id, created.poll_interval_milliseconds, self._tell)
+
+    async def _tell(self, state: Result) -> None:
+        if self.on_task is not None:
+            await self.on_task(state.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+async def get_task(session: Any, task_id: str) -> TaskState:
+    return await session.send_request(GetTaskRequest(params=TaskParams(task_id=task_id)), TaskState)
+
+
+async def cancel_task(session: Any, task_id: str) -> None:
+    await session.send_request(CancelTaskRequest(params=TaskParams(task_id=task_id)), Result)
+
+
+async def poll(session: Any, task_id: str, interval_ms: int | None = None,
+               on_state: Callable[[TaskState], Awaitable[None]] | None = None) -> CallToolResult:
+    """``tasks/get`` until the task is terminal; its tool result."""
+    while True:
+        state = await get_task(session, task_id)
+        if on_state is not None:
+            await on_state(state)
+        if state.status in TERMINAL:
+            return as_tool_result(state)
+        await anyio.sleep(max(MIN_POLL_S, (state.poll_interval_milliseconds or interval_ms or 1000) / 1000))
+
+
+def as_tool_result(state: TaskState) -> CallToolResult:
+    if state.status == "completed" and state.result is not None:
+        return CallToolResult.model_validate(state.result)
+    reason = (state.error or {}).get("message") or state.status_message or state.status
+    return CallToolResult(content=[TextContent(text=f"task {state.task_id} {state.status}: {reason}")], is_error=True)

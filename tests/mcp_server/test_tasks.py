@@ -1,0 +1,80 @@
+"""MCP Tasks (SEP-2663) with a client that opts in through the SDK's client extension API:
+delegate_task becomes a task whose id is the delegation id, tasks/get polls it to the result,
+tasks/cancel stops it, the ledger is the task store (a task outlives a SIGKILLed server), and a
+client that did not opt in still gets the plain tool result."""
+from __future__ import annotations
+
+import os
+import signal
+
+import anyio
+import pytest
+from mcp_types import CallToolResult
+
+from offload.mcp_server.tasks_client import CreateTaskResult, TasksClient, cancel_task, get_task, poll
+from tests.mcp_server.mcp_support import GatedModel, HOLD, call, mcp_client
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def model():
+    gated = GatedModel()
+    with gated.server:
+        yield gated
+        gated.gate.set()
+
+
+def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(tmp_path, model):
+    states: list[dict] = []
+
+    async def on_task(state: dict) -> None:
+        states.append(state)
+
+    async def body():
+        async with mcp_client(tmp_path, model=model, extensions=[TasksClient(on_task)]) as client:
+            result = await client.call_tool("delegate_task", {"goal": "look around"})
+            assert isinstance(result, CallToolResult) and not result.is_error
+            assert result.structured_content["state"] == "completed" and "finished:" in result.content[0].text
+            task_id = states[0]["taskId"]
+            assert states[0]["resultType"] == "task" and states[0]["status"] == "working"
+            assert task_id.startswith("deleg_") and states[-1]["status"] == "completed"
+            listed = (await call(client, "list_delegations")).structured_content["delegations"]
+            assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(task_id, True)]
+        async with mcp_client(tmp_path, model=model) as plain:  # no extension: the ordinary handle
+            handle = (await call(plain, "delegate_task", goal="plain call")).structured_content
+            assert handle["status"] == "dispatched"
+    anyio.run(body)
+
+
+def test_tasks_cancel_stops_it_and_unknown_or_foreign_ids_are_no_task(tmp_path, model):
+    async def body():
+        async with mcp_client(tmp_path, model=model, name="alpha", extensions=[TasksClient()]) as client:
+            created = await client.session.call_tool("delegate_task", {"goal": f"{HOLD} forever"}, allow_claimed=True)
+            assert isinstance(created, CreateTaskResult)
+            assert (await get_task(client.session, created.task_id)).status == "working"
+            await cancel_task(client.session, created.task_id)
+            await cancel_task(client.session, "deleg_unknown")  # acknowledged all the same
+            with anyio.fail_after(60):
+                result = await poll(client.session, created.task_id)
+            assert result.structured_content["state"] == "error" and "interrupted" in result.content[0].text
+            with pytest.raises(Exception, match="no such task"):
+                await get_task(client.session, "deleg_unknown")
+        async with mcp_client(tmp_path, model=model, name="beta", extensions=[TasksClient()]) as other:
+            with pytest.raises(Exception, match="no such task"):
+                await get_task(other.session, created.task_id)
+    anyio.run(body)
+
+
+def test_a_task_outlives_a_killed_server(tmp_path, model):
+    async def body():
+        async with mcp_client(tmp_path, model=model, extensions=[TasksClient()], tolerate_exit=True) as first:
+            created = await first.session.call_tool("delegate_task", {"goal": f"{HOLD} long"}, allow_claimed=True)
+            status = (await call(first, "delegation_status", delegation_id=created.task_id)).structured_content
+            os.kill(status["owner_pid"], signal.SIGKILL)
+        model.gate.set()
+        async with mcp_client(tmp_path, model=model, extensions=[TasksClient()]) as second:
+            state = await get_task(second.session, created.task_id)
+            assert state.status == "completed" and state.result["structuredContent"]["state"] == "unknown"
+            assert state.result["isError"] is True
+    anyio.run(body)
