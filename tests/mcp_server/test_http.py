@@ -12,7 +12,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.mcp_server.mcp_support import OFFLOAD, GatedModel, HOLD, HttpServer, call, http_client, server_env, tool_error
+from tests.mcp_server.mcp_support import OFFLOAD, HOLD, HttpServer, call, http_client, server_env, tool_error
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "s3cret-token"
@@ -20,14 +20,6 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                          "clientInfo": {"name": "raw", "version": "1"}}}
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-
-
-@pytest.fixture
-def model():
-    gated = GatedModel()
-    with gated.server:
-        yield gated
-        gated.gate.set()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import signal
 import anyio
 import pytest
 
-from tests.mcp_server.mcp_support import GatedModel, HOLD, call, mcp_client
+from tests.mcp_server.mcp_support import HOLD, call, mcp_client
 
 pytestmark = pytest.mark.timeout(120)
 DEADLINE_S = 30.0
@@ -25,23 +25,21 @@ async def _until_one_child_done(client, delegation_id: str) -> dict:
             await anyio.sleep(0.05)
 
 
-def test_a_killed_server_s_delegation_is_recovered_by_the_next_one(tmp_path):
-    model = GatedModel()
-    with model.server:
-        async def body():
-            async with mcp_client(tmp_path, model=model, tolerate_exit=True) as first:
-                handle = (await call(first, "delegate_task", tasks=[{"goal": "quick part"},
-                                                                     {"goal": f"{HOLD} endless part"}])).structured_content
-                status = await _until_one_child_done(first, handle["delegation_id"])
-                assert status["state"] == "running" and status["owner_pid"]
-                os.kill(status["owner_pid"], signal.SIGKILL)
-            model.gate.set()  # the held request's connection is gone with its process anyway
-            async with mcp_client(tmp_path, model=model) as second:
-                result = await call(second, "delegation_result", delegation_id=handle["delegation_id"], wait_s=30)
-                assert result.structured_content["state"] == "unknown", result.structured_content
-                text = result.content[0].text
-                assert "finished: quick part" in text  # the finished child's real result
-                assert result.structured_content["children"][0]["status"] == "completed"
-                listed = (await call(second, "list_delegations")).structured_content["delegations"]
-                assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(handle["delegation_id"], True)]
-        anyio.run(body)
+def test_a_killed_server_s_delegation_is_recovered_by_the_next_one(tmp_path, model):
+    async def body():
+        async with mcp_client(tmp_path, model=model, tolerate_exit=True) as first:
+            handle = (await call(first, "delegate_task", tasks=[{"goal": "quick part"},
+                                                                 {"goal": f"{HOLD} endless part"}])).structured_content
+            status = await _until_one_child_done(first, handle["delegation_id"])
+            assert status["state"] == "running" and status["owner_pid"]
+            os.kill(status["owner_pid"], signal.SIGKILL)
+        model.gate.set()  # the held request's connection is gone with its process anyway
+        async with mcp_client(tmp_path, model=model) as second:
+            result = await call(second, "delegation_result", delegation_id=handle["delegation_id"], wait_s=30)
+            assert result.structured_content["state"] == "unknown", result.structured_content
+            text = result.content[0].text
+            assert "finished: quick part" in text  # the finished child's real result
+            assert result.structured_content["children"][0]["status"] == "completed"
+            listed = (await call(second, "list_delegations")).structured_content["delegations"]
+            assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(handle["delegation_id"], True)]
+    anyio.run(body)

@@ -8,18 +8,10 @@ import time
 import anyio
 import pytest
 
-from tests.mcp_server.mcp_support import GatedModel, HOLD, call, mcp_client, tool_error
+from tests.mcp_server.mcp_support import HOLD, call, mcp_client, tool_error
 
 pytestmark = pytest.mark.timeout(120)
 TOOLS = {"delegate_task", "delegation_status", "delegation_result", "list_delegations", "stop_delegation"}
-
-
-@pytest.fixture
-def model():
-    gated = GatedModel()
-    with gated.server:
-        yield gated
-        gated.gate.set()
 
 
 def test_demo_model_dispatches_at_once_and_the_result_arrives_acknowledged(tmp_path):

@@ -12,17 +12,9 @@ import pytest
 from mcp_types import CallToolResult
 
 from offload.mcp_server.tasks_client import CreateTaskResult, TasksClient, cancel_task, get_task, poll
-from tests.mcp_server.mcp_support import GatedModel, HOLD, call, mcp_client
+from tests.mcp_server.mcp_support import HOLD, call, mcp_client
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def model():
-    gated = GatedModel()
-    with gated.server:
-        yield gated
-        gated.gate.set()
 
 
 def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(tmp_path, model):
