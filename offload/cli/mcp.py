@@ -26,8 +26,8 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         all_namespaces: bool = typer.Option(False, "--all-namespaces", help="operator view: read and stop the "
                                             "delegations of every namespace (cannot start any)"),
         workspace: Optional[Path] = typer.Option(None, "--workspace", metavar="DIR",
-                                                 help="where children work (default: workspace in config.yaml, "
-                                                      "else this directory)"),
+                                                 help="where children work (default: the client's first root, "
+                                                      "else workspace in config.yaml, else this directory)"),
         http: bool = typer.Option(False, "--http", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"),
         host: str = typer.Option("127.0.0.1", "--host", help="--http: address to bind; off loopback needs --token"),
         port: int = typer.Option(8766, "--port", min=0, max=65535, help="--http: port to listen on (0: any free one)"),
@@ -66,8 +66,11 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
     if workspace is not None:
         cfg = cfg.model_copy(update={"workspace": str(workspace)})
     with Offload(cfg) as off:
-        service = McpDelegations(off, off.build_agent(PARENT_SESSION))
-        server = build_server(Tools(service, namespace, all_namespaces))
+        def build_parent(root: Path | None) -> object:
+            return off.build_agent(PARENT_SESSION, config=cfg.model_copy(update={"workspace": str(root)}) if root else None)
+
+        service = McpDelegations(off, build_parent)
+        server = build_server(Tools(service, namespace, all_namespaces, use_roots=workspace is None))
         if not http:
             server.run()
             return

@@ -70,11 +70,14 @@ def default_namespace(client_name: str | None, cwd: Path | None = None) -> str:
 
 
 class McpDelegations:
-    """See the module docstring. ``off``: the runtime; ``parent``: the agent whose endpoint,
-    toolsets and workspace the children inherit (built once, never run)."""
+    """See the module docstring. ``off``: the runtime; ``build_parent(workspace)``: the agent
+    whose endpoint, toolsets and workspace the children inherit (None: the default workspace);
+    one is built per workspace and never run."""
 
-    def __init__(self, off: Offload, parent: Any) -> None:
-        self.off, self.parent = off, parent
+    def __init__(self, off: Offload, build_parent: Callable[[Path | None], Any]) -> None:
+        self.off, self.build_parent = off, build_parent
+        self._parents: dict[Path | None, Any] = {}
+        self._parents_lock = threading.Lock()
         self.view = LedgerView(off.ledger())
         self._changed = threading.Condition()
         self._drainer = threading.Thread(target=self._drain_bus, name="offload-mcp-bus", daemon=True)
@@ -94,17 +97,25 @@ class McpDelegations:
                 self._changed.notify_all()
 
     # -- dispatch ---------------------------------------------------------------------------------
-    def delegate(self, scope: Scope, arguments: dict[str, Any]) -> dict[str, Any]:
+    def parent(self, workspace: Path | None = None) -> Any:
+        with self._parents_lock:
+            if workspace not in self._parents:
+                self._parents[workspace] = self.build_parent(workspace)
+            return self._parents[workspace]
+
+    def delegate(self, scope: Scope, arguments: dict[str, Any], workspace: Path | None = None) -> dict[str, Any]:
         """Start ``arguments`` (delegate_task's: ``goal`` or ``tasks``, ``context``, ``toolsets``)
-        in the background for ``scope``; the handle, with the note on how to collect it."""
+        in the background for ``scope``, children working in ``workspace`` (None: the default);
+        the handle, with the note on how to collect it."""
         if scope.namespace is None:
             raise McpInputError("an --all-namespaces server only reads and stops delegations; start one from a "
                                 "server with a namespace (drop --all-namespaces)")
+        parent = self.parent(workspace)
         session = set_current_session_key(scope.session_key)
         clear_session_env()  # no HERMES_SESSION_* of the server's environment routes these results
         set_async_delivery(True)  # results stay in the ledger for delegation_result, never run inline
         try:
-            handle = json.loads(self.off.delegate_tool(**arguments, background=True, parent_agent=self.parent))
+            handle = json.loads(self.off.delegate_tool(**arguments, background=True, parent_agent=parent))
         finally:
             reset_current_session_key(session)
             reset_session_env()

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable
+from pathlib import Path
+from typing import Annotated, Any, Callable
+from urllib.parse import unquote, urlsplit
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, TextContent
+from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
+from mcp_types import CallToolResult, ListRootsResult, TextContent
 
 from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, default_namespace
 
@@ -52,12 +54,31 @@ def _result_text(out: dict[str, Any]) -> str:
             "children done); call delegation_result again with wait_s to keep waiting.")
 
 
+def client_roots(ctx: Context) -> ListRoots | None:
+    """Ask the client for its roots (MCP roots) when it offers them."""
+    capabilities = ctx.client_capabilities
+    return ListRoots() if capabilities is not None and capabilities.roots is not None else None
+
+
+def first_root(roots: ListRootsResult | None) -> Path | None:
+    """The client's first root that is a directory here (a ``file://`` URI), else None."""
+    for root in (roots.roots if roots is not None else []):
+        parts = urlsplit(str(root.uri))
+        path = Path(unquote(parts.path)) if parts.scheme == "file" else None
+        if path is not None and path.is_dir():
+            return path.resolve()
+        logger.warning("ignoring the client's root %s: not a directory on this machine", root.uri)
+    return None
+
+
 class Tools:
     """The tool functions over one ``McpDelegations``; ``namespace``: the server's fixed one
     (``--namespace``), else each client's default; ``all_namespaces``: an operator's view."""
 
-    def __init__(self, service: McpDelegations, namespace: str | None = None, all_namespaces: bool = False) -> None:
+    def __init__(self, service: McpDelegations, namespace: str | None = None, all_namespaces: bool = False,
+                 use_roots: bool = True) -> None:
         self.service, self.namespace, self.all_namespaces = service, namespace, all_namespaces
+        self.use_roots = use_roots  # False: --workspace was given, and it wins over the client's roots
 
     def scope(self, ctx: Any) -> Scope:
         """The namespace of a request (``ctx``: a tool's ``Context`` or a method's request context)."""
@@ -76,14 +97,16 @@ class Tools:
                                "fails again see the server's log (stderr)")
 
     async def delegate_task(self, ctx: Context, goal: str | None = None, tasks: list[dict[str, Any]] | None = None,
-                            context: str | None = None, toolsets: list[str] | None = None) -> CallToolResult:
+                            context: str | None = None, toolsets: list[str] | None = None,
+                            roots: Annotated[ListRootsResult | None, Resolve(client_roots)] = None) -> CallToolResult:
         """Hand one goal (``goal``), or several (``tasks``: a list of {goal, context, toolsets, group}), to
         subagents in the background. Returns at once with the delegation_id; collect the result later with
         delegation_result. ``context``: what the subagents need to know (they do not see this conversation)."""
         scope = self.scope(ctx)
         arguments = {k: v for k, v in (("goal", goal), ("tasks", tasks), ("context", context),
                                        ("toolsets", toolsets)) if v is not None}
-        return await self._call(lambda: _tool_result(self.service.delegate(scope, arguments)))
+        workspace = first_root(roots) if self.use_roots else None
+        return await self._call(lambda: _tool_result(self.service.delegate(scope, arguments, workspace)))
 
     async def delegation_status(self, ctx: Context, delegation_id: str) -> CallToolResult:
         """The state of a delegation (a unique prefix of its id is enough) and each subagent's progress:

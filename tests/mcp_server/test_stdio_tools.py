@@ -3,10 +3,12 @@ results collected and acknowledged, progress during a wait, bad input as tool er
 namespaces that keep unrelated clients apart."""
 from __future__ import annotations
 
+import json
 import time
 
 import anyio
 import pytest
+from mcp_types import ListRootsResult, Root
 
 from tests.mcp_server.mcp_support import HOLD, call, mcp_client, tool_error
 
@@ -17,7 +19,9 @@ TOOLS = {"delegate_task", "delegation_status", "delegation_result", "list_delega
 def test_demo_model_dispatches_at_once_and_the_result_arrives_acknowledged(tmp_path):
     async def body():
         async with mcp_client(tmp_path, "--demo-model") as client:
-            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == TOOLS
+            assert set(tools["delegate_task"].input_schema["properties"]) == {"goal", "tasks", "context", "toolsets"}
             started = time.monotonic()
             handle = (await call(client, "delegate_task", goal="count the files in the workspace")).structured_content
             assert time.monotonic() - started < 1.0
@@ -104,3 +108,26 @@ def test_namespaces_keep_clients_apart_and_a_restarted_client_finds_its_own(tmp_
             assert [d["delegation_id"] for d in listed] == [delegation_id]
             assert "only reads and stops" in await tool_error(operator, "delegate_task", goal="from the operator")
     anyio.run(body)
+
+
+def test_children_work_in_the_client_s_first_root_unless_workspace_is_given(tmp_path, model):
+    project, fixed = tmp_path / "project", tmp_path / "fixed"
+    project.mkdir()
+    fixed.mkdir()
+
+    async def list_roots(context):
+        return ListRootsResult(roots=[Root(uri=project.as_uri())])
+
+    def prompts_of(goal: str) -> str:
+        return "\n".join(json.dumps(r) for r in model.server.requests if goal in json.dumps(r))
+
+    async def body():
+        async with mcp_client(tmp_path, model=model, list_roots_callback=list_roots) as client:
+            handle = (await call(client, "delegate_task", goal="in the root")).structured_content
+            await call(client, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
+        async with mcp_client(tmp_path, "--workspace", str(fixed), model=model, list_roots_callback=list_roots) as client:
+            handle = (await call(client, "delegate_task", goal="in the fixed one")).structured_content
+            await call(client, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
+    anyio.run(body)
+    assert str(project) in prompts_of("in the root") and str(fixed) not in prompts_of("in the root")
+    assert str(fixed) in prompts_of("in the fixed one") and str(project) not in prompts_of("in the fixed one")
