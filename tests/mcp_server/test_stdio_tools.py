@@ -4,13 +4,14 @@ namespaces that keep unrelated clients apart."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import anyio
 import pytest
 from mcp_types import ListRootsResult, Root
 
-from tests.mcp_server.mcp_support import HOLD, call, mcp_client, tool_error
+from tests.mcp_server.mcp_support import OFFLOAD, HOLD, call, mcp_client, server_env, tool_error
 
 pytestmark = pytest.mark.timeout(120)
 TOOLS = {"delegate_task", "delegation_status", "delegation_result", "list_delegations", "stop_delegation"}
@@ -131,3 +132,14 @@ def test_children_work_in_the_client_s_first_root_unless_workspace_is_given(tmp_
     anyio.run(body)
     assert str(project) in prompts_of("in the root") and str(fixed) not in prompts_of("in the root")
     assert str(fixed) in prompts_of("in the fixed one") and str(project) not in prompts_of("in the fixed one")
+
+
+def test_stdout_carries_nothing_but_protocol(tmp_path):
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    done = subprocess.run([OFFLOAD, "mcp", "--demo-model", "--verbose"], input=json.dumps(request) + "\n",
+                          env=server_env(tmp_path, None), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines and all(json.loads(line)["jsonrpc"] == "2.0" for line in lines), done.stdout
+    assert json.loads(lines[0])["result"]["serverInfo"]["name"] == "offload"
+    assert "demo model" in done.stderr  # the label goes to stderr
