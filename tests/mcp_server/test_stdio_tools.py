@@ -14,6 +14,7 @@ from mcp_types import ListRootsResult, Root
 from tests.mcp_server.mcp_support import OFFLOAD, HOLD, call, mcp_client, server_env, tool_error
 
 pytestmark = pytest.mark.timeout(120)
+STOPPED = {"interrupted", "error"}
 TOOLS = {"delegate_task", "delegation_status", "delegation_result", "list_delegations", "stop_delegation"}
 
 
@@ -69,7 +70,8 @@ def test_a_short_wait_returns_the_state_and_stop_delivers_the_partial_result(tmp
             stopped = (await call(client, "stop_delegation", delegation_id=handle["delegation_id"])).structured_content
             assert stopped["stopped"] is True
             result = await call(client, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
-            assert result.structured_content["state"] == "error"  # a stopped unit did not complete
+            # a stopped unit: "interrupted" in the state vocabulary (older engines wrote "error")
+            assert result.structured_content["state"] in STOPPED
             assert "interrupted" in result.content[0].text, result.content[0].text
             again = (await call(client, "stop_delegation", delegation_id=handle["delegation_id"])).structured_content
             assert again["stopped"] is False and "not running" in again["note"]
