@@ -6,9 +6,9 @@ in, on the SDK's server extension API: a ``delegate_task`` call from such a clie
 Invariants:
 - the ledger is the task store: a task is its delegation's row, so it outlives the server
   process, and ``tasks/get`` after a restart answers with the recovered result;
-- a ``CreateTaskResult`` goes only to a client that declared the extension on that request
-  (everyone else gets the ordinary tool result), and only once the row is written, so a
-  ``tasks/get`` for it resolves at once;
+- the tool dispatches as for any client (its checks, the client's roots); its handle becomes a
+  ``CreateTaskResult`` only for a client that declared the extension on that request, and only
+  once the row is written, so a ``tasks/get`` for it resolves at once;
 - statuses: a live delegation is ``working`` (its message says how many subagents are done);
   a finished one is ``completed`` with the ``delegation_result`` tool result inline (a failed
   or stopped delegation is a tool result too, with ``isError`` when it did not complete), and
@@ -27,7 +27,7 @@ import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, RequestParams
+from mcp_types import CallToolRequestParams, CallToolResult, RequestParams
 from mcp_types.jsonrpc import INVALID_PARAMS
 
 from offload.engine.states import DONE_STATES, LIVE_STATES
@@ -77,14 +77,15 @@ class TasksExtension(Extension):
 
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: CallNext) -> HandlerResult:
-        if params.name != TASK_TOOL or not declared(ctx):
-            return await call_next(ctx)
+        """The tool itself dispatches (its checks, the client's roots); a dispatched handle
+        becomes the task when the client declared the extension."""
+        result = await call_next(ctx)
+        if params.name != TASK_TOOL or not declared(ctx) or not isinstance(result, CallToolResult) or result.is_error:
+            return result  # an input request, a tool error or a client without tasks: unchanged
+        handle = result.structured_content or {}
+        if handle.get("status") != "dispatched" or not handle.get("delegation_id"):
+            return result  # several units report separately: no one task stands for them
         scope = self.scope_of(ctx)
-        arguments = dict(params.arguments or {})
-        try:
-            handle = await anyio.to_thread.run_sync(lambda: self.service.delegate(scope, arguments))
-        except McpInputError:
-            return await call_next(ctx)  # the plain tool answers bad input with its tool error
         row = await anyio.to_thread.run_sync(lambda: self.service.find(scope, handle["delegation_id"]))
         return {**self._task(row, finished=False), "resultType": "task"}
 

@@ -4,12 +4,13 @@ tasks/cancel stops it, the ledger is the task store (a task outlives a SIGKILLed
 client that did not opt in still gets the plain tool result."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 
 import anyio
 import pytest
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, ListRootsResult, Root
 
 from offload.mcp_server.tasks_client import CreateTaskResult, TasksClient, cancel_task, get_task, poll
 from tests.mcp_server.mcp_support import HOLD, call, mcp_client
@@ -19,12 +20,18 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(tmp_path, model):
     states: list[dict] = []
+    project = tmp_path / "project"
+    project.mkdir()
+
+    async def list_roots(context):
+        return ListRootsResult(roots=[Root(uri=project.as_uri())])
 
     async def on_task(state: dict) -> None:
         states.append(state)
 
     async def body():
-        async with mcp_client(tmp_path, model=model, extensions=[TasksClient(on_task)]) as client:
+        async with mcp_client(tmp_path, model=model, extensions=[TasksClient(on_task)],
+                              list_roots_callback=list_roots) as client:
             result = await client.call_tool("delegate_task", {"goal": "look around"})
             assert isinstance(result, CallToolResult) and not result.is_error
             assert result.structured_content["state"] == "completed" and "finished:" in result.content[0].text
@@ -33,6 +40,7 @@ def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(
             assert task_id.startswith("deleg_") and states[-1]["status"] == "completed"
             listed = (await call(client, "list_delegations")).structured_content["delegations"]
             assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(task_id, True)]
+            assert any(str(project) in json.dumps(r) for r in model.server.requests)  # children work in the root
         async with mcp_client(tmp_path, model=model) as plain:  # no extension: the ordinary handle
             handle = (await call(plain, "delegate_task", goal="plain call")).structured_content
             assert handle["status"] == "dispatched"
