@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from offload import control_requests, ledger_rows
+from offload import control_requests, ledger_rows, result as result_doc
 from offload.context.approval import reset_current_session_key, set_current_session_key
 from offload.context.session_env import clear_session_env, reset_session_env, set_async_delivery
-from offload.engine.states import LIVE_STATES
+from offload.engine.states import ACTIVE_STATES, RUNNING, UNFINISHED, unit_state
 from offload.errors import CliError
 from offload.ids import resolve
 from offload.ledger import LedgerRow
@@ -155,15 +155,20 @@ class McpDelegations:
                                 "what is left")
         return row
 
-    def status(self, row: LedgerRow) -> dict[str, Any]:
-        """State, delivery and each child's progress (status, API calls, current tool)."""
-        rec = ledger_rows.record(row, self.view.activity([row]).get(row.delegation_id), self.off.ledger())
-        kids = rec["children"]
-        done = sum(1 for c in kids if c["status"] != "running")
-        return {"delegation_id": row.delegation_id, "state": row.state, "label": rec["label"],
-                "children_done": done, "children_total": len(kids), "children": kids,
-                "delivered": row.delivery_state == "delivered", "dispatched_at": row.dispatched_at,
-                "completed_at": row.completed_at, "owner_pid": row.owner_pid, "owner": rec["owner"]}
+    def status(self, row: LedgerRow, text: bool = False) -> dict[str, Any]:
+        """The result document (``offload.result``: ``state``, ``children``, delivery, and with
+        ``text`` what the agent reads) plus what an MCP client polls for: ``delegation_id``,
+        children done/total, ``delivered``, the owner, and each running child's API calls,
+        current tool and idle seconds (published by its owner)."""
+        doc = result_doc.from_row(row, self.off.render if text else _no_text).to_json()
+        live = ledger_rows.record(row, self.view.activity([row]).get(row.delegation_id), self.off.ledger())
+        for child, seen in zip(doc["children"], live["children"]):
+            if child["state"] == RUNNING:
+                child.update(api_calls=seen.get("api_calls"), current_tool=seen.get("current_tool"),
+                             seconds_since_activity=seen.get("seconds_since_activity"))
+        done, total = _progress(doc)
+        return {**doc, "delegation_id": row.delegation_id, "children_done": done, "children_total": total,
+                "delivered": row.delivery_state == "delivered", "owner_pid": row.owner_pid, "owner": live["owner"]}
 
     def wait(self, scope: Scope, wanted: Any, wait_s: float, progress: Progress | None = None) -> LedgerRow:
         """The row, once it left the live states or ``wait_s`` passed; ``progress`` is told
@@ -171,8 +176,8 @@ class McpDelegations:
         row = self.find(scope, wanted)
         deadline = time.monotonic() + max(0.0, wait_s)
         last = None
-        while row.state in LIVE_STATES:
-            counts = _progress(row)
+        while row.state in UNFINISHED:
+            counts = _progress(self.status(row))
             if progress is not None and counts != last:
                 progress(*counts)
                 last = counts
@@ -185,20 +190,18 @@ class McpDelegations:
         return row
 
     def result(self, row: LedgerRow) -> dict[str, Any]:
-        """The status, and for a finished row the rendered result, which is then acknowledged."""
-        out = self.status(row)
-        if row.state in LIVE_STATES or not row.event:
-            out["result"] = None
-            return out
-        out["result"] = self.off.render(row.event) or ""
-        if row.delivery_state == "pending":
+        """The status, and for a finished row the text the agent reads (``text``), which is then
+        acknowledged."""
+        finished = row.state not in UNFINISHED and bool(row.event)
+        out = self.status(row, text=finished)
+        if finished and row.delivery_state == "pending":
             self.off.deliveries.mark_delivered(row.delegation_id)
-        out["delivered"] = True
+            out["delivered"] = True
         return out
 
     def listing(self, scope: Scope, limit: int = 50) -> list[dict[str, Any]]:
         """This scope's delegations, newest first."""
-        return [{"delegation_id": r.delegation_id, "state": r.state, "label": ledger_rows.label(r),
+        return [{"delegation_id": r.delegation_id, "state": unit_state(r.state), "label": ledger_rows.label(r),
                  "delivered": r.delivery_state == "delivered", "dispatched_at": r.dispatched_at}
                 for r in self._rows(scope)[:limit]]
 
@@ -206,7 +209,7 @@ class McpDelegations:
         """Ask the delegation's owner (this process or another) to interrupt it; its partial
         result is still recorded and collected with delegation_result."""
         row = self.find(scope, wanted)
-        if row.state != "running":
+        if row.state not in ACTIVE_STATES:
             return {**self.status(row), "stopped": False,
                     "note": f"{row.delegation_id} is not running (it is {row.state}); nothing to stop"}
         control_requests.request(self.off.ledger(), row.delegation_id)
@@ -214,6 +217,10 @@ class McpDelegations:
                 "note": "stop requested; collect the partial result with delegation_result"}
 
 
-def _progress(row: LedgerRow) -> tuple[int, int]:
-    kids = ledger_rows.children(row)
-    return sum(1 for c in kids if c["status"] != "running"), len(kids)
+def _progress(doc: dict[str, Any]) -> tuple[int, int]:
+    kids = doc["children"]
+    return sum(1 for c in kids if c["state"] != RUNNING), len(kids)
+
+
+def _no_text(event: dict[str, Any]) -> None:
+    return None  # rendering is for the reader of the result, not for every status poll

@@ -48,8 +48,8 @@ def _client_name(ctx: Any) -> str | None:
 
 
 def _result_text(out: dict[str, Any]) -> str:
-    if out.get("result") is not None:
-        return out["result"]
+    if out.get("text") is not None:
+        return out["text"]
     return (f"{out['delegation_id']} is still {out['state']} ({out['children_done']}/{out['children_total']} "
             "children done); call delegation_result again with wait_s to keep waiting.")
 

@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, CallToolResult, RequestParams
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from offload.engine.states import DONE_STATES, LIVE_STATES
+from offload.engine.states import COMPLETED, UNFINISHED
 from offload.ledger import LedgerRow
 from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope
 
@@ -100,7 +100,7 @@ class TasksExtension(Extension):
                 raise MCPError(code=INVALID_PARAMS, message=f"no such task {params.task_id!r}: {exc}") from None
             if row.delegation_id != params.task_id:  # a prefix is a convenience of the tools, not of task ids
                 raise MCPError(code=INVALID_PARAMS, message=f"no such task {params.task_id!r}")
-            return self._task(row, finished=row.state not in LIVE_STATES)
+            return self._task(row, finished=row.state not in UNFINISHED and bool(row.event))
         return await anyio.to_thread.run_sync(read)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
@@ -128,6 +128,6 @@ class TasksExtension(Extension):
             return {**task, "status": "working", "statusMessage": (
                 f"{status['children_done']}/{status['children_total']} subagents done")}
         out = self.tool_result(row)
-        return {**task, "status": "completed", "statusMessage": f"delegation {row.state}",
-                "result": {"content": [{"type": "text", "text": out["result"] or ""}], "structuredContent": out,
-                           "isError": row.state not in DONE_STATES}}
+        return {**task, "status": "completed", "statusMessage": f"delegation {out['state']}",
+                "result": {"content": [{"type": "text", "text": out["text"] or ""}], "structuredContent": out,
+                           "isError": out["state"] != COMPLETED}}

@@ -86,7 +86,7 @@ def test_a_killed_http_server_s_delegation_is_recovered_after_a_restart(tmp_path
     async def collect() -> None:
         async with http_client(second.url, TOKEN) as client:
             result = await call(client, "delegation_result", delegation_id=delegation_id, wait_s=30)
-            assert result.structured_content["state"] == "unknown" and result.structured_content["result"]
+            assert result.structured_content["state"] == "unknown" and result.structured_content["text"]
     try:
         anyio.run(collect)
     finally:

@@ -39,7 +39,7 @@ def test_a_killed_server_s_delegation_is_recovered_by_the_next_one(tmp_path, mod
             assert result.structured_content["state"] == "unknown", result.structured_content
             text = result.content[0].text
             assert "finished: quick part" in text  # the finished child's real result
-            assert result.structured_content["children"][0]["status"] == "completed"
+            assert result.structured_content["children"][0]["state"] == "completed"
             listed = (await call(second, "list_delegations")).structured_content["delegations"]
             assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(handle["delegation_id"], True)]
     anyio.run(body)
