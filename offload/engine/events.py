@@ -14,10 +14,62 @@ test every consumer uses to tell the two apart.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from offload.engine.states import ERROR
 from offload.origin import IDENTITY_KEYS, Origin
+
+
+class ChildResult(TypedDict, total=False):
+    """One child's entry in a batch event's ``results`` (its ``status`` is a child state of
+    ``offload.engine.states``)."""
+
+    task_index: int
+    status: str
+    summary: str | None
+    error: str | None
+    api_calls: int
+    duration_seconds: float | None
+    model: str | None
+    exit_reason: str
+    truncated: bool
+    finish_reason: str
+    error_kind: str
+
+
+class CompletionEvent(TypedDict, total=False):
+    """The wire form of a unit's event (JSON; stored as the row's ``event_json``). The keys a
+    single unit or a batch unit adds are marked; every other key may be absent in an event of
+    a previous version, and a reader ignores keys it does not know."""
+
+    type: str  # always "async_delegation"
+    delegation_id: str
+    status: str  # the unit's status word when it finished (or "running" for an interim event)
+    origin: dict[str, str]  # the whole Origin (Origin.to_json); the flat fields below repeat it
+    session_key: str
+    origin_ui_session_id: str
+    origin_session_id: str
+    parent_session_id: str | None
+    goal: str
+    context: str | None
+    toolsets: list[str] | None
+    role: str
+    dispatched_at: float
+    completed_at: float | None
+    model: str | None
+    error: str | None
+    # a single unit
+    summary: str | None
+    api_calls: int
+    duration_seconds: float | None
+    # a batch unit
+    is_batch: bool
+    goals: list[Any]
+    results: list[ChildResult]
+    total_duration_seconds: float | None
+    task_indexes: list[int]
+    group: str
+    task_failure_notice: bool  # an interim event: see ``is_interim``
 
 
 STALL_META_KEYS = ("stalled_after_quiet_seconds", "stall_threshold_seconds", "stall_phase", "stall_grace_seconds")
@@ -25,12 +77,12 @@ _COMMON = ("delegation_id", "session_key", "origin_ui_session_id", "origin_sessi
            "goal", "context", "toolsets", "role", "dispatched_at", "completed_at")
 
 
-def is_interim(evt: dict[str, Any]) -> bool:
+def is_interim(evt: CompletionEvent | dict[str, Any]) -> bool:
     """True for an early-warning event that is not the unit's result (see the module docstring)."""
     return bool(evt.get("task_failure_notice"))
 
 
-def failure_notice(snapshot: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+def failure_notice(snapshot: dict[str, Any], entry: dict[str, Any]) -> CompletionEvent:
     """The interim event for one failed child of the running batch unit ``snapshot``."""
     evt = build_event(snapshot, {"results": [entry]}, "running")
     evt.update(task_failure_notice=True, is_batch=True, n_tasks=len(evt.get("goals") or []) or 1,
@@ -47,10 +99,10 @@ def crash_result(exc: BaseException, *, is_batch: bool, elapsed_s: float) -> dic
     return {"status": ERROR, "summary": None, "error": error, "api_calls": 0, "duration_seconds": round(elapsed_s, 2)}
 
 
-def event_base(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
+def event_base(snapshot: dict[str, Any], status: str) -> CompletionEvent:
     """What every event of a unit carries: its identity, origin, task source, times and routing
     (the completion events below and recovery's ``unknown`` event alike)."""
-    evt: dict[str, Any] = {"type": "async_delegation", **{k: snapshot.get(k) for k in _COMMON}, "status": status}
+    evt: CompletionEvent = {"type": "async_delegation", **{k: snapshot.get(k) for k in _COMMON}, "status": status}
     evt["session_key"] = evt["session_key"] or ""
     evt["origin_ui_session_id"] = evt["origin_ui_session_id"] or ""
     evt["origin_session_id"] = evt["origin_session_id"] or ""
@@ -61,7 +113,7 @@ def event_base(snapshot: dict[str, Any], status: str) -> dict[str, Any]:
     return evt
 
 
-def build_event(snapshot: dict[str, Any], result: dict[str, Any], status: str) -> dict[str, Any]:
+def build_event(snapshot: dict[str, Any], result: dict[str, Any], status: str) -> CompletionEvent:
     evt = event_base(snapshot, status)
     for key in STALL_META_KEYS:
         if key in result:
