@@ -34,6 +34,7 @@ from offload.subagents.config import DelegationConfig
 from offload.home import config_path
 from offload.ledger.config import LedgerConfig
 from offload.ledger.factory import redact
+from offload.toolsets.web_config import WebConfig
 
 __all__ = ["ConfigError", "OffloadConfig", "get_value", "load_config", "resolve_api_key", "set_value", "unset_value"]
 
@@ -67,6 +68,7 @@ class OffloadConfig(BaseModel):
     delegation: DelegationConfig = Field(default_factory=DelegationConfig)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
 
     @field_validator("base_url")
     @classmethod

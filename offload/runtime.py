@@ -104,6 +104,11 @@ def workspace_of(cfg: OffloadConfig) -> Path:
     return path.resolve()
 
 
+def tool_settings_of(cfg: OffloadConfig) -> dict[str, Any]:
+    """What an agent's tools read of ``cfg`` (``ToolContext.settings``); children inherit it."""
+    return {"max_spawn_depth": cfg.delegation.max_spawn_depth, "web_allowed_hosts": list(cfg.web.allowed_hosts)}
+
+
 class _Engine(Delegations):
     """The engine, with the id, pool and terminal write routed through the hooks when set."""
 
@@ -213,7 +218,7 @@ class Offload(PublicApi):
         return AIAgent(model=cfg.model, base_url=cfg.base_url,
                        api_key=key if key is not None else resolve_api_key(cfg),
                        toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
-                       session_id=session_id, tool_settings={"max_spawn_depth": cfg.delegation.max_spawn_depth},
+                       session_id=session_id, tool_settings=tool_settings_of(cfg),
                        stream_idle_timeout_s=cfg.stream_idle_timeout_s, provided_toolsets=self.toolsets())
 
     def session_store(self) -> Any:

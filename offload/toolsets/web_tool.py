@@ -11,9 +11,13 @@ Invariants:
   buffered whole. Each request carries ``web_timeout_s`` and the whole read stops at that
   deadline; the interrupt flag is checked between chunks.
 * Non-text content is refused before its body is read.
+* The client fetch_url creates connects only to public addresses, or to hosts and networks in
+  ``settings["web_allowed_hosts"]`` (config ``web.allowed_hosts``), checked on the resolved
+  address of every hop where the socket opens (``offload/toolsets/net_guard.py``);
+  ``settings["web_resolve"]`` replaces the system resolver (tests).
 * The HTTP client can be injected as ``settings["web_http_client"]`` (an ``httpx.Client``), so
-  tests run on ``httpx.MockTransport`` and never touch the network. An injected client is not
-  closed here; one we create is.
+  tests run on ``httpx.MockTransport`` and never touch the network. An injected client is the
+  caller's: it is not closed here, and its transport, not net_guard, decides what it reaches.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from offload.toolsets.html_text import html_to_text
+from offload.toolsets.net_guard import ALLOW_KEY, AddressPolicy, GuardedTransport
 from offload.toolsets.tool_args import reject_unknown, require_str, setting_int, setting_number
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 
@@ -61,13 +66,27 @@ def _client_from(settings: dict[str, Any], timeout_s: float) -> tuple[httpx.Clie
     """The client to use and whether we own (and must close) it."""
     injected = settings.get("web_http_client")
     if injected is None:
-        return httpx.Client(timeout=timeout_s, headers={"User-Agent": _USER_AGENT}), True
+        transport = GuardedTransport(_policy_from(settings), settings.get("web_resolve"))
+        # trust_env=False: a proxy from the environment would connect for us, unchecked.
+        return httpx.Client(transport=transport, timeout=timeout_s, headers={"User-Agent": _USER_AGENT},
+                            trust_env=False), True
     if not isinstance(injected, httpx.Client):
         raise ToolError(
             f"The setting 'web_http_client' is a {type(injected).__name__}, not an httpx.Client; "
             "the operator must fix it or remove it."
         )
     return injected, False
+
+
+def _policy_from(settings: dict[str, Any]) -> AddressPolicy:
+    entries = settings.get("web_allowed_hosts") or []
+    try:
+        if isinstance(entries, str):
+            raise ValueError("it must be a list")
+        return AddressPolicy.from_entries(entries)
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"The setting 'web_allowed_hosts' ({ALLOW_KEY}) is invalid: {exc}; "
+                        "the operator must fix it.") from exc
 
 
 def _open(client: httpx.Client, url: str, timeout_s: float) -> httpx.Response:

@@ -1,0 +1,55 @@
+"""What a background child may not do, as a user of ``offload run`` sees it (issue 29).
+
+The parent delegates; the child (the scripted model) tries something it must not, reads the
+tool error, and reports it; the landed result carries the child's report of the refusal.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from offload.testing.demo_script import last_role, request_role
+from offload.testing.model_server import ScriptedModelServer, last_message_text, text_reply, tool_call_reply
+from tests.e2e.conftest import offload, scripted_parent
+from tests.toolsets.test_fetch_guard import Server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def _config(home: Path, server: ScriptedModelServer, workspace: Path, **extra: Any) -> None:
+    data = {"model": "demo-model", "base_url": server.url, "workspace": str(workspace),
+            "toolsets": ["terminal", "file", "web", "delegation"], **extra}
+    (home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+
+
+def _child_tool_results(server: ScriptedModelServer) -> list[str]:
+    return [m["content"] for r in server.requests if request_role(r) == "subagent"
+            for m in r["messages"][-1:] if m["role"] == "tool"]
+
+
+def _child_calls(tool: str, arguments: dict[str, Any]):
+    def child(request: dict[str, Any]):
+        if last_role(request) == "tool":
+            return text_reply(f"REPORT: {last_message_text(request)[:300]}")
+        return tool_call_reply(tool, arguments)
+    return child
+
+
+def test_a_child_cannot_fetch_a_loopback_service(_isolated_hermes_home: Path, tmp_path: Path) -> None:
+    site = Server()
+    url = f"http://127.0.0.1:{site.port}/page"
+    script = scripted_parent(child=_child_calls("fetch_url", {"url": url}), delegate={"goal": "read the page"})
+    try:
+        with ScriptedModelServer(script) as server:
+            _config(_isolated_hermes_home, server, tmp_path)
+            done = offload("run", "read the local page", HERMES_HOME=str(_isolated_hermes_home))
+            assert done.returncode == 0, done
+            [refusal] = _child_tool_results(server)
+    finally:
+        site.close()
+    assert "127.0.0.1 is a loopback address" in refusal and "web.allowed_hosts" in refusal, refusal
+    assert site.seen == []  # nothing reached the service
+    assert "REPORT:" in done.stdout + done.stderr and "loopback" in done.stdout + done.stderr
