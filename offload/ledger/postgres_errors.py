@@ -79,7 +79,7 @@ def classify(where: str, exc: BaseException) -> LedgerError:
         "config": f"ledger.url {where} is not a valid PostgreSQL URL ({cause}); use "
                   "postgresql://USER:PASSWORD@HOST:PORT/DATABASE",
         "unreachable": f"the ledger database {where} is unreachable ({cause}); start PostgreSQL or fix the host "
-                       "and port in ledger.url — results are kept in memory and written once it is back",
+                       "and port in ledger.url",
         "full": f"the ledger database {where} is out of resources ({cause}); free disk or raise its limits",
     }
     message = fixes.get(kind, f"ledger operation on {where} failed: {type(exc).__name__}: {cause}")

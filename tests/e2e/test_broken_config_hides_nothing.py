@@ -44,3 +44,4 @@ def test_an_unreachable_postgresql_ledger_is_named_not_state_db():
     line = one_line(done.stderr)
     assert "postgresql://offload@127.0.0.1:1/offload is unreachable" in line, line
     assert "state.db" not in line and "hunter2" not in line
+    assert "kept in memory" not in line  # a listing keeps no results: only an owner's writes wait for the server
