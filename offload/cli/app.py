@@ -310,7 +310,7 @@ def _user_error(exc: Exception) -> str | None:
 
 
 def _install_tracing() -> None:
-    """OpenTelemetry traces when the standard OTEL_* variables ask for them (docs/dashboard.md)."""
+    """OpenTelemetry traces when the standard OTEL_* variables ask for them (docs/telemetry.md)."""
     from offload.telemetry import install_tracing_from_env
 
     install_tracing_from_env()

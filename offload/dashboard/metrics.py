@@ -1,8 +1,14 @@
 """``/metrics`` in the Prometheus text format (prometheus-client).
 
 Two kinds of figure:
-- read from the ledger at each scrape, so they match it exactly and cover every process:
-  units by state and delivery state, delivery attempts, dropped and recovered units;
+- read from the ledger at each scrape, so they cover every process that shares it (``run``,
+  ``chat``, ``worker``, the gateway, other hosts) and match it exactly: units dispatched,
+  finished by state, delivered and dropped (counters over the ledger's life: units that prune
+  deleted stay counted, ``offload.ledger.tally``), units running, queued and awaiting delivery
+  (gauges), and units by state and delivery state. A running unit whose owner process died is
+  not running: it is counted ``unknown`` (what recovery will settle it as) and in
+  ``offload_units_owner_died`` until a process recovers it. A scrape is two aggregate reads
+  plus the running rows (as many as run at once), never a read of every row;
 - counted in this process as things happen (``offload.telemetry.metrics``): dispatch and
   completion latency, stalls, recoveries, delivery attempts and drops, ledger errors by kind.
 A scrape never fails because the ledger cannot be read: the error is counted and the
@@ -14,48 +20,101 @@ from collections import Counter
 from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from offload.dashboard import model
-from offload.ledger_rows import row_state
+from offload.engine.liveness import owner_alive
+from offload.engine.states import QUEUED, RUNNING, STALLED, TERMINAL_UNIT_STATES, UNFINISHED, UNKNOWN, unit_state
+from offload.ledger import queries as ledger_queries
+from offload.ledger.tally import UnitCounts
 from offload.telemetry import metrics as live_metrics
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+Key = tuple[str, str]
 
 
 class LedgerCollector(Collector):
-    """Gauges computed from every row of the runtime's ledger at scrape time."""
+    """Counters and gauges computed from the runtime's ledger at scrape time."""
 
     def __init__(self, off: Offload) -> None:
         self.runtime = off
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         try:
-            rows = model.ledger_rows(self.runtime.ledger())
+            ledger = self.runtime.ledger()
+            counts = ledger_queries.unit_counts(ledger)
+            died = sum(1 for row in ledger_queries.running_rows(ledger) if ledger.is_abandoned(row, owner_alive))
         except Exception as exc:  # a scrape must still answer; the error is visible as a counter
             live_metrics.ledger_error(getattr(exc, "kind", "error"))
             return
-        units = GaugeMetricFamily("offload_ledger_units", "Delegation units in the ledger, by state and delivery "
-                                  "state (delivery_state is 'none' while running)", labels=["state", "delivery_state"])
-        states = [row_state(r) for r in rows]  # the unit states of offload.engine.states, as every view says
-        for (state, delivery), count in sorted(Counter(
-                (s, "none" if r.state == "running" else r.delivery_state) for s, r in zip(states, rows)).items()):
+        yield from _counters(counts)
+        yield from _gauges(counts, died)
+
+
+def _words(keys: Counter[Key] | dict[Key, int]) -> Counter[Key]:
+    """The same counts keyed by today's unit-state words (a foreign stored word reads ``unknown``)."""
+    out: Counter[Key] = Counter()
+    for (state, delivery), units in keys.items():
+        out[(unit_state(state), delivery)] += units
+    return out
+
+
+def _counters(counts: UnitCounts) -> Iterator[CounterMetricFamily]:
+    ever = _words(counts.ever())
+    yield CounterMetricFamily("offload_units_dispatched", "Units dispatched (run or queued) by every process "
+                              "on this ledger", value=sum(ever.values()))
+    finished = CounterMetricFamily("offload_units_finished", "Units that reached a terminal state, by state "
+                                   "(unknown: recovered after their owner died)", labels=["state"])
+    by_state = Counter({state: 0 for state in TERMINAL_UNIT_STATES})
+    for (state, _delivery), units in ever.items():
+        if state not in UNFINISHED:
+            by_state[state] += units
+    for state, units in sorted(by_state.items()):
+        finished.add_metric([state], units)
+    yield finished
+    for delivery in ("delivered", "dropped"):
+        yield CounterMetricFamily(f"offload_units_{delivery}", f"Finished units whose result was {delivery}",
+                                  value=sum(n for (_s, d), n in ever.items() if d == delivery))
+
+
+def _gauges(counts: UnitCounts, died: int) -> Iterator[GaugeMetricFamily]:
+    now = _words(counts.rows)
+    running = sum(n for (s, _d), n in now.items() if s in UNFINISHED - {QUEUED})
+    awaiting = sum(n for (s, d), n in now.items() if s not in UNFINISHED and d == "pending")
+    yield GaugeMetricFamily("offload_units_running", "Units running now (in a live owner process)",
+                            value=running - died)
+    yield GaugeMetricFamily("offload_units_queued", "Units waiting in the ledger for an offload worker",
+                            value=sum(n for (s, _d), n in now.items() if s == QUEUED))
+    yield GaugeMetricFamily("offload_units_awaiting_delivery", "Finished units whose result is not yet "
+                            "delivered", value=awaiting)
+    yield GaugeMetricFamily("offload_units_owner_died", "Units still marked running whose owner process died: "
+                            "the next process to start on this ledger recovers them as unknown", value=died)
+    units = GaugeMetricFamily("offload_ledger_units", "Delegation units in the ledger, by state and delivery "
+                              "state (delivery_state is 'none' until the unit finishes)",
+                              labels=["state", "delivery_state"])
+    shown: Counter[Key] = Counter()
+    for (state, delivery), count in now.items():
+        shown[(state, "none" if state in UNFINISHED else delivery)] += count
+    shown[(RUNNING, "none")] -= died  # not running any more: recovery will settle them unknown
+    shown[(UNKNOWN, "none")] += died
+    for (state, delivery), count in sorted(shown.items()):
+        if count:
             units.add_metric([state, delivery], count)
-        yield units
-        yield GaugeMetricFamily("offload_ledger_delivery_attempts", "Delivery attempts recorded on ledger rows",
-                                value=sum(r.delivery_attempts for r in rows))
-        yield GaugeMetricFamily("offload_ledger_recovered_units", "Units recovered after their owner process died "
-                                "(state unknown)", value=states.count("unknown"))
-        yield GaugeMetricFamily("offload_ledger_stalled_units", "Units reported stalled", value=states.count("stalled"))
+    yield units
+    yield GaugeMetricFamily("offload_ledger_delivery_attempts", "Delivery attempts recorded on ledger rows",
+                            value=counts.delivery_attempts)
+    yield GaugeMetricFamily("offload_ledger_recovered_units", "Units recovered after their owner process died "
+                            "(state unknown)", value=sum(n for (s, _d), n in now.items() if s == UNKNOWN))
+    yield GaugeMetricFamily("offload_ledger_stalled_units", "Units reported stalled",
+                            value=sum(n for (s, _d), n in now.items() if s == STALLED))
 
 
 def registry(off: Offload) -> CollectorRegistry:
-    """A registry with the ledger's gauges and this process's counters and histograms."""
+    """A registry with the ledger's figures and this process's histograms and counters."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(LedgerCollector(off))
     reg.register(live_metrics.COLLECTOR)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import Counter
 from typing import Any, Callable
 
 from offload.ledger.codec import decode_row, dumps, loads
@@ -33,6 +34,7 @@ class MemoryStore:
         self.created = False
         self.controls: dict[str, tuple[str, float]] = {}  # id -> (action, expires_at); see memory_side
         self.activity: dict[str, tuple[float, dict[str, Any]]] = {}  # id -> (written_at, snapshot)
+        self.pruned: Counter[tuple[str, str]] = Counter()  # (state, delivery_state) -> units pruned
 
 
 _named: weakref.WeakValueDictionary[str, MemoryStore] = weakref.WeakValueDictionary()
@@ -203,7 +205,8 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
                           key=lambda r: (r["updated_at"], r["delegation_id"]), reverse=True)
             doomed = expired | {r["delegation_id"] for r in kept[max(0, max_settled):]}
             for delegation_id in doomed:
-                del rows[delegation_id]
+                gone = rows.pop(delegation_id)
+                self.store.pruned[(gone["state"], gone["delivery_state"])] += 1
             return len(doomed)
 
     # -- helpers -------------------------------------------------------------------------------------

@@ -1,9 +1,13 @@
-"""The in-memory ledger's side tables: control requests and activity snapshots, with the
-same contract as ``sqlite_side`` (kept on the ``MemoryStore`` under its lock)."""
+"""The in-memory ledger's side tables: control requests, activity snapshots and the tally of
+pruned units, with the same contract as ``sqlite_side`` (kept on the ``MemoryStore`` under its
+lock)."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any
+
+from offload.ledger.tally import UnitCounts
 
 
 class MemorySideTables:
@@ -43,3 +47,10 @@ class MemorySideTables:
         with self.store.lock:
             return {did: copy.deepcopy(self.store.activity[did]) for did in delegation_ids
                     if did in self.store.activity}
+
+    def unit_counts(self) -> UnitCounts:
+        with self.store.lock:
+            rows = list(self.store.rows.values())
+            pruned = dict(self.store.pruned)
+        by_state = Counter((r["state"], r["delivery_state"]) for r in rows)
+        return UnitCounts(dict(by_state), pruned, sum(r["delivery_attempts"] for r in rows))

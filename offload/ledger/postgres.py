@@ -41,6 +41,7 @@ from offload.ledger.postgres_sql import (
     SETTLE_ABANDONED, TABLE_EXISTS, UPDATE_COMPLETION, completion_values, decode, dispatch_values, notify_channel,
 )
 from offload.ledger.postgres_sql import SQL as _SQL
+from offload.ledger.tally import POSTGRES_TALLY as _TALLY, prune_counted
 from offload.ledger.sqlite_rows import dumps
 
 logger = logging.getLogger("offload.engine")
@@ -365,9 +366,10 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
     # -- housekeeping -----------------------------------------------------------------------
     def prune(self, now: float, retention_s: float, max_settled: int) -> int:
         def prune_rows(conn: Any) -> int:
+            self._side_tables(conn)  # the pruned-unit tally among them
             with conn.transaction():
-                deleted = conn.execute(_SQL.prune_expired, (now - retention_s,)).rowcount
-                return deleted + conn.execute(_SQL.prune_over_cap, (max_settled,)).rowcount
+                return prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
+                                     now - retention_s, max_settled)
         return self._run(prune_rows, missing=0)
 
     # -- helpers ----------------------------------------------------------------------------

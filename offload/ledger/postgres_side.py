@@ -1,5 +1,5 @@
-"""The PostgreSQL ledger's side tables: control requests and live activity snapshots, shared
-by every host (the same contract as ``sqlite_side``).
+"""The PostgreSQL ledger's side tables: control requests, live activity snapshots and the tally
+of pruned units, shared by every host (the same contract as ``sqlite_side``).
 
 A control request is one upsert plus ``pg_notify`` on the ledger's control channel in the
 same transaction, so an owner on any host that LISTENs there wakes at once (a missed
@@ -16,12 +16,14 @@ from offload.engine.loop import Clock
 from offload.ledger.codec import dumps, loads
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.postgres_sql import SCHEMA_LOCK_KEY
+from offload.ledger.tally import POSTGRES_TALLY, PRUNED_TABLE, UnitCounts, counts
 
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS async_delegation_controls (delegation_id text PRIMARY KEY,"
     " action text NOT NULL, requested_at double precision NOT NULL, expires_at double precision NOT NULL)",
     "CREATE TABLE IF NOT EXISTS async_delegation_activity (delegation_id text PRIMARY KEY,"
     " written_at double precision NOT NULL, snapshot_json text NOT NULL)",
+    POSTGRES_TALLY.create,
 )
 _UPSERT_CONTROL = ("INSERT INTO async_delegation_controls VALUES (%s,%s,%s,%s) ON CONFLICT (delegation_id)"
                    " DO UPDATE SET action=excluded.action, requested_at=excluded.requested_at,"
@@ -99,6 +101,14 @@ class PostgresSideTables:
             "SELECT delegation_id, written_at, snapshot_json FROM async_delegation_activity"
             " WHERE delegation_id = ANY(%s)", (list(delegation_ids),)).fetchall(), missing=[])
         return {did: (written_at, loads(snapshot) or {}) for did, written_at, snapshot in found}
+
+    def unit_counts(self) -> UnitCounts:
+        def read(conn: Any) -> UnitCounts:
+            by_state = conn.execute(POSTGRES_TALLY.by_state).fetchall()
+            tallied = conn.execute(f"SELECT to_regclass('{PRUNED_TABLE}') IS NOT NULL").fetchone()[0]
+            return counts(by_state, conn.execute(POSTGRES_TALLY.pruned).fetchall() if tallied else [])
+        self._catch_up()
+        return self._run(read, missing=UnitCounts())
 
     def watch_control(self, on_ids: Callable[[list[str] | None], None]) -> CompletionListener:
         """A started listener calling ``on_ids`` when a control request is made on any host

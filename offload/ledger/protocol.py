@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from offload.origin import Origin
 
@@ -33,6 +33,9 @@ from offload.origin import Origin
 OwnerCheck = Callable[[int | None, int | None], bool]
 
 from offload.engine.errors import OffloadError
+
+if TYPE_CHECKING:
+    from offload.ledger.tally import UnitCounts
 
 
 class LedgerError(OffloadError):
@@ -230,6 +233,10 @@ class DelegationLedger(Protocol):
         """Delivered or dropped rows, most recently updated first."""
 
     def get(self, delegation_id: str) -> LedgerRow | None: ...
+
+    def unit_counts(self) -> UnitCounts:
+        """Units by (state, delivery_state): the rows now and those ``prune`` deleted over the
+        ledger's life (``offload.ledger.tally``), from aggregate reads; empty without a store."""
 
     # -- control requests and live activity, across processes and hosts (``*_side.py``) --------
     def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:

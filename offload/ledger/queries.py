@@ -1,6 +1,6 @@
 """Read-only views of a delegation ledger for UIs that cannot see the engine's in-memory
 records (``offload agents``, ``offload inbox``, the dashboard, another process): rows still
-running, rows awaiting delivery, and recently settled rows.
+running, rows awaiting delivery, recently settled rows, and the counts ``/metrics`` reports.
 
 Invariants: nothing here writes, and nothing creates a ledger that does not exist (an empty
 list is returned instead). A ledger that cannot be named because the settings are broken is
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from offload.ledger.protocol import DelegationLedger, LedgerRow
 from offload.ledger.select import MisconfiguredLedger
+from offload.ledger.tally import UnitCounts
 
 
 def existing_ledger(ledger: DelegationLedger) -> DelegationLedger | None:
@@ -35,3 +36,9 @@ def settled_rows(ledger: DelegationLedger, limit: int = 20) -> list[LedgerRow]:
     """Delivered or dropped rows, most recently updated first."""
     found = existing_ledger(ledger)
     return found.settled_rows(limit) if found else []
+
+
+def unit_counts(ledger: DelegationLedger) -> UnitCounts:
+    """Units by state and delivery state, now and over the ledger's life (aggregate reads)."""
+    found = existing_ledger(ledger)
+    return found.unit_counts() if found else UnitCounts()

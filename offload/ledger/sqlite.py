@@ -37,6 +37,7 @@ from offload.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns a
     _row_values, dumps,
 )
 from offload.ledger.sqlite_rows import SQL as _SQL
+from offload.ledger.tally import SQLITE_TALLY as _TALLY, prune_counted
 
 logger = logging.getLogger("offload.engine")
 
@@ -375,8 +376,8 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
         with self._use(transaction=True) as conn:
             if conn is None:
                 return 0
-            deleted = conn.execute(_SQL.prune_expired, (now - retention_s,)).rowcount
-            return deleted + conn.execute(_SQL.prune_over_cap, (max_settled,)).rowcount
+            return prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
+                                 now - retention_s, max_settled)
 
     # -- helpers ----------------------------------------------------------------------------
     def _update(self, statement: str, params: tuple[Any, ...]) -> bool:

@@ -1,4 +1,5 @@
-"""The SQLite ledger's side tables: control requests and live activity snapshots.
+"""The SQLite ledger's side tables: control requests, live activity snapshots and the tally of
+pruned units.
 
 - ``async_delegation_controls``: one row per delegation some process asked to stop
   (``offload stop``, the dashboard), with an expiry; the owning process takes (deletes) it and
@@ -7,6 +8,8 @@
 - ``async_delegation_activity``: per running unit, the owner's latest activity snapshot (per
   child API calls, current tool, last activity; the stall clock) and when it was written, so
   processes that do not run the unit can show it.
+- ``offload_pruned_units``: the units prune deleted, by state (``offload.ledger.tally``), so
+  ``unit_counts`` counts every unit the ledger ever held.
 
 Both tables are created on first write (a ledger written by an older version has neither);
 reads of a ledger without them return nothing and never create them. Invariant: a poll by
@@ -18,12 +21,14 @@ import sqlite3
 from typing import Any
 
 from offload.ledger.codec import dumps, loads
+from offload.ledger.tally import SQLITE_TALLY, UnitCounts, counts
 
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS async_delegation_controls (delegation_id TEXT PRIMARY KEY,"
     " action TEXT NOT NULL, requested_at REAL NOT NULL, expires_at REAL NOT NULL)",
     "CREATE TABLE IF NOT EXISTS async_delegation_activity (delegation_id TEXT PRIMARY KEY,"
     " written_at REAL NOT NULL, snapshot_json TEXT NOT NULL)",
+    SQLITE_TALLY.create,
 )
 
 _DELETE_ORPHANS = ("DELETE FROM async_delegation_activity WHERE delegation_id NOT IN"
@@ -96,6 +101,13 @@ class SqliteSideTables:
         found = self._side_read("SELECT delegation_id, written_at, snapshot_json FROM async_delegation_activity"
                                 f" WHERE delegation_id IN ({_marks(delegation_ids)})", tuple(delegation_ids))
         return {did: (written_at, loads(snapshot) or {}) for did, written_at, snapshot in found}
+
+    def unit_counts(self) -> UnitCounts:
+        with self._use() as conn:
+            if conn is None:
+                return UnitCounts()
+            by_state = conn.execute(SQLITE_TALLY.by_state).fetchall()
+        return counts(by_state, self._side_read(SQLITE_TALLY.pruned, ()))
 
     def _side_read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._use() as conn:

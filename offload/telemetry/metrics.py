@@ -1,4 +1,7 @@
-"""Counters and histograms of what happens to delegation units in this process.
+"""Counters and histograms of what happens to delegation units in this process: how long
+dispatch and completion take, stalls, interrupts, recoveries, delivery steps, ledger errors.
+(What every process did to units -- dispatched, finished, delivered -- is read from the ledger
+at each scrape: ``offload.dashboard.metrics``.)
 
 Fed by the engine's observer seam once ``install()`` ran (the dashboard does). The metric
 objects are registered in no global registry: ``COLLECTOR`` is added to each dashboard's
@@ -18,8 +21,6 @@ from offload.engine.observers import add_observer
 _LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _DURATION_BUCKETS_S = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
-DISPATCHED = Counter("offload_units_dispatched", "Units dispatched by this process", registry=None)
-FINISHED = Counter("offload_units_finished", "Units finished in this process, by status", ["status"], registry=None)
 DISPATCH_LATENCY = Histogram("offload_dispatch_latency_seconds", "Time a dispatch call takes (record, ledger row, "
                              "scheduling)", buckets=_LATENCY_BUCKETS_S, registry=None)
 COMPLETION_LATENCY = Histogram("offload_completion_latency_seconds", "Time from dispatch to the unit's result",
@@ -30,7 +31,7 @@ RECOVERIES = Counter("offload_recoveries", "Units of dead owner processes recove
 DELIVERY = Counter("offload_delivery_steps", "Delivery steps that changed a ledger row, by outcome "
                    "(claimed = one delivery attempt)", ["outcome"], registry=None)
 LEDGER_ERRORS = Counter("offload_ledger_errors", "Ledger operations that failed, by kind", ["kind"], registry=None)
-_ALL = (DISPATCHED, FINISHED, DISPATCH_LATENCY, COMPLETION_LATENCY, STALLS, INTERRUPTS, RECOVERIES, DELIVERY,
+_ALL = (DISPATCH_LATENCY, COMPLETION_LATENCY, STALLS, INTERRUPTS, RECOVERIES, DELIVERY,
         LEDGER_ERRORS)
 
 
@@ -54,12 +55,10 @@ def observe(kind: str, delegation_id: str, fields: dict[str, Any]) -> None:
     if kind == "dispatching":
         fields["record"]["_obs_dispatch_t0"] = time.perf_counter()
     elif kind == "dispatched":
-        DISPATCHED.inc()
         t0 = fields["record"].get("_obs_dispatch_t0")
         if t0 is not None:
             DISPATCH_LATENCY.observe(time.perf_counter() - t0)
     elif kind == "finalized":
-        FINISHED.labels(status=fields["status"]).inc()
         record = fields["record"]
         if record.get("dispatched_at") and record.get("completed_at"):
             COMPLETION_LATENCY.observe(max(0.0, record["completed_at"] - record["dispatched_at"]))

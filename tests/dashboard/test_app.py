@@ -170,8 +170,10 @@ def test_metrics_parse_and_match_the_ledger(runtime, client, held):
 
     def grew(name, labels=()):
         return samples.get((name, labels), 0) - before.get((name, labels), 0)
-    assert grew("offload_units_dispatched_total") == len(rows)
-    assert grew("offload_units_finished_total", (("status", "completed"),)) == 3
+    assert grew("offload_units_dispatched_total") == len(rows)  # read from the ledger
+    assert grew("offload_units_finished_total", (("state", "completed"),)) == 3
+    assert grew("offload_units_delivered_total") == 1 and grew("offload_units_dropped_total") == 1
+    assert samples[("offload_units_running", ())] == 1 and samples[("offload_units_awaiting_delivery", ())] == 1
     assert grew("offload_completion_latency_seconds_count") == 3
     assert grew("offload_dispatch_latency_seconds_count") == 4
     assert grew("offload_delivery_steps_total", (("outcome", "acknowledged"),)) == 1

@@ -606,6 +606,44 @@ def test_prune_with_nothing_to_do_returns_zero(ledger):
     assert ledger.get("deleg_s") is not None
 
 
+# -- unit counts (what /metrics reads) --------------------------------------------------------------------
+def test_unit_counts_of_an_empty_ledger_are_empty(ledger):
+    counts = ledger.unit_counts()
+    assert (counts.rows, counts.pruned, counts.delivery_attempts) == ({}, {}, 0)
+
+
+def test_unit_counts_group_every_row_by_state_and_delivery_state(ledger):
+    for i in range(1_200):  # past the settled rows a history page reads
+        settled(ledger, f"deleg_s{i:04d}", T0 + 100)
+    terminal(ledger, "deleg_failed", status="failed")
+    terminal(ledger, "deleg_interrupted", status="interrupted")
+    ledger.claim_delivery("deleg_failed", "c1", T0 + 20, LEASE_S)
+    ledger.persist_dispatch(dispatch_row("deleg_r"), T0)
+
+    counts = ledger.unit_counts()
+
+    assert counts.rows == {("completed", "delivered"): 1_200, ("failed", "pending"): 1,
+                           ("interrupted", "pending"): 1, ("running", "pending"): 1}
+    assert counts.pruned == {} and counts.delivery_attempts == 1
+    assert sum(counts.ever().values()) == 1_203
+
+
+def test_units_pruned_stay_counted_so_counters_never_go_down(ledger_factory):
+    ledger = ledger_factory()
+    for i in range(5):
+        settled(ledger, f"deleg_s{i}", T0 + 100 + i, how="delivered" if i % 2 else "dropped")
+    terminal(ledger, "deleg_p")
+    before = ledger.unit_counts().ever()
+
+    assert ledger.prune(T0 + 200, retention_s=10_000, max_settled=1) == 4
+    assert ledger.prune(T0 + 10**6, retention_s=0, max_settled=0) == 1
+
+    counts = ledger_factory().unit_counts()  # another instance (process) reads the same tally
+    assert counts.rows == {("completed", "pending"): 1}
+    assert counts.pruned == {("completed", "delivered"): 2, ("completed", "dropped"): 3}
+    assert counts.ever() == before
+
+
 # -- instances and concurrency ------------------------------------------------------------------------
 def test_a_second_instance_sees_what_the_first_wrote(ledger_factory):
     first, second = ledger_factory(), ledger_factory()

@@ -1,0 +1,98 @@
+"""What ``/metrics`` counts from a ledger: its units by (state, delivery state), now and ever.
+
+Counters must never go down, but ``prune`` deletes settled rows. So prune adds every row it
+deletes to ``offload_pruned_units`` (one row per (state, delivery state), made by the first
+prune that deletes anything, in prune's own transaction), and a count over the ledger's life is
+the rows there now plus the pruned ones. A read is two aggregate statements (one GROUP BY over
+the delegation table, one read of a table of a few rows): what a scrape costs does not grow
+with the rows fetched into Python, and no row limit caps a figure.
+
+Invariants: nothing here creates a table on a read (a ledger never pruned, or written by an
+older version, has no pruned units); the statements are written once and rendered per dialect
+(``delivery_sql.Dialect``). No I/O here: the backends run the statements.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from offload.ledger.delivery_sql import POSTGRES, SQLITE, Dialect
+
+PRUNED_TABLE = "offload_pruned_units"
+Key = tuple[str, str]  # (state, delivery_state) of a row
+
+
+@dataclass(frozen=True)
+class UnitCounts:
+    """``rows``: rows in the ledger now by (state, delivery_state); ``pruned``: rows prune
+    deleted over the ledger's life, by the same key; ``delivery_attempts``: summed over ``rows``."""
+
+    rows: dict[Key, int] = field(default_factory=dict)
+    pruned: dict[Key, int] = field(default_factory=dict)
+    delivery_attempts: int = 0
+
+    def ever(self) -> Counter[Key]:
+        """Every unit the ledger has held, by its state now (or when it was pruned)."""
+        return Counter(self.rows) + Counter(self.pruned)
+
+
+@dataclass(frozen=True)
+class TallySql:
+    """The statements of one dialect; the comment after each lists its parameters."""
+
+    create: str  # ()
+    add: str  # (state, delivery_state, units)
+    by_state: str  # () -> (state, delivery_state, rows, delivery attempts)
+    pruned: str  # () -> (state, delivery_state, units)
+    returning: str  # appended to prune's DELETE statements: the deleted rows' keys
+
+    @classmethod
+    def for_dialect(cls, dialect: Dialect, text: str, integer: str) -> "TallySql":
+        return cls(
+            create=f"CREATE TABLE IF NOT EXISTS {PRUNED_TABLE} (state {text} NOT NULL, delivery_state "
+                   f"{text} NOT NULL, units {integer} NOT NULL, PRIMARY KEY (state, delivery_state))",
+            add=dialect.render(f"INSERT INTO {PRUNED_TABLE} (state, delivery_state, units) VALUES (?, ?, ?)"
+                               f" ON CONFLICT (state, delivery_state) DO UPDATE SET"
+                               f" units = {PRUNED_TABLE}.units + excluded.units"),
+            by_state="SELECT state, delivery_state, count(*), coalesce(sum(delivery_attempts), 0)"
+                     " FROM async_delegations GROUP BY state, delivery_state",
+            pruned=f"SELECT state, delivery_state, units FROM {PRUNED_TABLE}",
+            returning=" RETURNING state, delivery_state")
+
+
+SQLITE_TALLY = TallySql.for_dialect(SQLITE, "TEXT", "INTEGER")
+POSTGRES_TALLY = TallySql.for_dialect(POSTGRES, "text", "bigint")
+
+
+def pruned_keys(deleted: Iterable[Iterable[Any]]) -> Counter[Key]:
+    """The (state, delivery_state) of each row a ``DELETE … RETURNING`` removed, counted."""
+    return Counter((str(state), str(delivery)) for state, delivery in deleted)
+
+
+def add_pruned(execute: Callable[..., Any], sql: TallySql, keys: Counter[Key]) -> None:
+    """Add ``keys`` to the pruned table (made here if missing), on prune's connection and transaction."""
+    if not keys:
+        return
+    execute(sql.create)
+    for (state, delivery), units in sorted(keys.items()):
+        execute(sql.add, (state, delivery, units))
+
+
+def prune_counted(execute: Callable[..., Any], sql: TallySql, expired: str, over_cap: str, cutoff: float,
+                  max_settled: int) -> int:
+    """Run prune's two DELETE statements (``expired`` with ``cutoff``, ``over_cap`` with
+    ``max_settled``) and tally what they deleted, in the caller's transaction; the rows deleted."""
+    deleted = execute(expired + sql.returning, (cutoff,)).fetchall()
+    deleted += execute(over_cap + sql.returning, (max_settled,)).fetchall()
+    add_pruned(execute, sql, pruned_keys(deleted))  # counters over the ledger's life never go down
+    return len(deleted)
+
+
+def counts(by_state: Iterable[Iterable[Any]], pruned: Iterable[Iterable[Any]]) -> UnitCounts:
+    """A ``UnitCounts`` from the rows the two aggregate statements returned."""
+    rows, attempts = {}, 0
+    for state, delivery, units, tried in by_state:
+        rows[(str(state), str(delivery))] = int(units)
+        attempts += int(tried or 0)
+    return UnitCounts(rows, {(str(s), str(d)): int(n) for s, d, n in pruned}, attempts)
