@@ -276,8 +276,8 @@ class AIAgent:
                 output = INTERRUPTED_BEFORE_START
             else:
                 run.tool_counts[call["name"]] += 1
-                with span("offload.tool_call", tool=call["name"]):
-                    output = execute_tool_call(call, tools_by_name, ctx, self._activity)
+                with span("offload.tool_call", tool=call["name"]) as traced:
+                    output = execute_tool_call(call, tools_by_name, ctx, self._activity, on_error=traced.fail)
             run.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 
     def _clear_interrupt(self) -> None:

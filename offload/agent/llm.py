@@ -33,6 +33,7 @@ from offload.agent.llm_errors import LLMError, ModelNotFoundError, classify_stat
 from offload.agent.llm_sse import HTTPStatusFailure, StreamErrorEvent, TransportFailure, stream_chunks
 from offload.agent.llm_stream import DEFAULT_STREAM_IDLE_TIMEOUT_S  # noqa: F401 - re-exported
 from offload.agent.llm_stream import ALIVE, CHUNK, END, AssistantTurn, StreamPump, TurnAssembler
+from offload.engine.observers import span_event
 
 __all__ = ["AssistantTurn", "LLMClient", "LLMError", "ModelNotFoundError", "RetryNotice"]
 
@@ -302,6 +303,7 @@ class LLMClient:
 
     def _announce_retry(self, notice: RetryNotice) -> None:
         logger.warning("LLM call attempt %d failed, retrying in %.1f s: %s", notice.attempt, notice.delay_s, notice.reason)
+        span_event("retry", attempt=notice.attempt, delay_s=notice.delay_s, reason=notice.reason[:500])
         _notify(self._on_retry, notice)
 
     def _wait_unless_stopped(self, delay_s: float, should_stop: Callable[[], bool]) -> bool:

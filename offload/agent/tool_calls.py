@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from offload.agent.activity import ActivityTracker
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
@@ -24,26 +24,33 @@ def execute_tool_call(
     tools_by_name: Mapping[str, Tool],
     ctx: ToolContext,
     activity: ActivityTracker,
+    on_error: Callable[[str], None] = lambda text: None,
 ) -> str:
-    """Run ``call`` ({"id", "name", "arguments_json"}) and return the text the model sees."""
+    """Run ``call`` ({"id", "name", "arguments_json"}) and return the text the model sees;
+    ``on_error(text)`` is told when that text reports a failure (its trace span's status)."""
     name = call.get("name", "")
     tool = tools_by_name.get(name)
     if tool is None:
         available = ", ".join(sorted(tools_by_name)) or "(none)"
-        return f"Error: unknown tool {name!r}. Call one of the available tools instead: {available}."
+        return _failed(on_error, f"Error: unknown tool {name!r}. Call one of the available tools instead: {available}.")
     args_or_error = parse_arguments(name, call.get("arguments_json", ""))
     if isinstance(args_or_error, str):
-        return args_or_error
+        return _failed(on_error, args_or_error)
     activity.tool_started(name)
     try:
         return render_result(tool.handler(args_or_error, ctx))
     except ToolError as exc:
-        return f"Error: {exc}"
+        return _failed(on_error, f"Error: {exc}")
     except Exception as exc:  # a tool bug is reported to the model, not raised into the loop
         logger.exception("tool %s raised", name)
-        return f"Error: {type(exc).__name__}: {exc}"
+        return _failed(on_error, f"Error: {type(exc).__name__}: {exc}")
     finally:
         activity.tool_finished()
+
+
+def _failed(on_error: Callable[[str], None], text: str) -> str:
+    on_error(text)
+    return text
 
 
 def parse_arguments(name: str, arguments_json: str) -> dict[str, Any] | str:

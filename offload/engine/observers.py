@@ -38,15 +38,23 @@ _observers: list[Observer] = []
 class SpanHandle(Protocol):
     def set(self, **attributes: Any) -> None: ...
 
+    def fail(self, description: str) -> None:
+        """Mark the span's work as failed (OpenTelemetry status ERROR), with why."""
+
 
 class _NoSpan:
     def set(self, **attributes: Any) -> None:
+        pass
+
+    def fail(self, description: str) -> None:
         pass
 
 
 SpanFactory = Callable[[str, dict[str, Any]], ContextManager[SpanHandle]]
 _OFF: ContextManager[SpanHandle] = contextlib.nullcontext(_NoSpan())
 _span_factory: SpanFactory | None = None
+EventSink = Callable[[str, dict[str, Any]], None]
+_event_sink: EventSink | None = None
 
 
 def add_observer(observer: Observer) -> Callable[[], None]:
@@ -65,10 +73,18 @@ def notify(kind: str, delegation_id: str, /, **fields: Any) -> None:
             logger.debug("observer %r failed on %s of %s", observer, kind, delegation_id, exc_info=True)
 
 
-def set_span_factory(factory: SpanFactory | None) -> None:
-    """Tracing installs its span factory here; None turns spans back into no-ops."""
-    global _span_factory
-    _span_factory = factory
+def set_span_factory(factory: SpanFactory | None, event_sink: EventSink | None = None) -> None:
+    """Tracing installs its span factory here, and what adds an event to the current span;
+    None turns both back into no-ops."""
+    global _span_factory, _event_sink
+    _span_factory, _event_sink = factory, event_sink
+
+
+def span_event(name: str, **attributes: Any) -> None:
+    """An event on the current span (``retry`` in a model call), or nothing when tracing is off."""
+    sink = _event_sink
+    if sink is not None:
+        sink(name, attributes)
 
 
 def span(name: str, **attributes: Any) -> ContextManager[SpanHandle]:

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable
 
 from offload.engine.observers import span
+from offload.engine.states import COMPLETED, child_state
 from offload.subagents.child import Batch, fabricated_entry
 
 UNWIND_S = 10.0  # after a parent interrupt, children get this long to return their partial work
@@ -52,6 +53,8 @@ def _run_one(unit: Batch, pos: int, index: int, done: queue.Queue, attach: bool)
     with span("offload.subagent", task_index=index, goal=task.goal[:200]) as traced:
         entry = _build_and_run(unit, pos, index, attach)
         traced.set(status=entry.get("status"), api_calls=entry.get("api_calls"))
+        if (state := child_state(entry.get("status"))) != COMPLETED:  # failed, error, interrupted, stalled …
+            traced.fail(f"{state}: {entry.get('error') or entry.get('failure_reason') or ''}".rstrip(": "))
     done.put(entry)
 
 

@@ -42,50 +42,11 @@ def wanted(environ: Mapping[str, str] = os.environ) -> bool:
     return tracing_wanted(environ)
 
 
-def _exporters(environ: Mapping[str, str]) -> list[Any]:
-    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-    names = [n.strip().lower() for n in (environ.get("OTEL_TRACES_EXPORTER") or "otlp").split(",") if n.strip()]
-    exporters = []
-    for name in names:
-        if name == "console":
-            exporters.append(ConsoleSpanExporter())
-        elif name == "otlp":
-            protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-            if protocol and protocol != "http/protobuf":
-                raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported by offload's "
-                                 "exporter; use http/protobuf (the default)")
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            exporters.append(OTLPSpanExporter())
-        elif name != "none":
-            raise ValueError(f"OTEL_TRACES_EXPORTER={name} is not supported; use otlp, console or none")
-    return exporters
-
-
 def install_from_env(environ: Mapping[str, str] = os.environ) -> bool:
-    """Turn tracing on if the environment asks for it; a bad setting is logged, never fatal."""
-    if not wanted(environ):
-        return False
-    try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    """Turn tracing on if the environment asks for it (``offload.telemetry.export``)."""
+    from offload.telemetry import export
 
-        exporters = _exporters(environ)
-    except ImportError as exc:
-        logger.warning("tracing asked for by OTEL_* but %s is missing: pip install 'offload[dashboard]'", exc.name)
-        return False
-    except ValueError as exc:
-        logger.warning("tracing is off: %s", exc)
-        return False
-    resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "offload"})
-    provider = TracerProvider(resource=resource)
-    for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
-    atexit.register(provider.shutdown)  # before install(): atexit is LIFO, so open spans end first, then flush
-    install(provider.get_tracer("offload"))
-    return True
+    return export.install_from_env(environ) is not None
 
 
 class _Tracing:
@@ -197,6 +158,13 @@ class _Handle:
     def set(self, **attributes: Any) -> None:
         self._span.set_attributes(_clean(attributes))
 
+    def fail(self, description: str) -> None:
+        self._span.set_status(Status(StatusCode.ERROR, description[:500]))
+
+
+def _current_event(name: str, attributes: dict[str, Any]) -> None:
+    trace.get_current_span().add_event(name, _clean(attributes))
+
 
 def _clean(attributes: dict[str, Any]) -> dict[str, Any]:
     return {f"offload.{k}": v if isinstance(v, (str, bool, int, float)) else str(v)
@@ -221,7 +189,7 @@ def install(tracer: Tracer) -> None:
     uninstall()
     _active = _Tracing(tracer)
     _remove = observers.add_observer(_active)
-    observers.set_span_factory(_active.span)
+    observers.set_span_factory(_active.span, _current_event)
     if not _exit_hook_registered:
         atexit.register(_end_at_exit)
         _exit_hook_registered = True
