@@ -55,6 +55,9 @@ _OFF: ContextManager[SpanHandle] = contextlib.nullcontext(_NoSpan())
 _span_factory: SpanFactory | None = None
 EventSink = Callable[[str, dict[str, Any]], None]
 _event_sink: EventSink | None = None
+Continuing = Callable[[Any], ContextManager[None]]
+_continuing: Continuing | None = None
+_carrier: Callable[[], dict[str, str]] | None = None
 
 
 def add_observer(observer: Observer) -> Callable[[], None]:
@@ -73,11 +76,26 @@ def notify(kind: str, delegation_id: str, /, **fields: Any) -> None:
             logger.debug("observer %r failed on %s of %s", observer, kind, delegation_id, exc_info=True)
 
 
-def set_span_factory(factory: SpanFactory | None, event_sink: EventSink | None = None) -> None:
-    """Tracing installs its span factory here, and what adds an event to the current span;
-    None turns both back into no-ops."""
-    global _span_factory, _event_sink
-    _span_factory, _event_sink = factory, event_sink
+def set_span_factory(factory: SpanFactory | None, event_sink: EventSink | None = None,
+                     continuing: Continuing | None = None, carrier: Callable[[], dict[str, str]] | None = None) -> None:
+    """Tracing installs its span factory here, what adds an event to the current span, what
+    continues a stored trace context and what captures the current one; None turns them off."""
+    global _span_factory, _event_sink, _continuing, _carrier
+    _span_factory, _event_sink, _continuing, _carrier = factory, event_sink, continuing, carrier
+
+
+def trace_carrier() -> dict[str, str]:
+    """The current trace context as a W3C carrier (``traceparent``) to store with queued work;
+    empty when tracing is off."""
+    capture = _carrier
+    return capture() if capture is not None else {}
+
+
+def continuing(carrier: Any) -> ContextManager[None]:
+    """Run the body under the trace context ``carrier`` names (``trace_carrier`` of another
+    process): what a worker does around dispatching a queued unit. A no-op when tracing is off."""
+    enter = _continuing
+    return contextlib.nullcontext() if enter is None or not carrier else enter(carrier)
 
 
 def span_event(name: str, **attributes: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from offload.engine.observers import trace_carrier
 from offload.ledger import DispatchRow, LedgerError
 from offload.origin import IDENTITY_KEYS, Origin
 from offload.subagents.child import unit_stamp
@@ -37,7 +38,8 @@ def unit_spec(unit: Any, origin: Origin) -> dict[str, Any]:
             "context": unit.context, "role": unit.role, "model": unit.creds.get("model"),
             "task_indexes": list(unit.indexes), "group": unit.group, "max_iterations": unit.child_max_iterations,
             "is_batch": True, "run_on": "workers", "subagent_config": unit_stamp(unit),
-            "routing": legacy_routing(origin)}
+            "routing": legacy_routing(origin),
+            "trace_parent": trace_carrier()}  # the worker's unit span joins the dispatcher's trace
 
 
 def legacy_routing(origin: Origin) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from offload.engine.observers import continuing
 from offload.engine.units import batch_spec
 from offload.ledger import LedgerRow
 from offload.subagents.args import TaskArgs
@@ -31,8 +32,9 @@ def start_claimed(tool: DelegateTool, row: LedgerRow, parent: Any, cfg: Delegati
         unit = _rebuild(tool, spec, parent, cfg)
     except Exception as exc:  # a spec this worker cannot run still ends as a reported result
         return _report_unrunnable(tool, row, spec, origin, f"{type(exc).__name__}: {exc}", max_here)
-    return dispatch_unit(tool.engine, unit, row.delegation_id, origin, max_here, None, False,
-                         spec.get("subagent_config"))
+    with continuing(spec.get("trace_parent")):  # the unit span joins the dispatcher's trace
+        return dispatch_unit(tool.engine, unit, row.delegation_id, origin, max_here, None, False,
+                             spec.get("subagent_config"))
 
 
 def _rebuild(tool: DelegateTool, spec: dict[str, Any], parent: Any, cfg: DelegationConfig) -> Batch:

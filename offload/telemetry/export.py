@@ -120,10 +120,10 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> Any:
         return None
     try:
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         from offload.telemetry import tracing
+        from offload.telemetry.spans import tracer_provider
 
         found = exporters(environ)
     except ImportError as exc:
@@ -133,7 +133,7 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> Any:
         logger.warning("tracing is off: %s", exc)
         return None
     resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "offload"})
-    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    provider = tracer_provider(resource=resource, shutdown_on_exit=False)
     for exporter in found:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     atexit.register(shutdown_bounded, provider, found)  # before install(): atexit is LIFO, open spans end first

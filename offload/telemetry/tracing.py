@@ -1,39 +1,43 @@
 """OpenTelemetry traces of delegations, off by default.
 
-One span per delegation unit (``offload.delegation``) from dispatch to acknowledgement, with
-the subagent, model-call and tool-call spans under it (opened through
-``offload.engine.observers.span``) and span events for stall, interrupt, each delivery attempt
-and its outcome. The unit span's W3C trace context is stored in the ledger row (task
-``trace_context``), so a process that recovers or delivers the unit after its owner died
-continues the same trace: its ``offload.delegation.recovered`` (or ``.delivery``) span is a
-child of the original unit span.
+The trace of one background delegation (``docs/telemetry.md``): the unit span
+``offload.delegation`` from dispatch to the unit's result, under whatever span was current at
+dispatch (the parent's ``delegate_task`` tool call); under it one ``offload.subagent`` span per
+child with its model calls (``chat MODEL``, GenAI conventions) and tool calls; and one
+``offload.delegation.delivery`` span per delivery attempt, in whichever process delivers.
 
-``install_from_env()`` turns it on only when the standard variables ask for it:
-``OTEL_TRACES_EXPORTER`` (``otlp`` or ``console``; ``none`` = off) or an
-``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT``; ``OTEL_SDK_DISABLED=true`` wins. The exporter then
-reads its own ``OTEL_*`` settings (endpoint, headers, protocol, service name).
+What a later process needs to continue the trace is stored in the ledger row (task
+``trace_context``): the unit span's W3C ``traceparent``, its parent's, its start time and
+attributes. So a process that recovers a dead owner's unit emits the unit span itself (status
+ERROR, ``unknown``) under the id the owner's exported spans name, with
+``offload.delegation.recovered`` under it; a queued unit carries the dispatcher's context, so
+the worker's unit span joins the parent's trace.
+
+Invariants: a span is open only while its work is: the map of open unit spans holds running
+units, the map of delivery spans holds claims in flight, and both are ended at process exit
+(``offload.ended_by=process_exit``); the contexts of finished units kept for their deliveries
+are bounded (``RECENT_UNITS``; older ones are read from the ledger).
 """
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import threading
+import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from offload.engine import observers
 from offload.engine.states import NOT_COMPLETED
+from offload.telemetry import spans as sp
 from offload.telemetry import tracing_wanted
 
-logger = logging.getLogger(__name__)
-
-_PROPAGATOR = TraceContextTextMapPropagator()
+RECENT_UNITS = 256  # finished units whose context this process keeps for their delivery spans
 _SETTLED = frozenset({"delivered", "acknowledged", "dropped"})
 
 
@@ -50,11 +54,13 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 class _Tracing:
-    """The observer: keeps this process's open unit spans and turns notifications into spans."""
+    """The observer: turns the engine's notifications into unit, delivery and recovery spans."""
 
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer
-        self.open: dict[str, Span] = {}
+        self.open: dict[str, Span] = {}  # running units
+        self.deliveries: dict[str, Span] = {}  # delivery attempts in flight
+        self.finished: OrderedDict[str, SpanContext] = OrderedDict()
         self.lock = threading.Lock()
 
     def __call__(self, kind: str, delegation_id: str, fields: dict[str, Any]) -> None:
@@ -63,10 +69,12 @@ class _Tracing:
             handler(delegation_id, **fields)
 
     def on_dispatching(self, delegation_id: str, record: dict[str, Any]) -> None:
-        span = self.tracer.start_span("offload.delegation", attributes=_unit_attributes(delegation_id, record))
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-        record["trace_context"] = carrier  # stored in the ledger row's task
+        parent = trace.get_current_span().get_span_context()
+        attributes = _unit_attributes(delegation_id, record)
+        span = self.tracer.start_span("offload.delegation", attributes=attributes)
+        record["trace_context"] = {**sp.carrier_of(span), "start_ns": span.start_time,  # type: ignore[attr-defined]
+                                   "parent": sp.carrier_of(trace.NonRecordingSpan(parent)) if parent.is_valid else {},
+                                   "attributes": attributes}  # stored in the ledger row's task
         with self.lock:
             self.open[delegation_id] = span
 
@@ -79,103 +87,134 @@ class _Tracing:
         self._event(delegation_id, "child finished", {"offload.task_index": entry.get("task_index", -1),
                                                       "offload.status": str(entry.get("status"))})
 
-    def on_stalled(self, delegation_id: str) -> None:
+    def on_stalled(self, delegation_id: str, **_: Any) -> None:
         self._event(delegation_id, "stall", {})
 
     def on_interrupted(self, delegation_id: str, reason: str) -> None:
         self._event(delegation_id, "interrupt", {"offload.reason": reason})
 
-    def on_finalized(self, delegation_id: str, record: dict[str, Any], status: str) -> None:
-        span = self.open.get(delegation_id)
+    def on_finalized(self, delegation_id: str, record: dict[str, Any], status: str, **_: Any) -> None:
+        with self.lock:
+            span = self.open.pop(delegation_id, None)
         if span is None:
             return
         span.add_event("result", {"offload.status": status})
         span.set_attribute("offload.status", status)
         if status in NOT_COMPLETED:  # a partial unit too: some of its children did not complete
             span.set_status(Status(StatusCode.ERROR, status))
+        span.end()
+        self._remember(delegation_id, span.get_span_context())
 
     def on_recovered(self, delegation_id: str, row: Any, event: dict[str, Any]) -> None:
-        span = self._continue(delegation_id, "offload.delegation.recovered", (row.task or {}).get("trace_context"))
-        span.add_event("recovery", {"offload.owner_pid": row.owner_pid or 0, "offload.status": "unknown"})
+        stored = (row.task or {}).get("trace_context") or {}
+        unit = self._unit_span_of(delegation_id, stored, row)
+        unit.add_event("result", {"offload.status": "unknown"})
+        unit.set_status(Status(StatusCode.ERROR, "unknown: its owner process died before the unit finished"))
+        recovered = self.tracer.start_span("offload.delegation.recovered", context=trace.set_span_in_context(unit),
+                                           attributes={"offload.delegation_id": delegation_id})
+        recovered.add_event("recovery", {"offload.owner_pid": row.owner_pid or 0, "offload.status": "unknown"})
+        recovered.set_status(Status(StatusCode.ERROR, "recovered after its owner died"))
+        recovered.end()
+        unit.end()
+        self._remember(delegation_id, unit.get_span_context())
+
+    def _unit_span_of(self, delegation_id: str, stored: dict[str, Any], row: Any) -> Span:
+        """The dead owner's unit span, emitted here: its own ids when this tracer can choose ids
+        (else a new span), its parent, start time and attributes as the owner stored them."""
+        ids = sp.ids_of(stored)
+        attributes = {**(stored.get("attributes") or {"offload.delegation_id": delegation_id}),
+                      "offload.status": "unknown", "offload.recovered": True}
+        start_ns = stored.get("start_ns") or int((row.dispatched_at or time.time()) * 1e9)
+        start = lambda: self.tracer.start_span("offload.delegation", context=sp.context_of(stored.get("parent")),  # noqa: E731
+                                               attributes=attributes, start_time=int(start_ns))
+        if ids is None or not sp.can_force_ids(self.tracer):
+            return start()
+        with sp.forced_ids(self.tracer, *ids):
+            return start()
 
     def on_delivery(self, delegation_id: str, outcome: str, ledger: Any = None) -> None:
-        span = self.open.get(delegation_id) or self._continue_from_ledger(delegation_id, ledger)
-        span.add_event("delivery attempt" if outcome == "claimed" else outcome, {"offload.outcome": outcome})
-        if outcome in _SETTLED:
-            span.set_attribute("offload.delivery", outcome)
-            self._end(delegation_id)
-
-    def _continue_from_ledger(self, delegation_id: str, ledger: Any) -> Span:
-        """``ledger``: the provider of the ledger the delivering runtime uses (None: unknown)."""
-        try:
-            row = ledger().get(delegation_id) if ledger is not None else None
-        except Exception:
-            row = None
-        carrier = ((row.task if row else None) or {}).get("trace_context")
-        return self._continue(delegation_id, "offload.delegation.delivery", carrier)
-
-    def _continue(self, delegation_id: str, name: str, carrier: Any) -> Span:
-        """A span of this process under the unit span another process started (same trace)."""
-        parent = _PROPAGATOR.extract(carrier) if isinstance(carrier, dict) else None
-        span = self.tracer.start_span(name, context=parent, attributes={"offload.delegation_id": delegation_id})
+        if outcome == "claimed":
+            span = self._under_unit(delegation_id, "offload.delegation.delivery", ledger)
+            with self.lock:
+                previous, self.deliveries[delegation_id] = self.deliveries.get(delegation_id), span
+            if previous is not None:
+                previous.end()
+            return
         with self.lock:
-            previous, self.open[delegation_id] = self.open.get(delegation_id), span
-        if previous is not None:
-            previous.end()
-        return span
+            span = self.deliveries.pop(delegation_id, None)
+        span = span or self._under_unit(delegation_id, "offload.delegation.delivery", ledger)
+        span.add_event(outcome, {"offload.outcome": outcome})
+        span.set_attribute("offload.delivery", outcome)
+        if outcome == "dropped":
+            span.set_status(Status(StatusCode.ERROR, "dropped: the result was not delivered"))
+        span.end()
+
+    def _under_unit(self, delegation_id: str, name: str, ledger: Any) -> Span:
+        """A span of this process under the unit span (started here or in another process)."""
+        with self.lock:
+            known = self.finished.get(delegation_id)
+        if known is not None:
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(known))
+        else:
+            parent = sp.context_of(_stored_context(delegation_id, ledger))
+        return self.tracer.start_span(name, context=parent, attributes={"offload.delegation_id": delegation_id})
+
+    def _remember(self, delegation_id: str, context: SpanContext) -> None:
+        with self.lock:
+            self.finished[delegation_id] = context
+            while len(self.finished) > RECENT_UNITS:
+                self.finished.popitem(last=False)
 
     def _event(self, delegation_id: str, name: str, attributes: dict[str, Any]) -> None:
         span = self.open.get(delegation_id)
         if span is not None:
             span.add_event(name, attributes)
 
-    def _end(self, delegation_id: str) -> None:
-        with self.lock:
-            span = self.open.pop(delegation_id, None)
-        if span is not None:
-            span.end()
-
     def end_all(self, reason: str) -> None:
-        """End what is still open (the process exits before acknowledgement), so it is exported."""
+        """End what is still open (the process exits mid-unit or mid-delivery), so it is exported."""
         with self.lock:
-            spans, self.open = list(self.open.values()), {}
+            spans = [*self.open.values(), *self.deliveries.values()]
+            self.open, self.deliveries = {}, {}
         for span in spans:
             span.set_attribute("offload.ended_by", reason)
             span.end()
 
     @contextmanager
-    def span(self, name: str, attributes: dict[str, Any]) -> Iterator["_Handle"]:
-        with self.tracer.start_as_current_span(name, attributes=_clean(attributes)) as span:
-            yield _Handle(span)
+    def span(self, name: str, attributes: dict[str, Any]) -> Iterator[sp.Handle]:
+        name, kind, attributes = sp.start_kind(name, attributes)
+        with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+            yield sp.Handle(span, genai=kind is trace.SpanKind.CLIENT)
+
+    @contextmanager
+    def continuing(self, carrier: Any) -> Iterator[None]:
+        """Run the body under the context ``carrier`` names (a queued unit's dispatcher)."""
+        context = sp.context_of(carrier)
+        token = otel_context.attach(context) if context is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                otel_context.detach(token)
 
 
-class _Handle:
-    """What ``observers.span`` yields: ``set(**attributes)`` on the live span."""
-
-    def __init__(self, span: Span) -> None:
-        self._span = span
-
-    def set(self, **attributes: Any) -> None:
-        self._span.set_attributes(_clean(attributes))
-
-    def fail(self, description: str) -> None:
-        self._span.set_status(Status(StatusCode.ERROR, description[:500]))
+def _stored_context(delegation_id: str, ledger: Any) -> Any:
+    """``ledger``: the provider of the ledger the delivering runtime uses (None: unknown)."""
+    try:
+        row = ledger().get(delegation_id) if ledger is not None else None
+    except Exception:
+        row = None
+    return ((row.task if row else None) or {}).get("trace_context")
 
 
 def _current_event(name: str, attributes: dict[str, Any]) -> None:
-    trace.get_current_span().add_event(name, _clean(attributes))
-
-
-def _clean(attributes: dict[str, Any]) -> dict[str, Any]:
-    return {f"offload.{k}": v if isinstance(v, (str, bool, int, float)) else str(v)
-            for k, v in attributes.items() if v is not None}
+    trace.get_current_span().add_event(name, sp.clean(attributes))
 
 
 def _unit_attributes(delegation_id: str, record: dict[str, Any]) -> dict[str, Any]:
     attributes = {"delegation_id": delegation_id, "session_key": record.get("session_key") or "",
                   "children": len(record.get("task_indexes") or record.get("goals") or []) or 1,
                   "group": record.get("group"), "model": record.get("model")}
-    return _clean(attributes)
+    return sp.clean(attributes)
 
 
 _active: _Tracing | None = None
@@ -184,12 +223,12 @@ _exit_hook_registered = False
 
 
 def install(tracer: Tracer) -> None:
-    """Trace with ``tracer`` (tests pass one backed by the SDK's in-memory exporter)."""
+    """Trace with ``tracer`` (tests pass one of a provider made by ``spans.tracer_provider``)."""
     global _active, _remove, _exit_hook_registered
     uninstall()
     _active = _Tracing(tracer)
     _remove = observers.add_observer(_active)
-    observers.set_span_factory(_active.span, _current_event)
+    observers.set_span_factory(_active.span, _current_event, _active.continuing, sp.carrier_of)
     if not _exit_hook_registered:
         atexit.register(_end_at_exit)
         _exit_hook_registered = True

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -19,6 +18,7 @@ from offload.agent.core import AIAgent
 from offload.engine import observers
 from offload.testing.model_server import ScriptedModelServer, rule_script, text_reply, tool_call_reply
 from offload.telemetry import tracing
+from offload.telemetry.spans import tracer_provider
 from tests.engine.conftest import wait_event
 
 pytestmark = pytest.mark.timeout(60)
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def spans():
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = tracer_provider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracing.install(provider.get_tracer("test"))
     yield exporter
@@ -61,18 +61,20 @@ def test_span_tree_of_a_three_child_fan_out(runtime, spans, tmp_path):
     subagents = _by_name(finished, "offload.subagent")
     assert sorted(s.attributes["offload.task_index"] for s in subagents) == [0, 1, 2]
     assert all(s.parent.span_id == unit.context.span_id for s in subagents)
-    model_calls = _by_name(finished, "offload.model_call")
+    model_calls = _by_name(finished, "chat demo-model")  # GenAI conventions: "{operation} {model}"
     tool_calls = _by_name(finished, "offload.tool_call")
     assert len(model_calls) == 6 and len(tool_calls) == 3  # per child: tool call, then the answer
     by_id = {s.context.span_id: s for s in subagents}
     assert all(s.parent.span_id in by_id for s in model_calls + tool_calls)
-    assert all(s.attributes["offload.prompt_tokens"] > 0 and s.attributes["offload.completion_tokens"] > 0
+    assert all(s.attributes["gen_ai.usage.input_tokens"] > 0 and s.attributes["gen_ai.usage.output_tokens"] > 0
                for s in model_calls)
     assert {s.attributes["offload.tool"] for s in tool_calls} == {"read_file"}
     assert {s.context.trace_id for s in finished} == {unit.context.trace_id}
     events = [e.name for e in unit.events]
-    assert events.count("child finished") == 3 and "result" in events and events[-1] == "acknowledged"
-    assert unit.end_time >= max(s.end_time for s in subagents)
+    assert events.count("child finished") == 3 and events[-1] == "result"
+    assert unit.end_time >= max(s.end_time for s in subagents)  # the unit span ends with its result
+    (delivery,) = _by_name(finished, "offload.delegation.delivery")
+    assert delivery.parent.span_id == unit.context.span_id and [e.name for e in delivery.events] == ["acknowledged"]
     stored = runtime.ledger().get(handle["delegation_id"]).task["trace_context"]
     assert stored["traceparent"].split("-")[1] == f"{unit.context.trace_id:032x}"
 
@@ -89,9 +91,11 @@ def test_interrupt_stall_and_delivery_are_span_events(runtime, spans, held):
     runtime.deliveries.complete_event(event, claim)
     (span,) = _by_name(spans.get_finished_spans(), "offload.delegation")
     names = [e.name for e in span.events]
-    assert names[:2] == ["interrupt", "stall"]
-    assert names.count("delivery attempt") == 2 and names[-1] == "delivered"
+    assert names == ["interrupt", "stall", "result"]
     assert span.status.is_ok is False
+    attempts = _by_name(spans.get_finished_spans(), "offload.delegation.delivery")  # one span per attempt
+    assert [[e.name for e in a.events] for a in attempts] == [["released"], ["delivered"]]
+    assert all(a.parent.span_id == span.context.span_id for a in attempts)
 
 
 def test_tracing_is_off_unless_the_otel_variables_ask():
@@ -135,10 +139,18 @@ def test_one_trace_across_a_sigkill_and_recovery_in_a_fresh_process(runtime, spa
     claim = runtime.deliveries.claim_event(event, "test")
     assert runtime.deliveries.complete_event(event, claim)
 
-    (recovered,) = _by_name(spans.get_finished_spans(), "offload.delegation.recovered")
-    assert f"{recovered.context.trace_id:032x}" == child["trace_id"]  # the same trace
-    assert f"{recovered.parent.span_id:016x}" == child["parent_id"]  # under the dead owner's unit span
-    assert [e.name for e in recovered.events] == ["recovery", "delivery attempt", "delivered"]
+    finished = spans.get_finished_spans()
+    (unit,) = _by_name(finished, "offload.delegation")  # emitted here, for the dead owner
+    assert f"{unit.context.trace_id:032x}" == child["trace_id"]  # the same trace
+    assert f"{unit.context.span_id:016x}" == child["parent_id"]  # the id the owner's child span names
+    assert unit.status.is_ok is False and unit.attributes["offload.status"] == "unknown"
+    assert unit.attributes["offload.children"] == 2 and unit.attributes["offload.session_key"] == "sess-kill"
+    assert unit.start_time < unit.end_time
+    (recovered,) = _by_name(finished, "offload.delegation.recovered")
+    (delivery,) = _by_name(finished, "offload.delegation.delivery")
+    assert recovered.parent.span_id == delivery.parent.span_id == unit.context.span_id
+    assert [e.name for e in recovered.events] == ["recovery"] and recovered.status.is_ok is False
+    assert [e.name for e in delivery.events] == ["delivered"]
 
 
 def test_the_cli_traces_when_the_otel_variables_ask(tmp_path):

@@ -56,11 +56,11 @@ def test_failed_tool_call_child_and_unit_are_errors_and_a_retry_is_an_event(runt
     assert subagents[2].status_message.startswith(event["results"][2]["status"])
     (tool_call,) = tree.children(subagents[0], "offload.tool_call")
     assert tool_call.status == "error" and "unknown tool 'no_such_tool'" in tool_call.status_message
-    flaky_calls = tree.children(subagents[1], "offload.model_call")
+    flaky_calls = tree.children(subagents[1], "chat demo-model")
     retried = [s for s in flaky_calls if "retry" in s.event_names]
     assert len(flaky_calls) == 1 and len(retried) == 1
     retry = dict(retried[0].events)["retry"]
     assert retry["offload.attempt"] == 1 and "503" in retry["offload.reason"]
-    (broken_call,) = tree.children(subagents[2], "offload.model_call")
+    (broken_call,) = tree.children(subagents[2], "chat demo-model")
     assert broken_call.status == "error"  # the call raised: the span says so
     assert not tree.orphans

@@ -1,0 +1,131 @@
+"""The pieces of a span offload needs beyond the SDK: the span factory behind
+``offload.engine.observers.span`` (with the GenAI conventions for model calls), W3C carriers,
+and span ids a process can choose, so a process that recovers a dead owner's unit emits the
+unit span under the very id the owner's exported child spans name as their parent.
+
+Invariant: ids are forced only for the one ``start_span`` call inside ``forced_ids``, on this
+thread; every other span gets the SDK's random ids.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class ForcedIds(RandomIdGenerator):
+    """Random ids, except the ones ``forced_ids`` asks for (once each, on its thread)."""
+
+    def __init__(self) -> None:
+        self.wanted = threading.local()
+
+    def generate_trace_id(self) -> int:
+        forced = getattr(self.wanted, "trace_id", None)
+        self.wanted.trace_id = None
+        return forced or super().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        forced = getattr(self.wanted, "span_id", None)
+        self.wanted.span_id = None
+        return forced or super().generate_span_id()
+
+
+def tracer_provider(**kwargs: Any) -> TracerProvider:
+    """A ``TracerProvider`` whose tracers can emit a span under a chosen id (recovery needs it)."""
+    return TracerProvider(id_generator=ForcedIds(), **kwargs)
+
+
+def can_force_ids(tracer: Tracer) -> bool:
+    return isinstance(getattr(tracer, "id_generator", None), ForcedIds)
+
+
+@contextmanager
+def forced_ids(tracer: Tracer, trace_id: int, span_id: int) -> Iterator[None]:
+    ids = tracer.id_generator  # type: ignore[attr-defined]
+    ids.wanted.trace_id, ids.wanted.span_id = trace_id, span_id
+    try:
+        yield
+    finally:
+        ids.wanted.trace_id = ids.wanted.span_id = None
+
+
+def carrier_of(span: Span | None = None) -> dict[str, str]:
+    """The W3C carrier (``traceparent``) of ``span``, or of the current span; empty if none."""
+    carrier: dict[str, str] = {}
+    context = trace.set_span_in_context(span) if span is not None else None
+    PROPAGATOR.inject(carrier, context=context)
+    return carrier
+
+
+def context_of(carrier: Any) -> Context | None:
+    """The context a stored carrier names (None: not a carrier, so a new trace)."""
+    if not isinstance(carrier, dict) or not carrier.get("traceparent"):
+        return None
+    return PROPAGATOR.extract({"traceparent": carrier["traceparent"]})
+
+
+def ids_of(carrier: Any) -> tuple[int, int] | None:
+    """(trace_id, span_id) of a stored carrier's ``traceparent``."""
+    span_context = trace.get_current_span(context_of(carrier)).get_span_context() if context_of(carrier) else None
+    return (span_context.trace_id, span_context.span_id) if span_context and span_context.is_valid else None
+
+
+def clean(attributes: dict[str, Any], prefix: str = "offload.") -> dict[str, Any]:
+    """Attribute values OpenTelemetry takes, under ``prefix`` unless a key is already namespaced."""
+    out = {}
+    for key, value in attributes.items():
+        if value is None:
+            continue
+        if not isinstance(value, (str, bool, int, float)) and not (
+                isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+            value = str(value)
+        out[key if key.startswith("gen_ai.") else f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+class Handle:
+    """What ``observers.span`` yields: ``set(**attributes)`` and ``fail(why)`` on the live span."""
+
+    def __init__(self, span: Span, genai: bool = False) -> None:
+        self._span, self._genai = span, genai
+
+    def set(self, **attributes: Any) -> None:
+        self._span.set_attributes(_translated(attributes) if self._genai else clean(attributes))
+
+    def fail(self, description: str) -> None:
+        self._span.set_status(Status(StatusCode.ERROR, description[:500]))
+
+
+# A model call is a GenAI client span: https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/
+MODEL_CALL = "offload.model_call"
+_GENAI_USAGE = {"prompt_tokens": "gen_ai.usage.input_tokens", "completion_tokens": "gen_ai.usage.output_tokens"}
+
+
+def _translated(attributes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(attributes)
+    for ours, theirs in _GENAI_USAGE.items():
+        if ours in out:
+            out[theirs] = out[ours]
+    if out.get("finish_reason"):
+        out["gen_ai.response.finish_reasons"] = [str(out["finish_reason"])]
+    return clean(out)
+
+
+def start_kind(name: str, attributes: dict[str, Any]) -> tuple[str, SpanKind, dict[str, Any]]:
+    """The name, kind and attributes a span site's ``observers.span(name, **attributes)`` becomes."""
+    if name != MODEL_CALL:
+        return name, SpanKind.INTERNAL, clean(attributes)
+    model = str(attributes.get("model") or "")
+    genai = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+             "gen_ai.provider.name": attributes.get("provider") or "openai",
+             "gen_ai.conversation.id": attributes.get("conversation_id")}
+    return f"chat {model}".strip(), SpanKind.CLIENT, clean({**attributes, **genai})

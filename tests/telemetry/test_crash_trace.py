@@ -1,0 +1,65 @@
+"""A crashed delegation's trace is whole (issue 32, item 1), seen by a loopback OTLP receiver: an
+`offload run` SIGKILLed mid-unit exports nothing of its unit span, so the process that recovers
+the unit emits it from what the ledger recorded at dispatch (its ids, parent, start time and
+attributes), with status ERROR and ``.recovered`` and ``.delivery`` under it."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from offload.ledger import open_ledger
+from offload.testing.demo_script import CRASH_PROMPT
+from tests.e2e.conftest import cli_env, offload
+from tests.telemetry.receiver import Tree
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _killed_mid_run(env: dict[str, str]) -> str:
+    """An `offload run` SIGKILLed while its slow child still runs; its delegation id."""
+    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "--demo-model", CRASH_PROMPT], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            running = json.loads(offload("agents", "--json").stdout)["running"]
+            if running and running[0]["children"][0]["status"] == "completed":  # the quick child is recorded
+                return running[0]["id"]
+            time.sleep(0.1)
+        raise AssertionError("the run never showed a running delegation with its quick child done")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(15)
+
+
+def test_recovery_emits_the_dead_owners_unit_span_with_recovered_and_delivery_under_it(receiver, tmp_path):
+    env = cli_env(**receiver.env(OTEL_SERVICE_NAME="offload-owner"))
+    delegation_id = _killed_mid_run(env)
+    state_db = cli_env()["HERMES_HOME"] + "/state.db"
+    stored = open_ledger(state_db).get(delegation_id).task["trace_context"]
+    _version, trace_id, unit_id, _flags = stored["traceparent"].split("-")
+
+    acked = subprocess.run([sys.executable, "-m", "offload", "inbox", "--ack", delegation_id], capture_output=True,
+                           text=True, timeout=60, env=cli_env(**receiver.env(OTEL_SERVICE_NAME="offload-inbox")))
+    assert acked.returncode == 0 and f"acknowledged {delegation_id}" in acked.stdout, acked.stderr
+    spans = receiver.wait_for(lambda got: any(s.name == "offload.delegation.delivery" for s in got))
+
+    tree = Tree(spans, trace_id)
+    unit = tree.one("offload.delegation")
+    assert (unit.span_id, unit.service) == (unit_id, "offload-inbox")  # the id the owner's spans name
+    assert unit.parent_id == stored["parent"]["traceparent"].split("-")[2]  # under the owner's tool call
+    assert unit.status == "error" and unit.attributes["offload.status"] == "unknown"
+    assert unit.attributes["offload.delegation_id"] == delegation_id and unit.attributes["offload.children"] == 2
+    assert unit.start_ns == stored["start_ns"] and unit.start_ns < unit.end_ns
+    recovered = tree.one("offload.delegation.recovered")
+    delivery = tree.one("offload.delegation.delivery")
+    assert recovered.parent_id == delivery.parent_id == unit.span_id
+    assert recovered.status == "error" and recovered.event_names == ["recovery"]
+    assert delivery.attributes["offload.delivery"] == "acknowledged"
+    owner_spans = [s for s in tree.spans if s.service == "offload-owner"]  # what the owner got out, if anything
+    assert all(s.parent_id in tree.by_id for s in owner_spans if s.name == "offload.subagent")

@@ -1,0 +1,48 @@
+"""A long-running process keeps no span open past its work (issue 32, item 2): a worker runs
+1,000 units whose results another process delivers; each unit span ends with its unit (before,
+each stayed open until the worker exited), and the contexts kept for later deliveries stay
+bounded, so the worker's memory does not grow with the units it ran."""
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from offload.engine.units import batch_spec
+from offload.telemetry import tracing
+from offload.telemetry.spans import tracer_provider
+from tests.engine.conftest import wait_event
+
+pytestmark = pytest.mark.timeout(120)
+UNITS = 1_000
+
+
+class _Counting(InMemorySpanExporter):
+    """Counts ended spans without keeping them (1,000 units' spans would be the growth we look for)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended = 0
+
+    def export(self, spans):
+        self.ended += len(spans)
+        return super().export([])
+
+
+def test_a_thousand_units_leave_no_span_open(runtime):
+    exporter = _Counting()
+    provider = tracer_provider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider.get_tracer("test"))
+    try:
+        observer = tracing._active
+        for i in range(UNITS):  # as a worker: run each unit, deliver none (the parent's host does)
+            handle = runtime.engine.dispatch(batch_spec([f"unit {i}"], model="m", session_key="sess-long"),
+                                             lambda: {"results": [{"task_index": 0, "status": "completed"}]}, 4)
+            wait_event(handle["delegation_id"], bus=runtime.bus)
+            assert len(observer.open) + len(observer.deliveries) == 0, f"unit {i} left a span open"
+        assert len(observer.finished) == tracing.RECENT_UNITS
+        assert exporter.ended == UNITS  # each unit span ended with its unit, none left to the exit
+    finally:
+        tracing.uninstall()
+        provider.shutdown()
