@@ -26,6 +26,7 @@ from offload.agent.core import AIAgent
 from offload.agent.session_store import SessionStore, new_session_id
 from offload.context.approval import reset_current_session_key, set_current_session_key
 from offload.context.session_env import set_async_delivery, set_wake_session
+from offload.engine.observers import span
 from offload.errors import CliError
 from offload.ids import resolve
 from offload.runtime import Offload
@@ -138,7 +139,11 @@ class Conversation:
             set_async_delivery(False)  # no push back into this request...
             set_wake_session(self.session_id)  # ...but the session can be woken later by its id
         try:
-            out = self.agent.run_conversation(text, self.history)
+            with span("offload.turn", session_id=self.session_id, delivers=injected_ids) as traced:
+                out = self.agent.run_conversation(text, self.history)
+                traced.set(exit_reason=out.get("exit_reason"), api_calls=out.get("api_calls"))
+                if out.get("exit_reason") == "error":
+                    traced.fail(str(out.get("error") or "the turn failed"))
             messages = out.get("messages") or []
             new = _new_messages(self.history, messages)
             self.store.append_turn(self.session_id, new, injected_ids)

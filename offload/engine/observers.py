@@ -2,7 +2,7 @@
 
 The engine (``offload.engine.engine``, ``offload.engine.delivery``) calls ``notify(kind, delegation_id, **fields)`` at a few moments (see ``KINDS``);
 metrics and tracing (``offload.telemetry``) register with ``add_observer``; work the engine
-does not see (subagents, model and tool calls) opens ``span(...)``. So the engine
+does not see (parent turns, subagents, model and tool calls) opens ``span(...)``. So the engine
 never imports a telemetry library, and with no observer registered a notification costs one
 function call and an empty-list check.
 
@@ -50,14 +50,20 @@ class _NoSpan:
         pass
 
 
-SpanFactory = Callable[[str, dict[str, Any]], ContextManager[SpanHandle]]
+class Tracing(Protocol):
+    """What tracing (``offload.telemetry.tracing``) installs with ``set_tracing``."""
+
+    def span(self, name: str, attributes: dict[str, Any]) -> ContextManager[SpanHandle]: ...
+
+    def event(self, name: str, attributes: dict[str, Any]) -> None: ...
+
+    def continuing(self, carrier: Any) -> ContextManager[None]: ...
+
+    def carrier(self) -> dict[str, str]: ...
+
+
 _OFF: ContextManager[SpanHandle] = contextlib.nullcontext(_NoSpan())
-_span_factory: SpanFactory | None = None
-EventSink = Callable[[str, dict[str, Any]], None]
-_event_sink: EventSink | None = None
-Continuing = Callable[[Any], ContextManager[None]]
-_continuing: Continuing | None = None
-_carrier: Callable[[], dict[str, str]] | None = None
+_tracing: Tracing | None = None
 
 
 def add_observer(observer: Observer) -> Callable[[], None]:
@@ -76,38 +82,37 @@ def notify(kind: str, delegation_id: str, /, **fields: Any) -> None:
             logger.debug("observer %r failed on %s of %s", observer, kind, delegation_id, exc_info=True)
 
 
-def set_span_factory(factory: SpanFactory | None, event_sink: EventSink | None = None,
-                     continuing: Continuing | None = None, carrier: Callable[[], dict[str, str]] | None = None) -> None:
-    """Tracing installs its span factory here, what adds an event to the current span, what
-    continues a stored trace context and what captures the current one; None turns them off."""
-    global _span_factory, _event_sink, _continuing, _carrier
-    _span_factory, _event_sink, _continuing, _carrier = factory, event_sink, continuing, carrier
+def set_tracing(tracing: Tracing | None) -> None:
+    """Tracing installs itself here; None turns spans, span events and carriers back into no-ops."""
+    global _tracing
+    _tracing = tracing
 
 
 def trace_carrier() -> dict[str, str]:
     """The current trace context as a W3C carrier (``traceparent``) to store with queued work;
     empty when tracing is off."""
-    capture = _carrier
-    return capture() if capture is not None else {}
+    tracing = _tracing
+    return tracing.carrier() if tracing is not None else {}
 
 
 def continuing(carrier: Any) -> ContextManager[None]:
     """Run the body under the trace context ``carrier`` names (``trace_carrier`` of another
     process): what a worker does around dispatching a queued unit. A no-op when tracing is off."""
-    enter = _continuing
-    return contextlib.nullcontext() if enter is None or not carrier else enter(carrier)
+    tracing = _tracing
+    return contextlib.nullcontext() if tracing is None or not carrier else tracing.continuing(carrier)
 
 
 def span_event(name: str, **attributes: Any) -> None:
     """An event on the current span (``retry`` in a model call), or nothing when tracing is off."""
-    sink = _event_sink
-    if sink is not None:
-        sink(name, attributes)
+    tracing = _tracing
+    if tracing is not None:
+        tracing.event(name, attributes)
 
 
 def span(name: str, **attributes: Any) -> ContextManager[SpanHandle]:
     """``with span("offload.model_call", model=m) as s: ...; s.set(prompt_tokens=n)``: a child
     span of whatever is current (a unit, a subagent) when tracing is on, a shared no-op when off.
-    Used where work happens below the engine's view: subagents, model calls, tool calls."""
-    factory = _span_factory
-    return _OFF if factory is None else factory(name, attributes)
+    Used where work happens below the engine's view: parent turns (``delivers=[ids]`` links a
+    turn to the delegations whose results it reads), subagents, model calls, tool calls."""
+    tracing = _tracing
+    return _OFF if tracing is None else tracing.span(name, attributes)

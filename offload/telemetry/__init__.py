@@ -2,8 +2,8 @@
 (``tracing``), both fed by the engine's observer seam (``offload.engine.observers``).
 
 Both are optional (the ``dashboard`` extra installs their libraries) and off until
-installed: the dashboard installs the metrics observer, ``tracing.install_from_env()``
-installs tracing when the standard ``OTEL_*`` variables ask for it.
+installed: the dashboard installs the metrics observer, ``export.install_from_env()``
+installs tracing (and the GenAI token metrics) when the standard ``OTEL_*`` variables ask for it.
 """
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ def install_tracing_from_env() -> bool:
     if not tracing_wanted():
         return False
     try:
-        from offload.telemetry import tracing
+        from offload.telemetry import export
+
+        return export.install_from_env() is not None
     except ImportError as exc:
         sys.stderr.write(f"offload: OTEL_* variables ask for traces, but {exc.name} is not installed "
                          "(pip install 'offload[dashboard]'); running without traces\n")
         return False
-    return tracing.install_from_env()

@@ -7,7 +7,9 @@ engine's; each OTLP request gives up after ``EXPORT_TIMEOUT_S`` (unless
 batch at most ``EXIT_WAIT_S`` while the collector answers and ``EXIT_WAIT_DOWN_S`` once it has
 not (or never has), then leaves the rest to the daemon thread; an unreachable collector is said
 once, in one warning line, and again only after it has answered in between (the OTLP exporter's
-own retry warnings are silenced). A bad setting is logged, never fatal.
+own retry warnings are silenced). A bad setting is logged, never fatal. With OTLP, the GenAI
+token metrics (``genai_metrics``) are pushed to the same collector unless
+``OTEL_METRICS_EXPORTER=none``.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import atexit
 import logging
 import os
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from offload.telemetry import tracing_wanted
@@ -24,7 +27,8 @@ logger = logging.getLogger("offload.telemetry")
 EXPORT_TIMEOUT_S = 2.0  # one OTLP request, retries included (the SDK's default is 10 s)
 EXIT_WAIT_S = 2.0  # at exit, for the last batch, while the collector answers
 EXIT_WAIT_DOWN_S = 0.3  # at exit, when it has not answered: a dead collector costs at most this
-_OTLP_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.exporter.otlp.common.http")
+_OTLP_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.exporter.otlp.common.http",
+                 "opentelemetry.exporter.otlp.proto.http.metric_exporter", "opentelemetry.sdk.metrics._internal.export")
 
 
 class _OneWarning:
@@ -99,43 +103,83 @@ def _exit_wait_s(found: list[Any]) -> float:
     return EXIT_WAIT_DOWN_S if down else EXIT_WAIT_S
 
 
-def shutdown_bounded(provider: Any, found: list[Any]) -> bool:
-    """Flush and shut ``provider`` down on a daemon thread, waiting at most the exit wait;
-    True if it finished in time."""
-    wait_s = _exit_wait_s(found)
-    done = threading.Thread(target=provider.shutdown, name="offload-trace-flush", daemon=True)
+@dataclass
+class Exporting:
+    """What ``install_from_env`` set up: the tracer provider and, with OTLP, the meter provider."""
+
+    traces: Any
+    metrics: Any = None
+    exporters: list[Any] = field(default_factory=list)
+    done: bool = False
+
+    def force_flush(self) -> None:
+        self.traces.force_flush()
+        if self.metrics is not None:
+            self.metrics.force_flush()
+
+    def shutdown(self) -> None:
+        if self.done:
+            return
+        self.done = True  # once: a test's teardown and the exit hook may both ask
+        self.traces.shutdown()
+        if self.metrics is not None:
+            self.metrics.shutdown(timeout_millis=EXPORT_TIMEOUT_S * 1000)
+
+
+def shutdown_bounded(exporting: Exporting) -> bool:
+    """Flush and shut down on a daemon thread, waiting at most the exit wait; True if it
+    finished in time (else the collector is said to be down, once)."""
+    wait_s = _exit_wait_s(exporting.exporters)
+    done = threading.Thread(target=exporting.shutdown, name="offload-trace-flush", daemon=True)
     done.start()
     done.join(wait_s)
     if done.is_alive():  # still retrying: say so once (unless said already) and leave
-        for exporter in found:
+        for exporter in exporting.exporters:
             if isinstance(exporter, _OneWarning) and exporter.answering is not False:
                 exporter.answering = False
                 exporter.warn(f"no answer within {wait_s:g} s at exit")
     return not done.is_alive()
 
 
-def install_from_env(environ: Mapping[str, str] = os.environ) -> Any:
-    """Turn tracing on if the environment asks for it: the installed ``TracerProvider``, or None."""
+def _meter_provider(environ: Mapping[str, str], resource: Any, found: list[Any]) -> Any:
+    """A meter provider pushing the GenAI token metrics over OTLP next to the traces; None when
+    traces do not go over OTLP or ``OTEL_METRICS_EXPORTER=none``."""
+    if not any(isinstance(e, _OneWarning) for e in found) or environ.get("OTEL_METRICS_EXPORTER", "") == "none":
+        return None
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    endpoint = environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or (f"{base.rstrip('/')}/v1/metrics" if base else None)
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S))
+    return MeterProvider(metric_readers=[reader], resource=resource, shutdown_on_exit=False)
+
+
+def install_from_env(environ: Mapping[str, str] = os.environ) -> Exporting | None:
+    """Turn tracing (and the GenAI token metrics) on if the environment asks for it.
+    ``ImportError`` when the ``dashboard`` extra is missing (the caller says how to get it)."""
     if not tracing_wanted(environ):
         return None
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        from offload.telemetry import tracing
+        from offload.telemetry import genai_metrics, tracing
         from offload.telemetry.spans import tracer_provider
 
         found = exporters(environ)
-    except ImportError as exc:
-        logger.warning("tracing asked for by OTEL_* but %s is missing: pip install 'offload[dashboard]'", exc.name)
-        return None
+        resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "offload"})
+        meters = _meter_provider(environ, resource, found)
     except ValueError as exc:
         logger.warning("tracing is off: %s", exc)
         return None
-    resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "offload"})
     provider = tracer_provider(resource=resource, shutdown_on_exit=False)
     for exporter in found:
         provider.add_span_processor(BatchSpanProcessor(exporter))
-    atexit.register(shutdown_bounded, provider, found)  # before install(): atexit is LIFO, open spans end first
+    exporting = Exporting(provider, meters, found)
+    atexit.register(shutdown_bounded, exporting)  # before install(): atexit is LIFO, open spans end first
     tracing.install(provider.get_tracer("offload"))
-    return provider
+    if meters is not None:
+        genai_metrics.install(meters)
+    return exporting

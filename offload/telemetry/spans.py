@@ -9,6 +9,7 @@ thread; every other span gets the SDK's random ids.
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -18,6 +19,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from offload.telemetry import genai_metrics
 
 PROPAGATOR = TraceContextTextMapPropagator()
 
@@ -99,7 +102,16 @@ class Handle:
         self._span, self._genai = span, genai
 
     def set(self, **attributes: Any) -> None:
-        self._span.set_attributes(_translated(attributes) if self._genai else clean(attributes))
+        if not self._genai:
+            self._span.set_attributes(clean(attributes))
+            return
+        translated = _translated(attributes)
+        self._span.set_attributes(translated)
+        if "gen_ai.usage.input_tokens" in translated or "finish_reason" in attributes:  # the call's outcome
+            started_ns = getattr(self._span, "start_time", None) or time.time_ns()
+            genai_metrics.record(str(getattr(self._span, "attributes", {}).get("gen_ai.request.model", "")),
+                                 (time.time_ns() - started_ns) / 1e9, translated.get("gen_ai.usage.input_tokens"),
+                                 translated.get("gen_ai.usage.output_tokens"))
 
     def fail(self, description: str) -> None:
         self._span.set_status(Status(StatusCode.ERROR, description[:500]))

@@ -34,6 +34,7 @@ from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from offload.engine import observers
 from offload.engine.states import NOT_COMPLETED
+from offload.telemetry import genai_metrics
 from offload.telemetry import spans as sp
 from offload.telemetry import tracing_wanted
 
@@ -44,13 +45,6 @@ _SETTLED = frozenset({"delivered", "acknowledged", "dropped"})
 def wanted(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the standard OTEL_* variables ask for traces."""
     return tracing_wanted(environ)
-
-
-def install_from_env(environ: Mapping[str, str] = os.environ) -> bool:
-    """Turn tracing on if the environment asks for it (``offload.telemetry.export``)."""
-    from offload.telemetry import export
-
-    return export.install_from_env(environ) is not None
 
 
 class _Tracing:
@@ -179,11 +173,29 @@ class _Tracing:
             span.set_attribute("offload.ended_by", reason)
             span.end()
 
+    # -- the observers.Tracing seam: spans of work below the engine's view --------------------
     @contextmanager
     def span(self, name: str, attributes: dict[str, Any]) -> Iterator[sp.Handle]:
-        name, kind, attributes = sp.start_kind(name, attributes)
-        with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+        delivers = [str(d) for d in attributes.pop("delivers", None) or ()]
+        links = [trace.Link(context) for d in delivers if (context := self._unit_context(d)) is not None]
+        name, kind, attributes = sp.start_kind(name, {**attributes, "delivers": delivers or None})
+        with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes, links=links) as span:
             yield sp.Handle(span, genai=kind is trace.SpanKind.CLIENT)
+
+    def _unit_context(self, delegation_id: str) -> SpanContext | None:
+        """The unit span of a delegation whose result this process is delivering (its delivery
+        span's parent) or ran recently; None if unknown here."""
+        with self.lock:
+            delivering = self.deliveries.get(delegation_id)
+            known = self.finished.get(delegation_id)
+        parent = getattr(delivering, "parent", None) if delivering is not None else None
+        return parent if parent is not None and parent.is_valid else known
+
+    def event(self, name: str, attributes: dict[str, Any]) -> None:
+        trace.get_current_span().add_event(name, sp.clean(attributes))
+
+    def carrier(self) -> dict[str, str]:
+        return sp.carrier_of()
 
     @contextmanager
     def continuing(self, carrier: Any) -> Iterator[None]:
@@ -206,10 +218,6 @@ def _stored_context(delegation_id: str, ledger: Any) -> Any:
     return ((row.task if row else None) or {}).get("trace_context")
 
 
-def _current_event(name: str, attributes: dict[str, Any]) -> None:
-    trace.get_current_span().add_event(name, sp.clean(attributes))
-
-
 def _unit_attributes(delegation_id: str, record: dict[str, Any]) -> dict[str, Any]:
     attributes = {"delegation_id": delegation_id, "session_key": record.get("session_key") or "",
                   "children": len(record.get("task_indexes") or record.get("goals") or []) or 1,
@@ -228,7 +236,7 @@ def install(tracer: Tracer) -> None:
     uninstall()
     _active = _Tracing(tracer)
     _remove = observers.add_observer(_active)
-    observers.set_span_factory(_active.span, _current_event, _active.continuing, sp.carrier_of)
+    observers.set_tracing(_active)
     if not _exit_hook_registered:
         atexit.register(_end_at_exit)
         _exit_hook_registered = True
@@ -238,7 +246,8 @@ def uninstall() -> None:
     global _active, _remove
     if _remove is not None:
         _remove()
-    observers.set_span_factory(None)
+    observers.set_tracing(None)
+    genai_metrics.uninstall()
     _active, _remove = None, None
 
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from offload.agent.core import AIAgent
 from offload.engine import observers
 from offload.testing.model_server import ScriptedModelServer, rule_script, text_reply, tool_call_reply
-from offload.telemetry import tracing
+from offload.telemetry import export, tracing
 from offload.telemetry.spans import tracer_provider
 from tests.engine.conftest import wait_event
 
@@ -166,7 +166,7 @@ def test_the_cli_traces_when_the_otel_variables_ask(tmp_path):
 
 
 def test_an_unsupported_exporter_leaves_tracing_off_with_a_warning(caplog):
-    assert not tracing.install_from_env({"OTEL_TRACES_EXPORTER": "zipkin"})
+    assert export.install_from_env({"OTEL_TRACES_EXPORTER": "zipkin"}) is None
     assert "OTEL_TRACES_EXPORTER=zipkin is not supported; use otlp, console or none" in caplog.text
     with observers.span("x") as span:  # still the no-op
         span.set(a=1)

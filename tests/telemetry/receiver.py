@@ -1,6 +1,6 @@
-"""A loopback OTLP/HTTP trace receiver for tests: a real HTTP server on 127.0.0.1 that decodes
-each ``POST /v1/traces`` (protobuf ``ExportTraceServiceRequest``) into plain ``Span`` values,
-as a collector would see them.
+"""A loopback OTLP/HTTP receiver for tests: a real HTTP server on 127.0.0.1 that decodes each
+``POST /v1/traces`` (protobuf ``ExportTraceServiceRequest``) into plain ``Span`` values, and each
+``POST /v1/metrics`` into the histogram ``Point`` values, as a collector would see them.
 
 ``OtlpReceiver().start()``; point ``OTEL_EXPORTER_OTLP_ENDPOINT`` at ``receiver.url``;
 ``receiver.wait_for(predicate)`` blocks until the spans received satisfy it (or fails with what
@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
                                                                       ExportTraceServiceResponse)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (ExportMetricsServiceRequest,
+                                                                          ExportMetricsServiceResponse)
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan, Status as ProtoStatus
 
 KINDS = {ProtoSpan.SPAN_KIND_INTERNAL: "internal", ProtoSpan.SPAN_KIND_CLIENT: "client",
@@ -63,8 +65,19 @@ def _decode(span: Any, service: str) -> Span:
 
 
 @dataclass
+class Point:
+    """One histogram data point of a metric: its attributes, count and sum."""
+
+    metric: str
+    attributes: dict[str, Any]
+    count: int
+    total: float
+
+
+@dataclass
 class OtlpReceiver:
     spans: list[Span] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
     requests: int = 0
 
     def __post_init__(self) -> None:
@@ -74,10 +87,15 @@ class OtlpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                request = ExportTraceServiceRequest.FromString(body)
-                receiver._add(request)
-                reply = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200 if self.path == "/v1/traces" else 404)
+                if self.path == "/v1/traces":
+                    receiver._add(ExportTraceServiceRequest.FromString(body))
+                    reply = ExportTraceServiceResponse().SerializeToString()
+                elif self.path == "/v1/metrics":
+                    receiver._add_metrics(ExportMetricsServiceRequest.FromString(body))
+                    reply = ExportMetricsServiceResponse().SerializeToString()
+                else:
+                    reply = b""
+                self.send_response(200 if self.path in ("/v1/traces", "/v1/metrics") else 404)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
@@ -114,6 +132,24 @@ class OtlpReceiver:
             self.requests += 1
             self.spans.extend(decoded)
             self._changed.notify_all()
+
+    def _add_metrics(self, request: Any) -> None:
+        decoded = []
+        for resource_metrics in request.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    for point in metric.histogram.data_points:
+                        decoded.append(Point(metric.name, {a.key: _value(a.value) for a in point.attributes},
+                                             point.count, point.sum))
+        with self._changed:
+            self.points.extend(decoded)
+            self._changed.notify_all()
+
+    def wait_for_points(self, done: Callable[[list[Point]], bool], timeout_s: float = 30.0) -> list[Point]:
+        with self._changed:
+            if not self._changed.wait_for(lambda: done(list(self.points)), timeout_s):
+                raise AssertionError(f"metrics never arrived; got {self.points}")
+            return list(self.points)
 
     def wait_for(self, done: Callable[[list[Span]], bool], timeout_s: float = 30.0) -> list[Span]:
         with self._changed:
