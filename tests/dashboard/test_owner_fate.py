@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx
 import pytest
@@ -25,18 +25,20 @@ def dashboard_url() -> Iterator[str]:
     yield from serve_cli_dashboard(env=cli_env())
 
 
-def _killed_mid_run() -> str:
-    """An `offload run` SIGKILLed while its slow child still runs; its delegation id."""
-    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "--demo-model", CRASH_PROMPT], env=cli_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _killed_mid_run(env: dict[str, str] | None = None, ready: Callable[[dict], bool] = lambda row: True) -> str:
+    """An `offload run` (with ``env``) SIGKILLed while its slow child still runs, once its
+    running row satisfies ``ready``; its delegation id."""
+    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "--demo-model", CRASH_PROMPT],
+                            env=env or cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             running = json.loads(offload("agents", "--json").stdout)["running"]
-            if running:
+            if running and ready(running[0]):
                 return running[0]["id"]
             time.sleep(0.1)
-        raise AssertionError("the run never showed a running delegation")
+        raise AssertionError("the run never showed a running delegation (ready as asked)")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(15)

@@ -4,42 +4,23 @@ the unit emits it from what the ledger recorded at dispatch (its ids, parent, st
 attributes), with status ERROR and ``.recovered`` and ``.delivery`` under it."""
 from __future__ import annotations
 
-import json
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from offload.ledger import open_ledger
-from offload.testing.demo_script import CRASH_PROMPT
-from tests.e2e.conftest import cli_env, offload
+from tests.dashboard.test_owner_fate import _killed_mid_run
+from tests.e2e.conftest import cli_env
 from tests.telemetry.receiver import Tree
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def _killed_mid_run(env: dict[str, str]) -> str:
-    """An `offload run` SIGKILLed while its slow child still runs; its delegation id."""
-    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "--demo-model", CRASH_PROMPT], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            running = json.loads(offload("agents", "--json").stdout)["running"]
-            if running and running[0]["children"][0]["status"] == "completed":  # the quick child is recorded
-                return running[0]["id"]
-            time.sleep(0.1)
-        raise AssertionError("the run never showed a running delegation with its quick child done")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(15)
-
-
 def test_recovery_emits_the_dead_owners_unit_span_with_recovered_and_delivery_under_it(receiver, tmp_path):
     env = cli_env(**receiver.env(OTEL_SERVICE_NAME="offload-owner"))
-    delegation_id = _killed_mid_run(env)
+    # Killed once the quick child is recorded: its subagent span may have reached the receiver.
+    delegation_id = _killed_mid_run(env, ready=lambda row: row["children"][0]["status"] == "completed")
     state_db = cli_env()["HERMES_HOME"] + "/state.db"
     stored = open_ledger(state_db).get(delegation_id).task["trace_context"]
     _version, trace_id, unit_id, _flags = stored["traceparent"].split("-")

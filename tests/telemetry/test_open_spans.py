@@ -9,6 +9,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from offload.engine.units import batch_spec
+from offload.origin import Origin
 from offload.telemetry import tracing
 from offload.telemetry.spans import tracer_provider
 from tests.engine.conftest import wait_event
@@ -37,7 +38,7 @@ def test_a_thousand_units_leave_no_span_open(runtime):
     try:
         observer = tracing._active
         for i in range(UNITS):  # as a worker: run each unit, deliver none (the parent's host does)
-            handle = runtime.engine.dispatch(batch_spec([f"unit {i}"], model="m", session_key="sess-long"),
+            handle = runtime.engine.dispatch(batch_spec([f"unit {i}"], model="m", origin=Origin.capture("sess-long")),
                                              lambda: {"results": [{"task_index": 0, "status": "completed"}]}, 4)
             wait_event(handle["delegation_id"], bus=runtime.bus)
             assert len(observer.open) + len(observer.deliveries) == 0, f"unit {i} left a span open"
