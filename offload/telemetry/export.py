@@ -151,7 +151,8 @@ def _meter_provider(environ: Mapping[str, str], resource: Any, found: list[Any])
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    endpoint = environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or (f"{base.rstrip('/')}/v1/metrics" if base else None)
+    endpoint = environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or (
+        f"{base.rstrip('/')}/v1/metrics" if base else None)
     reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S))
     return MeterProvider(metric_readers=[reader], resource=resource, shutdown_on_exit=False)
 

@@ -66,9 +66,9 @@ class _Tracing:
         parent = trace.get_current_span().get_span_context()
         attributes = _unit_attributes(delegation_id, record)
         span = self.tracer.start_span("offload.delegation", attributes=attributes)
-        record["trace_context"] = {**sp.carrier_of(span), "start_ns": span.start_time,  # type: ignore[attr-defined]
-                                   "parent": sp.carrier_of(trace.NonRecordingSpan(parent)) if parent.is_valid else {},
-                                   "attributes": attributes}  # stored in the ledger row's task
+        start_ns = getattr(span, "start_time", None) or time.time_ns()  # a sampled-out span has none
+        record["trace_context"] = {**sp.carrier_of(span), "start_ns": start_ns, "attributes": attributes,
+                                   "parent": sp.carrier_of(trace.NonRecordingSpan(parent)) if parent.is_valid else {}}
         with self.lock:
             self.open[delegation_id] = span
 
@@ -119,12 +119,11 @@ class _Tracing:
         attributes = {**(stored.get("attributes") or {"offload.delegation_id": delegation_id}),
                       "offload.status": "unknown", "offload.recovered": True}
         start_ns = stored.get("start_ns") or int((row.dispatched_at or time.time()) * 1e9)
-        start = lambda: self.tracer.start_span("offload.delegation", context=sp.context_of(stored.get("parent")),  # noqa: E731
-                                               attributes=attributes, start_time=int(start_ns))
+        parent = sp.context_of(stored.get("parent"))
         if ids is None or not sp.can_force_ids(self.tracer):
-            return start()
+            return self.tracer.start_span("offload.delegation", parent, attributes=attributes, start_time=int(start_ns))
         with sp.forced_ids(self.tracer, *ids):
-            return start()
+            return self.tracer.start_span("offload.delegation", parent, attributes=attributes, start_time=int(start_ns))
 
     def on_delivery(self, delegation_id: str, outcome: str, ledger: Any = None) -> None:
         if outcome == "claimed":
