@@ -49,6 +49,7 @@ from offload.render.notification import format_event
 from offload.subagents.config import DelegationConfig
 from offload.subagents.tool import DelegateTool, Seams, resolve_delegation_credentials
 from offload.subagents.child import build_child_agent, finalize_child_results, run_single_child
+from offload.toolsets.child_tools import SETTING as CHILD_TOOLS
 from offload.toolsets.toolset_names import DELEGATION_TOOLSET
 
 Event = dict[str, Any]
@@ -104,9 +105,13 @@ def workspace_of(cfg: OffloadConfig) -> Path:
     return path.resolve()
 
 
-def tool_settings_of(cfg: OffloadConfig) -> dict[str, Any]:
-    """What an agent's tools read of ``cfg`` (``ToolContext.settings``); children inherit it."""
-    return {"max_spawn_depth": cfg.delegation.max_spawn_depth, "web_allowed_hosts": list(cfg.web.allowed_hosts)}
+def tool_settings_of(cfg: OffloadConfig, home: Path | None = None) -> dict[str, Any]:
+    """What an agent's tools read of ``cfg`` (``ToolContext.settings``) and its children's
+    derivation: the depth limit, the role tool lists, the web allow-list, offload's home."""
+    delegation = cfg.delegation
+    settings = {"max_spawn_depth": delegation.max_spawn_depth, "web_allowed_hosts": list(cfg.web.allowed_hosts),
+                CHILD_TOOLS: {"leaf": list(delegation.leaf_tools), "orchestrator": list(delegation.orchestrator_tools)}}
+    return {**settings, "offload_home": str(home)} if home is not None else settings
 
 
 class _Engine(Delegations):
@@ -218,7 +223,7 @@ class Offload(PublicApi):
         return AIAgent(model=cfg.model, base_url=cfg.base_url,
                        api_key=key if key is not None else resolve_api_key(cfg),
                        toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
-                       session_id=session_id, tool_settings=tool_settings_of(cfg),
+                       session_id=session_id, tool_settings=tool_settings_of(cfg, self.home),
                        stream_idle_timeout_s=cfg.stream_idle_timeout_s, provided_toolsets=self.toolsets())
 
     def session_store(self) -> Any:

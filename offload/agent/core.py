@@ -11,6 +11,8 @@ interrupt flag, its liveness record and how a child agent is derived from it. In
   "completed": its text is partial, and its tool calls (arguments maybe cut) are not run.
 * every tool call the model made gets exactly one tool message, even when interrupted, so the
   transcript stays valid for the next request.
+* a subagent built with ``allowed_tools`` (its role's list) is offered only those of the
+  built-in tools, and a call to any tool it lacks is a tool error naming the list.
 * ``interrupt`` may be called from any thread; it stops the stream at the next chunk, tells
   the running tool through ``ToolContext.interrupted`` and reaches every active child. The
   flag holds until the current (or, if none is running, the next) run returns.
@@ -34,6 +36,7 @@ from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
 from offload.engine.observers import span
 from offload.render.truncation import CUT_OFF_EXIT_REASON, cut_off_reason
+from offload.toolsets.child_tools import allowed_only, blocked_tool_message
 from offload.toolsets.toolspec import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -86,6 +89,7 @@ class AIAgent:
         clock: Callable[[], float] = time.time,
         stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
         provided_toolsets: Mapping[str, ToolLoader] | None = None,
+        allowed_tools: list[str] | None = None,
     ) -> None:
         self.model = model
         self.base_url = base_url
@@ -99,6 +103,8 @@ class AIAgent:
         self.stream_idle_timeout_s = float(stream_idle_timeout_s)
         # Toolsets the runtime hands in (its bound ``delegation``); children inherit them.
         self.provided_toolsets: dict[str, ToolLoader] = dict(provided_toolsets or {})
+        # A subagent's built-in tools: its role's declared list (None: every tool of its toolsets).
+        self.allowed_tools: list[str] | None = None if allowed_tools is None else list(allowed_tools)
         self._delegate_depth = int(delegate_depth)
         self._subagent_id: str | None = None
         self._delegate_role: str | None = None
@@ -135,7 +141,8 @@ class AIAgent:
     def tools(self) -> list[Tool]:
         # Lazy: tool modules import only when a run needs them (see offload.agent.toolsets).
         if self._tools is None:
-            self._tools = resolve_tools(self.enabled_toolsets, self.provided_toolsets)
+            tools = resolve_tools(self.enabled_toolsets, self.provided_toolsets)
+            self._tools = tools if self.allowed_tools is None else allowed_only(tools, self.allowed_tools)
         return self._tools
 
     # --- control from other threads -------------------------------------------------------
@@ -274,6 +281,8 @@ class AIAgent:
         for call in calls:
             if self._interrupt_requested:
                 output = INTERRUPTED_BEFORE_START
+            elif call["name"] not in tools_by_name and self.allowed_tools is not None:
+                output = blocked_tool_message(call["name"], self._delegate_role or "leaf", self.allowed_tools)
             else:
                 run.tool_counts[call["name"]] += 1
                 with span("offload.tool_call", tool=call["name"]) as traced:
@@ -339,9 +348,10 @@ class AIAgent:
             workspace=self.workspace,
             session_id=f"{self.session_id}-sub{task_index}-{uuid.uuid4().hex[:6]}",
             delegate_depth=self._delegate_depth + 1,
-            tool_settings=self.tool_settings,
+            tool_settings=derived.tool_settings,
             stream_idle_timeout_s=stream_idle_timeout_s or self.stream_idle_timeout_s,
             provided_toolsets=self.provided_toolsets,
+            allowed_tools=derived.tools,
         )
         child._subagent_id = subagent_id or f"sa-{task_index}-{uuid.uuid4().hex[:8]}"
         child._delegate_role = derived.role

@@ -4,7 +4,7 @@ Owns the wording only. Invariants: a subagent prompt always tells the child it i
 subagent that must end with a concise final summary of what it did and found, because that
 final answer is the only thing the parent receives; and it never repeats the parent's
 ``context``, which reaches the child once, in its task message
-(``offload.subagents.child.child_prompt``).
+(``offload.subagents.child.child_prompt``); given its tools, it names them and what it cannot do.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def default_system_prompt(workspace: Path) -> str:
 
 
 def subagent_system_prompt(
-    *, goal: str, context: str | None, task_index: int, role: str, workspace: Path
+    *, goal: str, context: str | None, task_index: int, role: str, workspace: Path, tools: list[str] | None = None,
 ) -> str:
     parts = [
         f"You are a focused subagent (task #{task_index}) working for a parent agent. "
@@ -32,6 +32,12 @@ def subagent_system_prompt(
         # Only a pointer: the context itself comes once, with the task message (a 24k-word
         # context sent in both places doubled every child's prompt).
         parts.append("The parent's context for this task comes with the task message.")
+    if tools is not None:
+        parts.append(
+            f"Your tools (role {role}): {', '.join(tools) or 'none'}. You run unattended: you cannot ask the user "
+            "or the parent anything, message anyone, or start work that outlives you, and offload's own home "
+            "(its config, database and logs) is off limits. If something blocks you, say so in your final answer."
+        )
     if role == "orchestrator":
         parts.append(
             "You may split the work with the delegate_task tool; wait for your workers' results "

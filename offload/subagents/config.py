@@ -11,11 +11,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from offload.engine.policy import DEFAULTS as STALL
 from offload.errors import ConfigError
 from offload.home import config_path, read_config_file
+from offload.toolsets.child_tools import DEFAULT_LEAF_TOOLS, DEFAULT_ORCHESTRATOR_TOOLS, validate_tool_list
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,10 @@ class DelegationConfig(BaseModel):
     api_key_env: str | None = Field(None, description="environment variable holding the subagent API key")
     max_iterations: int = Field(50, ge=1, le=10_000, description="API calls per subagent")
     max_spawn_depth: int = Field(1, ge=0, le=5, description="how deep subagents may delegate")
+    leaf_tools: list[str] = Field(default_factory=lambda: list(DEFAULT_LEAF_TOOLS), description=(
+        "the tools a leaf subagent may use (of the toolsets it is given); none talks to the user or outlives it"))
+    orchestrator_tools: list[str] = Field(default_factory=lambda: list(DEFAULT_ORCHESTRATOR_TOOLS), description=(
+        "the tools an orchestrator subagent may use; delegate_task only within max_spawn_depth"))
     max_result_chain: int = Field(3, ge=0, le=100, description=(
         "how many times in a row a delivered background result may start new background work (0: never)"))
     max_summary_chars: int = Field(24_000, ge=200, description="cap on a subagent's summary")
@@ -50,6 +55,16 @@ class DelegationConfig(BaseModel):
                                        description="after the interrupt, wait this long, then report it")
     stall_check_interval_seconds: float = Field(STALL.stall_check_interval_s, gt=0,
                                                 description="how often the stall monitor looks")
+
+    @field_validator("leaf_tools")
+    @classmethod
+    def _leaf_tools(cls, value: list[str]) -> list[str]:
+        return validate_tool_list(value, "leaf")
+
+    @field_validator("orchestrator_tools")
+    @classmethod
+    def _orchestrator_tools(cls, value: list[str]) -> list[str]:
+        return validate_tool_list(value, "orchestrator")
 
 
 def _format_validation(path: Path, exc: ValidationError) -> str:

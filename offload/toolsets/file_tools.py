@@ -27,7 +27,7 @@ from offload.toolsets.tool_args import (
     setting_int,
 )
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
-from offload.toolsets.workspace_paths import relative_display, resolve_inside, workspace_root
+from offload.toolsets.workspace_paths import protected_home, relative_display, resolve_inside, workspace_root
 
 DEFAULT_READ_CAP_BYTES = 100_000
 DEFAULT_SEARCH_MAX_RESULTS = 200
@@ -38,7 +38,7 @@ _MAX_LINE = 10**9
 def _existing_file(ctx: ToolContext, args: dict[str, Any], tool: str) -> tuple[Path, Path, str]:
     workspace = workspace_root(ctx)
     raw = require_str(args, "path", tool)
-    target = resolve_inside(workspace, raw, tool)
+    target = resolve_inside(workspace, raw, tool, protected_home(ctx))
     if target.is_dir():
         raise ToolError(f"{tool}: '{raw}' is a folder, not a file; use list_files to see what is in it.")
     if not target.exists():
@@ -119,7 +119,7 @@ def write_file_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     workspace = workspace_root(ctx)
     raw = require_str(args, "path", tool)
     content = require_str(args, "content", tool, allow_empty=True)
-    target = resolve_inside(workspace, raw, tool)
+    target = resolve_inside(workspace, raw, tool, protected_home(ctx))
     if target == workspace or target.is_dir():
         raise ToolError(f"{tool}: '{raw}' is a folder; give a file path inside it.")
     existed = target.exists()
@@ -177,7 +177,7 @@ def patch_file_handler(args: dict[str, Any], ctx: ToolContext) -> str:
 def _existing_folder_or_file(ctx: ToolContext, args: dict[str, Any], tool: str) -> tuple[Path, Path]:
     workspace = workspace_root(ctx)
     raw = optional_str(args, "path", tool) or "."
-    root = resolve_inside(workspace, raw, tool)
+    root = resolve_inside(workspace, raw, tool, protected_home(ctx))
     if not root.exists():
         raise ToolError(f"{tool}: '{raw}' does not exist in the workspace; check the name with list_files.")
     return workspace, root
@@ -193,7 +193,7 @@ def search_files_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     max_results = setting_int(
         ctx.settings, "file_search_max_results", DEFAULT_SEARCH_MAX_RESULTS, minimum=1, maximum=10_000
     )
-    return search_tree(workspace, root, pattern, glob, ignore_case, max_results, ctx.interrupted)
+    return search_tree(workspace, root, pattern, glob, ignore_case, max_results, ctx.interrupted, protected_home(ctx))
 
 
 def list_files_handler(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -204,7 +204,7 @@ def list_files_handler(args: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolError(f"{tool}: '{relative_display(workspace, root)}' is a file; use read_file to see it.")
     max_depth = optional_int(args, "max_depth", tool, minimum=1, maximum=20) or 3
     max_entries = setting_int(ctx.settings, "file_list_max_entries", DEFAULT_LIST_MAX_ENTRIES, minimum=1, maximum=100_000)
-    return list_tree(workspace, root, max_depth, max_entries, ctx.interrupted)
+    return list_tree(workspace, root, max_depth, max_entries, ctx.interrupted, protected_home(ctx))
 
 
 # --- tool definitions ------------------------------------------------------------------------

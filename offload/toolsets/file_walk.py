@@ -6,6 +6,7 @@ Invariants:
 
 * A walk never leaves the workspace through a symlink: folder symlinks are shown but never
   descended, and a file symlink is searched only if its target resolves inside the workspace.
+* A walk given offload's home (a subagent's) neither searches nor lists anything in it.
 * A walk checks ``interrupted`` between entries, so a huge tree stops promptly.
 * Results are capped by the caller's limits, and the text says when and how to narrow down.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from offload.toolsets.toolspec import ToolError
-from offload.toolsets.workspace_paths import is_inside, relative_display
+from offload.toolsets.workspace_paths import in_home, is_inside, relative_display
 
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn"})  # version-control internals: huge and never wanted
 _SNIFF_BYTES = 8_192
@@ -54,18 +55,19 @@ class _SearchStats:
     capped: bool = False
 
 
-def _candidate_files(workspace: Path, root: Path, glob: str | None, stats: _SearchStats) -> Iterator[Path]:
+def _candidate_files(workspace: Path, root: Path, glob: str | None, stats: _SearchStats,
+                     home: Path | None) -> Iterator[Path]:
     if root.is_file():
         yield root
         return
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not in_home(Path(dirpath) / d, home))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             shown = relative_display(workspace, path)
             if glob and not fnmatch.fnmatch(shown if "/" in glob else name, glob):
                 continue
-            if path.is_symlink() and not is_inside(workspace, path):
+            if (path.is_symlink() and not is_inside(workspace, path)) or in_home(path, home):
                 stats.skipped += 1
                 continue
             yield path
@@ -100,6 +102,7 @@ def search_tree(
     ignore_case: bool,
     max_results: int,
     interrupted: threading.Event,
+    home: Path | None = None,
 ) -> str:
     try:
         regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
@@ -110,7 +113,7 @@ def search_tree(
         ) from exc
     results: list[str] = []
     stats = _SearchStats()
-    for path in _candidate_files(workspace, root, glob, stats):
+    for path in _candidate_files(workspace, root, glob, stats, home):
         if interrupted.is_set():
             raise ToolError(f"search_files: the agent was interrupted; the search stopped after {stats.searched} files.")
         if _search_file(path, relative_display(workspace, path), regex, results, max_results):
@@ -149,6 +152,7 @@ class _Listing:
     lines: list[str]
     entries: int = 0
     capped: bool = False
+    home: Path | None = None  # offload's, hidden from a subagent
 
 
 def _list_dir(folder: str, depth: int, listing: _Listing) -> None:
@@ -171,6 +175,9 @@ def _list_dir(folder: str, depth: int, listing: _Listing) -> None:
             # Shown, never followed: the target may lie outside the workspace.
             listing.lines.append(f"{indent}{entry.name} -> {os.readlink(entry.path)}")
         elif entry.is_dir(follow_symlinks=False):
+            if in_home(Path(entry.path), listing.home):
+                listing.lines.append(f"{indent}{entry.name}/ (offload's home: not shown to a subagent)")
+                continue
             if entry.name in _SKIP_DIRS or depth >= listing.max_depth:
                 listing.lines.append(f"{indent}{entry.name}/ (not expanded)")
                 continue
@@ -182,9 +189,10 @@ def _list_dir(folder: str, depth: int, listing: _Listing) -> None:
             listing.lines.append(f"{indent}{entry.name}")
 
 
-def list_tree(workspace: Path, root: Path, max_depth: int, max_entries: int, interrupted: threading.Event) -> str:
+def list_tree(workspace: Path, root: Path, max_depth: int, max_entries: int, interrupted: threading.Event,
+              home: Path | None = None) -> str:
     shown = relative_display(workspace, root)
-    listing = _Listing(max_depth, max_entries, interrupted, lines=[f"{shown}/"])
+    listing = _Listing(max_depth, max_entries, interrupted, lines=[f"{shown}/"], home=home)
     _list_dir(str(root), 1, listing)
     if listing.capped:
         listing.lines.append(

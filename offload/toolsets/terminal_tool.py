@@ -16,6 +16,8 @@ Invariants:
 * The command never sees the parent's secrets: environment variables whose names look like
   credentials (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*CREDENTIAL*``) are removed,
   so a model that runs ``env`` cannot print the API key it is running on.
+* A subagent's command may not name offload's home (``workspace_paths.home_mentions``) nor run
+  in it, and its environment has no ``HERMES_HOME``: a check of the text, not a sandbox.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from typing import IO, Any
 
 from offload.toolsets.tool_args import optional_number, optional_str, reject_unknown, require_str, setting_int, setting_number
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
-from offload.toolsets.workspace_paths import resolve_inside, workspace_root
+from offload.toolsets.workspace_paths import home_mentions, home_refusal, protected_home, resolve_inside, workspace_root
 
 MAX_TIMEOUT_S = 600.0
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -97,7 +99,7 @@ def _pump(stream: IO[bytes], buffer: HeadTailBuffer) -> None:
         pass  # pipe closed under us during cleanup; what we have is what there is
 
 
-def _spawn(command: str, cwd: str) -> subprocess.Popen[bytes]:
+def _spawn(command: str, cwd: str, hide_home: bool = False) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             ["/bin/sh", "-c", command],
@@ -107,7 +109,7 @@ def _spawn(command: str, cwd: str) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group, so we can signal everything it starts
             close_fds=True,
-            env=child_environment(),
+            env={k: v for k, v in child_environment().items() if not (hide_home and k == "HERMES_HOME")},
         )
     except OSError as exc:
         raise ToolError(f"{_TOOL}: could not start /bin/sh: {exc}. The operator must check this machine.") from exc
@@ -205,7 +207,7 @@ def _format_exit(returncode: int) -> str:
 def _resolve_cwd(args: dict[str, Any], ctx: ToolContext) -> str:
     workspace = workspace_root(ctx)
     raw = optional_str(args, "cwd", _TOOL) or "."
-    cwd = resolve_inside(workspace, raw, _TOOL)
+    cwd = resolve_inside(workspace, raw, _TOOL, protected_home(ctx))
     if not cwd.is_dir():
         raise ToolError(f"{_TOOL}: cwd '{raw}' is not an existing folder inside the workspace; create it first or drop cwd.")
     return str(cwd)
@@ -250,11 +252,15 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     reject_unknown(args, ("command", "cwd", "timeout_s"), _TOOL)
     command = require_str(args, "command", _TOOL)
     cwd = _resolve_cwd(args, ctx)
+    home = protected_home(ctx)
+    named = home_mentions(command, home, workspace_root(ctx)) if home is not None else None
+    if named is not None:
+        raise home_refusal(_TOOL, named, home)  # type: ignore[arg-type]
     timeout_s, cap_bytes, grace_s = _limits(args, ctx)
     if ctx.interrupted.is_set():
         raise ToolError(f"{_TOOL}: the agent was interrupted before the command started; nothing was run.")
     buffer = HeadTailBuffer(cap_bytes)
-    proc = _spawn(command, cwd)
+    proc = _spawn(command, cwd, hide_home=home is not None)
     reader = threading.Thread(target=_pump, args=(proc.stdout, buffer), name=f"run_command-{proc.pid}", daemon=True)
     reader.start()
     try:

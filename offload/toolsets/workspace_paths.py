@@ -8,6 +8,10 @@ Invariant: ``resolve_inside`` only ever returns a fully resolved path inside the
 workspace. The check is made on resolved paths, so a symlink inside the workspace that points
 outside it is refused just like ``../..``. (A symlink swapped in *between* the check and the use
 is out of scope: the workspace belongs to the task, not to an adversary racing it.)
+
+A subagent's tools also stay out of offload's own home (``settings["protected_home"]``, set by
+``offload.agent.child`` unless the workspace IS the home): ``resolve_inside`` refuses a path in
+it, the walks of ``file_walk`` skip it, and ``home_mentions`` finds it named in a command.
 """
 from __future__ import annotations
 
@@ -28,8 +32,43 @@ def workspace_root(ctx: ToolContext) -> Path:
     return root
 
 
-def resolve_inside(workspace: Path, raw: str, tool: str) -> Path:
-    """Resolve ``raw`` (relative to the workspace unless absolute) and refuse escapes."""
+def protected_home(ctx: ToolContext) -> Path | None:
+    """Offload's home when the calling agent must stay out of it (a subagent), else None."""
+    raw = ctx.settings.get("protected_home")
+    return Path(raw).resolve() if raw else None
+
+
+def in_home(path: Path, home: Path | None) -> bool:
+    """Whether ``path`` (following symlinks) is ``home`` or lies beneath it."""
+    if home is None:
+        return False
+    resolved = Path(os.path.realpath(path))
+    return resolved == home or resolved.is_relative_to(home)
+
+
+def home_refusal(tool: str, raw: str, home: Path) -> ToolError:
+    return ToolError(
+        f"{tool}: '{raw}' is in offload's own home {home} (its config.yaml, state.db and logs), which a "
+        "subagent may not read or change. Work with the other files of the workspace; if the task needs "
+        "offload's settings or records, say so in your final answer."
+    )
+
+
+def home_mentions(command: str, home: Path, workspace: Path) -> str | None:
+    """How ``command`` names offload's home (its path, ``~/…``, ``$HERMES_HOME``, or its path
+    relative to the workspace), or None. A check of the text, not a sandbox: a command that
+    builds the path at run time is not caught."""
+    names = [str(home), "$HERMES_HOME", "${HERMES_HOME}"]
+    if home.is_relative_to(Path.home()):
+        names.append("~/" + home.relative_to(Path.home()).as_posix())
+    if home.is_relative_to(workspace) and home != workspace:
+        names.append(home.relative_to(workspace).as_posix())
+    return next((name for name in names if name in command), None)
+
+
+def resolve_inside(workspace: Path, raw: str, tool: str, home: Path | None = None) -> Path:
+    """Resolve ``raw`` (relative to the workspace unless absolute) and refuse escapes, and a
+    path in ``home`` (offload's, for a subagent)."""
     if "\x00" in raw:
         raise ToolError(f"{tool}: the path {raw!r} contains a NUL byte; give a plain path.")
     candidate = Path(raw).expanduser() if raw.startswith("~") else Path(raw)
@@ -43,6 +82,8 @@ def resolve_inside(workspace: Path, raw: str, tool: str) -> Path:
             f"{tool}: the path '{raw}' resolves to '{resolved}', which is outside the workspace "
             f"'{workspace}'. Use a path inside the workspace (relative paths start there)."
         )
+    if in_home(resolved, home):
+        raise home_refusal(tool, raw, home)  # type: ignore[arg-type]
     return resolved
 
 

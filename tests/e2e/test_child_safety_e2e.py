@@ -53,3 +53,39 @@ def test_a_child_cannot_fetch_a_loopback_service(_isolated_hermes_home: Path, tm
     assert "127.0.0.1 is a loopback address" in refusal and "web.allowed_hosts" in refusal, refusal
     assert site.seen == []  # nothing reached the service
     assert "REPORT:" in done.stdout + done.stderr and "loopback" in done.stdout + done.stderr
+
+
+def _system_prompt(server: ScriptedModelServer) -> str:
+    return next(r["messages"][0]["content"] for r in server.requests if request_role(r) == "subagent")
+
+
+@pytest.mark.parametrize("tool,arguments,needles", [
+    ("read_file", {"path": "hermes-home/config.yaml"}, ["is in offload's own home", "hermes-home"]),
+    ("run_command", {"command": "cat hermes-home/state.db"}, ["is in offload's own home"]),
+    ("delegate_task", {"goal": "split the reading"}, ["'delegate_task' is not available to a subagent (role leaf)",
+                                                       "delegation.leaf_tools"]),
+])
+def test_a_child_cannot_read_offloads_home_or_use_a_tool_off_its_list(
+        _isolated_hermes_home: Path, tmp_path: Path, tool: str, arguments: dict[str, Any], needles: list[str]) -> None:
+    """The workspace holds offload's home (as ~ holds ~/.hermes when offload starts in ~)."""
+    assert _isolated_hermes_home.parent == tmp_path
+    script = scripted_parent(child=_child_calls(tool, arguments), delegate={"goal": "read the notes"})
+    with ScriptedModelServer(script) as server:
+        _config(_isolated_hermes_home, server, tmp_path, delegation={"max_spawn_depth": 3})
+        done = offload("run", "read the notes", HERMES_HOME=str(_isolated_hermes_home))
+        assert done.returncode == 0, done
+        [refusal] = _child_tool_results(server)
+        prompt = _system_prompt(server)
+    for needle in needles:
+        assert needle in refusal, refusal
+    assert "Your tools (role leaf): run_command, read_file, write_file, patch_file, search_files, list_files, " \
+           "fetch_url." in prompt
+    assert "REPORT: Error:" in done.stdout + done.stderr
+
+
+def test_config_show_lists_what_each_role_may_use(_isolated_hermes_home: Path) -> None:
+    shown = offload("config", "show", HERMES_HOME=str(_isolated_hermes_home))
+    assert shown.returncode == 0, shown
+    assert "  leaf_tools:\n  - read_file\n  - write_file\n" in shown.stdout and "fetch_url" in shown.stdout
+    assert "orchestrator_tools:" in shown.stdout and "  - delegate_task\n" in shown.stdout
+    assert "web:\n  allowed_hosts: []" in shown.stdout
