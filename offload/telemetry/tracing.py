@@ -16,7 +16,8 @@ the worker's unit span joins the parent's trace.
 Invariants: a span is open only while its work is: the map of open unit spans holds running
 units, the map of delivery spans holds claims in flight, and both are ended at process exit
 (``offload.ended_by=process_exit``); the contexts of finished units kept for their deliveries
-are bounded (``RECENT_UNITS``; older ones are read from the ledger).
+are bounded (``RECENT_UNITS``; older ones are read from the ledger), and so are delivery spans
+whose claim another consumer took (``OPEN_DELIVERIES``).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from offload.telemetry import spans as sp
 from offload.telemetry import tracing_wanted
 
 RECENT_UNITS = 256  # finished units whose context this process keeps for their delivery spans
+OPEN_DELIVERIES = 1024  # delivery attempts in flight here at most; older ones lost their claim
 _SETTLED = frozenset({"delivered", "acknowledged", "dropped"})
 
 
@@ -129,9 +131,13 @@ class _Tracing:
         if outcome == "claimed":
             span = self._under_unit(delegation_id, "offload.delegation.delivery", ledger)
             with self.lock:
-                previous, self.deliveries[delegation_id] = self.deliveries.get(delegation_id), span
-            if previous is not None:
-                previous.end()
+                stale = [self.deliveries.pop(delegation_id, None)]
+                self.deliveries[delegation_id] = span
+                while len(self.deliveries) > OPEN_DELIVERIES:  # claims lost to another consumer never settle here
+                    stale.append(self.deliveries.pop(next(iter(self.deliveries))))
+            for old in filter(None, stale):
+                old.set_attribute("offload.ended_by", "claim_lost")
+                old.end()
             return
         with self.lock:
             span = self.deliveries.pop(delegation_id, None)

@@ -8,6 +8,7 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from offload.engine import observers
 from offload.engine.units import batch_spec
 from offload.origin import Origin
 from offload.telemetry import tracing
@@ -44,6 +45,21 @@ def test_a_thousand_units_leave_no_span_open(runtime):
             assert len(observer.open) + len(observer.deliveries) == 0, f"unit {i} left a span open"
         assert len(observer.finished) == tracing.RECENT_UNITS
         assert exporter.ended == UNITS  # each unit span ended with its unit, none left to the exit
+    finally:
+        tracing.uninstall()
+        provider.shutdown()
+
+
+def test_delivery_spans_whose_claim_was_lost_are_ended_not_kept():
+    exporter = _Counting()
+    provider = tracer_provider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider.get_tracer("test"))
+    try:
+        for i in range(tracing.OPEN_DELIVERIES + 100):  # claimed here, settled by another consumer
+            observers.notify("delivery", f"deleg_{i}", outcome="claimed")
+        assert len(tracing._active.deliveries) == tracing.OPEN_DELIVERIES
+        assert exporter.ended == 100
     finally:
         tracing.uninstall()
         provider.shutdown()
