@@ -283,6 +283,8 @@ class AIAgent:
                 output = INTERRUPTED_BEFORE_START
             elif call["name"] not in tools_by_name and self.allowed_tools is not None:
                 output = blocked_tool_message(call["name"], self._delegate_role or "leaf", self.allowed_tools)
+                with span("offload.tool_call", tool=call["name"]) as traced:  # a failed call, as any other
+                    traced.fail(output)
             else:
                 run.tool_counts[call["name"]] += 1
                 with span("offload.tool_call", tool=call["name"]) as traced:
