@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from offload.engine.states import COMPLETED, child_state
+from offload.render.state_style import MARKS  # noqa: F401 - one mark per state, for every terminal view
 from offload.render.truncation import is_truncated
 
-# One mark per child state (offload.engine.states), for every terminal view of the CLI.
-MARKS = {"completed": "✓", "running": "…", "failed": "✗", "error": "✗", "interrupted": "■", "stalled": "■", "unknown": "?"}
 GOAL_CHARS = 60
 ANSWER_CHARS = 100
 

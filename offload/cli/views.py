@@ -22,6 +22,7 @@ from offload.cli.streams import same_destination
 from offload.engine.events import is_interim
 from offload.engine.states import child_state, unit_state
 from offload.render.notification import async_delegation_display_text
+from offload.render.state_style import rich_style
 
 _GOAL_CHARS = 48
 
@@ -33,6 +34,12 @@ def _clip(text: Any, limit: int = _GOAL_CHARS) -> str:
 
 def _seconds(value: Any) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _colour_state(line: Text, start: int, word: str) -> Text:
+    """Style the state ``word`` that starts at ``start`` of ``line`` in its tone (the dashboard's too)."""
+    line.stylize(rich_style(word), start, start + len(word))
+    return line
 
 
 def _age(since: float | None, now: float) -> str:
@@ -58,7 +65,8 @@ def live_roster(items: list[dict[str, Any]]) -> RenderableType:
         activities = item.get("children_activity") or []
         done = f"  children done {len(finished)}/{len(indexes)}" if activities else ""
         where = f"  ({item['where']})" if item.get("where") else ""  # a unit another process (a worker) has
-        lines.append(Text(f"  {item.get('delegation_id')}  {unit_state(item.get('status'))}{done}  {_clip(label)}{since}{where}"))
+        state, head = unit_state(item.get("status")), f"  {item.get('delegation_id')}  "
+        lines.append(_colour_state(Text(f"{head}{state}{done}  {_clip(label)}{since}{where}"), len(head), state))
         for position, activity in enumerate(activities):
             index = indexes[position] if position < len(indexes) else position
             goal = _clip(goals[index] if index < len(goals) else item.get("goal"))
@@ -102,7 +110,9 @@ def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[s
         return Text(f"{title}: none")
     lines = [Text(f"{title} ({len(records)})", style="bold")]
     for rec in records:
-        lines.append(Text(f"  {rec['id']}  {status(rec)}"))
+        text, state = status(rec), rec["state"]
+        line = Text(f"  {rec['id']}  {text}")
+        lines.append(_colour_state(line, len(rec["id"]) + 4, state) if text.startswith(state) else line)
         lines.append(Text(f"      session {rec['session'] or '-'}  ·  {_clip(rec['label'])}", style="dim"))
         lines.extend(_child_lines(rec))
     return Group(*lines)

@@ -24,11 +24,12 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from offload.dashboard import actions, metrics, model
+from offload.dashboard import actions, metrics, model, overview
 from offload.dashboard.security import Guard
 from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
+from offload.render.state_style import tone
 from offload.render.text import format_age
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def _templates() -> Environment:
     env = Environment(loader=FileSystemLoader(_HERE / "templates"), autoescape=select_autoescape(default=True))
     env.filters["age"] = lambda s: format_age(s) if isinstance(s, (int, float)) else "-"
     env.filters["secs"] = lambda s: f"{s:.1f} s" if isinstance(s, (int, float)) else "-"
+    env.globals["tone"] = tone  # one colour language with the CLI (offload.render.state_style)
     env.filters["clock"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
     return env
 
@@ -65,9 +67,11 @@ def _history_filter(q: Any) -> model.HistoryFilter:
 
 
 def _state(text: str) -> str:
-    """A history filter's unit state; a word that is none is a ValueError naming the choices."""
-    if text and text not in model.STATES:
-        raise ValueError(f"state {text!r} is not a unit state: use one of {', '.join(model.STATES)}")
+    """A history filter's unit states (one, or several joined by commas); a word that is none is
+    a ValueError naming the choices."""
+    for word in filter(None, text.split(",")):
+        if word not in model.STATES:
+            raise ValueError(f"state {word!r} is not a unit state: use one of {', '.join(model.STATES)}")
     return text
 
 
@@ -86,11 +90,13 @@ class Dashboard:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status_code)
 
     def roster_html(self) -> str:
+        now = time.time()
         try:
-            units, problem = model.roster(self.runtime), None
+            units, problem = model.roster(self.runtime, now), None
+            glance = overview.overview(self.runtime, units, now)
         except LedgerError as exc:  # the page stays up and says what to fix; the stream retries
-            units, problem = [], str(exc)
-        return self.env.get_template("_roster.html").render(units=units, problem=problem)
+            units, problem, glance = [], str(exc), None
+        return self.env.get_template("_roster.html").render(units=units, problem=problem, glance=glance)
 
     async def ledger_problem(self, request: Request, exc: Exception) -> Response:
         if request.url.path.startswith("/api/"):  # a script reads the reason as JSON too

@@ -143,7 +143,8 @@ def roster(off: Offload, now: float | None = None, recent_s: float = RECENT_S) -
 
 @dataclass(frozen=True)
 class HistoryFilter:
-    """History page filters; empty means any. ``max_age_s`` keeps rows dispatched that recently."""
+    """History page filters; empty means any. ``state``: one state or several joined by commas;
+    ``max_age_s`` keeps rows dispatched that recently."""
 
     session: str = ""
     state: str = ""
@@ -154,7 +155,7 @@ class HistoryFilter:
         if self.session and self.session not in (row.origin_session, row.parent_session_id,
                                                  row.origin_ui_session_id, row.origin_session_id):
             return False
-        if self.state and row_state(row) != self.state:
+        if self.state and row_state(row) not in self.state.split(","):
             return False
         if self.delivery_state and (row.delivery_state != self.delivery_state or row.state == RUNNING):
             return False

@@ -12,13 +12,14 @@ exactly as it would from disk.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 import weakref
 from collections import Counter
 from typing import Any, Callable
 
 from offload.ledger.codec import decode_row, dumps, loads
 from offload.ledger.memory_side import MemorySideTables
-from offload.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners
+from offload.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners, UnitCount
 
 Row = dict[str, Any]  # column name -> stored value, as in the SQLite table
 _SETTLED = ("delivered", "dropped")
@@ -131,6 +132,12 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
         newest = self._select(lambda r: r["delivery_state"] in _SETTLED,
                               key=lambda r: (r["updated_at"], r["delegation_id"]), reverse=True)
         return newest[:max(0, int(limit))]
+
+    def count_units(self, since: float) -> list[UnitCount]:
+        with self.store.lock:
+            groups = Counter((r["state"], r["delivery_state"], (r["completed_at"] or float("-inf")) >= since)
+                             for r in self.store.rows.values())
+        return [UnitCount(state, delivery, recent, count) for (state, delivery, recent), count in groups.items()]
 
     def get(self, delegation_id: str) -> LedgerRow | None:
         with self.store.lock:

@@ -27,7 +27,7 @@ from typing import Any, Callable, TypeVar
 
 from offload.engine.loop import Clock, Loop
 from offload.ledger.delivery_sql import with_child
-from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
+from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck, UnitCount
 from offload.ledger.postgres_lease import OwnerLease
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.postgres_connections import MISSING as _MISSING, PostgresConnections
@@ -239,6 +239,10 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:
         return self._select(_SQL.running_where, ())
+
+    def count_units(self, since: float) -> list[UnitCount]:
+        found = self._run(lambda conn: conn.execute(_SQL.count_units, (since,)).fetchall(), missing=[])
+        return [UnitCount(state, delivery, bool(recent), count) for state, delivery, recent, count in found]
 
     def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
         """Whether ``row``'s owner is gone: its lease expired or was revoked, or it ran on this

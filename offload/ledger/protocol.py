@@ -151,6 +151,17 @@ class LedgerRow:
         return Origin.of_row(self)
 
 
+@dataclass(frozen=True)
+class UnitCount:
+    """One group of ``count_units``: ``count`` rows in ``state`` and ``delivery_state``;
+    ``recent``: they finished at or after the ``since`` asked for."""
+
+    state: str
+    delivery_state: str
+    recent: bool
+    count: int
+
+
 class DelegationLedger(Protocol):
     location: str
     """Where the rows live, for messages a user acts on and as the identity of the store (a
@@ -237,6 +248,10 @@ class DelegationLedger(Protocol):
     def unit_counts(self) -> UnitCounts:
         """Units by (state, delivery_state): the rows now and those ``prune`` deleted over the
         ledger's life (``offload.ledger.tally``), from aggregate reads; empty without a store."""
+
+    def count_units(self, since: float) -> list[UnitCount]:
+        """How many rows there are per (stored state, delivery state), split by whether the row
+        finished at or after ``since``: the dashboard's counters, one read however many rows."""
 
     # -- control requests and live activity, across processes and hosts (``*_side.py``) --------
     def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:

@@ -8,7 +8,7 @@ that error, never an empty list: an empty history would tell the user their work
 """
 from __future__ import annotations
 
-from offload.ledger.protocol import DelegationLedger, LedgerRow
+from offload.ledger.protocol import DelegationLedger, LedgerRow, UnitCount
 from offload.ledger.select import MisconfiguredLedger
 from offload.ledger.tally import UnitCounts
 
@@ -42,3 +42,9 @@ def unit_counts(ledger: DelegationLedger) -> UnitCounts:
     """Units by state and delivery state, now and over the ledger's life (aggregate reads)."""
     found = existing_ledger(ledger)
     return found.unit_counts() if found else UnitCounts()
+
+
+def counts_since(ledger: DelegationLedger, since: float) -> list[UnitCount]:
+    """Rows per state and delivery state, split at ``since`` (see ``count_units``)."""
+    found = existing_ledger(ledger)
+    return found.count_units(since) if found else []

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from offload.ledger.delivery_sql import with_child
 from offload.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
-from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
+from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners, UnitCount
 from offload.ledger.sqlite_errors import error_kind, is_locked  # noqa: F401 - is_locked: part of this API
 from offload.ledger.sqlite_side import SqliteSideTables
 from offload.ledger.migrations import SQLITE_LEDGER
@@ -321,6 +321,11 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
 
     def settled_rows(self, limit: int) -> list[LedgerRow]:
         return self._select(_SQL.settled_where, (int(limit),))
+
+    def count_units(self, since: float) -> list[UnitCount]:
+        with self._use() as conn:
+            found = conn.execute(_SQL.count_units, (since,)).fetchall() if conn is not None else []
+        return [UnitCount(state, delivery, bool(recent), count) for state, delivery, recent, count in found]
 
     def undelivered_rows(self, session_id: str) -> list[LedgerRow]:
         return self._select(_SQL.session_where, (session_id, session_id, session_id))

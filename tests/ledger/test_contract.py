@@ -285,6 +285,26 @@ def test_pending_rows_are_terminal_pending_rows_with_an_event_oldest_first(ledge
     assert all(r.delivery_state == "pending" for r in rows)
 
 
+def test_count_units_groups_rows_by_state_delivery_and_whether_they_finished_recently(ledger):
+    ledger.persist_dispatch(dispatch_row("deleg_running_1"), T0)
+    ledger.persist_dispatch(dispatch_row("deleg_running_2"), T0)
+    terminal(ledger, "deleg_old_failure", completed_at=T0 + 10, status="failed")
+    terminal(ledger, "deleg_new_failure", completed_at=T0 + 100, status="failed")
+    terminal(ledger, "deleg_new_stall", completed_at=T0 + 100, status="stalled")
+    terminal(ledger, "deleg_delivered", completed_at=T0 + 100)
+    ledger.mark_delivered("deleg_delivered", T0 + 110)
+
+    counts = {(c.state, c.delivery_state, c.recent): c.count for c in ledger.count_units(since=T0 + 50)}
+
+    assert counts == {("running", "pending", False): 2, ("failed", "pending", False): 1,
+                      ("failed", "pending", True): 1, ("stalled", "pending", True): 1,
+                      ("completed", "delivered", True): 1}
+
+
+def test_count_units_of_an_empty_ledger_is_empty(ledger):
+    assert ledger.count_units(since=T0) == []
+
+
 def test_pending_rows_break_completion_ties_by_id(ledger):
     terminal(ledger, "deleg_b", completed_at=T0 + 10)
     terminal(ledger, "deleg_a", completed_at=T0 + 10)
