@@ -1,7 +1,9 @@
 """The owner side of cross-process control and visibility: one daemon thread per runtime,
 alive only while its engine runs units, that carries out control requests other processes
 and hosts left in the ledger (``offload.control_requests``) and publishes its units' live
-activity there (``offload.activity``, at most every ``activity.INTERVAL_S``, only changes).
+activity there (``offload.activity``, at most every ``activity.INTERVAL_S``, only changes),
+with the journal of what happened to them (``offload.journal``: stalls, interrupts, the
+children's transcripts) on the same cadence.
 
 Every ``offload.Offload`` owns one (its engine starts it on each dispatch), so chat, run,
 gateway and worker all honour ``offload stop`` and the dashboard's interrupt. On a ledger that
@@ -29,6 +31,7 @@ from typing import Any, Callable
 
 from offload import activity
 from offload.engine.loop import Clock, Loop
+from offload.journal import Journal
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class OwnerLoop:
         ``list()``, ``interrupt_one()``); ``ledger()``: the ledger to act on, asked at the start
         of each busy spell."""
         self.publisher = activity.Publisher()
+        self.journal = Journal(owns=lambda did: did in engine.records)
         self._engine, self._ledger = engine, ledger
         self._spell: _Spell | None = None
         self._woken = False  # a control request was made: act at the next step, whatever is due
@@ -78,6 +82,7 @@ class OwnerLoop:
             spell.next_control_at = now + spell.control_s
         if now >= spell.next_activity_at:
             self.publish(spell.ledger, units.list())
+            self.journal.flush(spell.ledger)
             spell.next_activity_at = now + activity.INTERVAL_S
         if units.active_count() == 0:
             self._close()
@@ -85,9 +90,17 @@ class OwnerLoop:
         return max(0.0, min(spell.next_control_at, spell.next_activity_at) - now)
 
     def stop(self) -> None:
-        """Stop the loop and close its spell (withdraw what it published, stop listening)."""
+        """Stop the loop and close its spell (withdraw what it published, stop listening); what
+        the journal still holds is written (a unit may have finalized after the last spell)."""
         if self.loop.stop():
             self._close()
+        self.flush_journal()
+
+    def flush_journal(self) -> None:
+        try:
+            self.journal.flush(self._ledger())
+        except Exception:  # a ledger that cannot be named at exit: the journal is decoration
+            logger.debug("writing the journal failed", exc_info=True)
 
     def _units(self) -> Any:
         return self._engine
@@ -102,6 +115,7 @@ class OwnerLoop:
         if spell is None:
             return
         self.publish(spell.ledger, [])  # nothing live here any more: withdraw what we published
+        self.journal.flush(spell.ledger)  # the last units' final words
         if spell.listener is not None:
             spell.listener.stop()
 

@@ -38,6 +38,7 @@ from offload.engine.engine import Delegations
 from offload.engine.health import LedgerHealth
 from offload.engine.liveness import current_owner, owner_alive
 from offload.engine.loop import Clock, Loop
+from offload.engine.observers import add_observer
 from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.pool import DaemonThreadPool
 from offload.home import get_hermes_home
@@ -165,6 +166,7 @@ class Offload(PublicApi):
                                            lock=hooks.records_lock, slots=hooks.slots, clock=clock,
                                            on_dispatched=lambda: self.owner_loop.start())
         self.owner_loop = OwnerLoop(engine=self.engine, ledger=self.ledger, clock=clock)
+        self._unobserve = add_observer(self.owner_loop.journal.observe)  # removed at close
         self.delegate_tool = DelegateTool(self.engine, self.ledger, Seams(
             load_config=hooks.delegation_config or (lambda: self.config.delegation),
             resolve_credentials=hooks.resolve_credentials or resolve_delegation_credentials,
@@ -248,6 +250,8 @@ class Offload(PublicApi):
         self._give_back_handed()
         self.owner_loop.stop()
         self.engine.close()
+        self._unobserve()
+        self.owner_loop.flush_journal()  # what units finalized by the engine's close said last
         if self._ledger is not None:  # a hooked ledger belongs to whoever plugged it in
             self._ledger.close()
 

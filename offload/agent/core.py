@@ -55,6 +55,19 @@ class TurnStreamer(Protocol):
     ) -> AssistantTurn: ...
 
 
+class _Stamped(list):
+    """A run's messages with the time each was added (``times``), for ``transcript``; the model
+    is sent the plain messages, as before."""
+
+    def __init__(self, messages: list[dict[str, Any]] = ()) -> None:
+        super().__init__(messages)
+        self.times = [time.time()] * len(self)
+
+    def append(self, message: dict[str, Any]) -> None:
+        self.times.append(time.time())  # before the message: a reader zips the two, never short of a time
+        super().append(message)
+
+
 @dataclass
 class _Run:
     """Mutable state of one ``run_conversation`` call."""
@@ -114,6 +127,7 @@ class AIAgent:
         self._interrupt_message: str | None = None
         self._interrupt_event = threading.Event()
         self._activity = ActivityTracker(clock)
+        self._messages: _Stamped = _Stamped()  # the current (or last) run's, for transcript()
         self._llm = llm
         self._owns_llm = llm is None
         self._tools: list[Tool] | None = None
@@ -181,11 +195,18 @@ class AIAgent:
     def get_activity_summary(self) -> dict[str, Any]:
         return self._activity.summary()
 
+    def transcript(self) -> list[tuple[float, dict[str, Any]]]:
+        """``(time added, message)`` of the current run so far (the last run's once it returned),
+        for the dashboard's transcript. Thread-safe: read from lists the loop only appends to."""
+        messages = self._messages
+        return list(zip(list(messages.times), list(messages)))
+
     # --- the loop ---------------------------------------------------------------------------
 
     def run_conversation(self, user_message: str, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Run one user turn to an answer, the iteration budget, an interrupt or an error."""
-        run = _Run(self._opening_messages(user_message, history))
+        run = _Run(_Stamped(self._opening_messages(user_message, history)))
+        self._messages = run.messages
         error: str | None = None
         error_kind: str | None = None  # "model" | "endpoint" | "internal": frontends map it to exit codes
         try:

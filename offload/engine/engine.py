@@ -106,9 +106,11 @@ class Delegations:
 
     # -- dispatch -----------------------------------------------------------------------------------
     def dispatch(self, spec: UnitSpec, runner: Callable[[], Any], cap: int, *, interrupt_fn=None,
-                 progress_fn=None, hold_slot: bool = False) -> dict[str, Any]:
+                 progress_fn=None, transcript_fn=None, hold_slot: bool = False) -> dict[str, Any]:
         """Start one unit; ``{"status": "dispatched", "delegation_id"}`` or ``{"status": "rejected", "error"}``.
 
+        ``transcript_fn``: what the children said so far, read by the runtime's journal
+        (``offload.journal``) off this path; kept until the unit is finalized.
         ``hold_slot`` keeps the unit's slot taken even if it finishes at once, until
         ``release_slot_hold``: the caller is still dispatching the other units of one call."""
         invalid = invalid_dispatch(runner, cap) or (
@@ -116,7 +118,7 @@ class Delegations:
         if invalid:
             return {"status": "rejected", "error": invalid}
         record = new_record(spec, spec.delegation_id or self.new_id())
-        record["interrupt_fn"], record["progress_fn"] = interrupt_fn, progress_fn
+        record["interrupt_fn"], record["progress_fn"], record["transcript_fn"] = interrupt_fn, progress_fn, transcript_fn
         did, slot = record["delegation_id"], record["slot_key"]
         holds = 2 if hold_slot else 1
         with self.lock:
@@ -252,7 +254,7 @@ class Delegations:
         self._announce(snapshot, result, status)
         notify("finalized", delegation_id, record=snapshot, status=status)
         with self.lock:
-            record["status"] = status
+            record.update(status=status, transcript_fn=None)  # read one last time by the finalized observer
             self._retired[delegation_id] = record
             self._prune_retired_locked()
         if snapshot.get("_ledger") is not None:

@@ -24,7 +24,7 @@ from offload.engine.log import logger
 from offload.engine.observers import notify
 from offload.engine.states import ACTIVE_STATES
 
-_CALLABLE_KEYS = frozenset({"interrupt_fn", "progress_fn"})  # public names, never listed
+_CALLABLE_KEYS = frozenset({"interrupt_fn", "progress_fn", "transcript_fn"})  # public names, never listed
 _LAYOUT_CACHE_MAX = 256  # key layouts seen; records use a few, so the bound only guards odd callers
 _public_keys_by_layout: dict[tuple[str, ...], tuple[str, ...]] = {}
 

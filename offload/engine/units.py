@@ -54,7 +54,7 @@ def new_record(spec: UnitSpec, delegation_id: str) -> dict[str, Any]:
         "toolsets": list(spec.toolsets or []) or None, "role": spec.role, "model": spec.model,
         **spec.origin.flat(), "origin": spec.origin.to_json(),
         "status": "running", "dispatched_at": now, "completed_at": None, "is_batch": spec.is_batch,
-        "slot_key": delegation_id, "interrupt_fn": None, "progress_fn": None,
+        "slot_key": delegation_id, "interrupt_fn": None, "progress_fn": None, "transcript_fn": None,
         "_progress_token": None, "_progress_ts": time.monotonic(), "_interrupted_at": None, "_started": False,
     }
     if spec.subagent_config:

@@ -36,6 +36,7 @@ class MemoryStore:
         self.controls: dict[str, tuple[str, float]] = {}  # id -> (action, expires_at); see memory_side
         self.activity: dict[str, tuple[float, dict[str, Any]]] = {}  # id -> (written_at, snapshot)
         self.pruned: Counter[tuple[str, str]] = Counter()  # (state, delivery_state) -> units pruned
+        self.journal: list[Any] = []  # JournalEntry, in append order; see memory_side
 
 
 _named: weakref.WeakValueDictionary[str, MemoryStore] = weakref.WeakValueDictionary()
@@ -214,6 +215,8 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
             for delegation_id in doomed:
                 gone = rows.pop(delegation_id)
                 self.store.pruned[(gone["state"], gone["delivery_state"])] += 1
+            if doomed:
+                self._prune_journal()
             return len(doomed)
 
     # -- helpers -------------------------------------------------------------------------------------

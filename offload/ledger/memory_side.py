@@ -1,12 +1,13 @@
-"""The in-memory ledger's side tables: control requests, activity snapshots and the tally of
-pruned units, with the same contract as ``sqlite_side`` (kept on the ``MemoryStore`` under its
-lock)."""
+"""The in-memory ledger's side tables: control requests, activity snapshots, the tally of
+pruned units and the journal, with the same contract as ``sqlite_side`` (kept on the
+``MemoryStore`` under its lock)."""
 from __future__ import annotations
 
 import copy
 from collections import Counter
 from typing import Any
 
+from offload.ledger.protocol import JournalEntry
 from offload.ledger.tally import UnitCounts
 
 
@@ -54,3 +55,16 @@ class MemorySideTables:
             pruned = dict(self.store.pruned)
         by_state = Counter((r["state"], r["delivery_state"]) for r in rows)
         return UnitCounts(dict(by_state), pruned, sum(r["delivery_attempts"] for r in rows))
+
+    def append_journal(self, entries: list[JournalEntry]) -> None:
+        with self.store.lock:
+            if self.store.created:
+                self.store.journal.extend(copy.deepcopy(entries))
+
+    def read_journal(self, delegation_id: str) -> list[JournalEntry]:
+        with self.store.lock:
+            return [copy.deepcopy(e) for e in self.store.journal if e.delegation_id == delegation_id]
+
+    def _prune_journal(self) -> None:
+        """Under the store's lock, after a prune: entries of rows that are gone go too."""
+        self.store.journal[:] = [e for e in self.store.journal if e.delegation_id in self.store.rows]

@@ -372,8 +372,11 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
         def prune_rows(conn: Any) -> int:
             self._side_tables(conn)  # the pruned-unit tally among them
             with conn.transaction():
-                return prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
-                                     now - retention_s, max_settled)
+                deleted = prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
+                                        now - retention_s, max_settled)
+                if deleted:
+                    self._prune_journal(conn)
+                return deleted
         return self._run(prune_rows, missing=0)
 
     # -- helpers ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The PostgreSQL ledger's side tables: control requests, live activity snapshots and the tally
-of pruned units, shared by every host (the same contract as ``sqlite_side``).
+"""The PostgreSQL ledger's side tables: control requests, live activity snapshots, the tally
+of pruned units and the journal, shared by every host (the same contract as ``sqlite_side``).
 
 A control request is one upsert plus ``pg_notify`` on the ledger's control channel in the
 same transaction, so an owner on any host that LISTENs there wakes at once (a missed
@@ -15,6 +15,7 @@ from typing import Any, Callable
 from offload.engine.loop import Clock
 from offload.ledger.codec import dumps, loads
 from offload.ledger.postgres_listen import CompletionListener
+from offload.ledger.protocol import JournalEntry
 from offload.ledger.postgres_sql import SCHEMA_LOCK_KEY
 from offload.ledger.tally import POSTGRES_TALLY, PRUNED_TABLE, UnitCounts, counts
 
@@ -24,7 +25,12 @@ _TABLES = (
     "CREATE TABLE IF NOT EXISTS async_delegation_activity (delegation_id text PRIMARY KEY,"
     " written_at double precision NOT NULL, snapshot_json text NOT NULL)",
     POSTGRES_TALLY.create,
+    "CREATE TABLE IF NOT EXISTS async_delegation_journal (entry_id bigserial PRIMARY KEY, delegation_id text NOT NULL,"
+    " at double precision NOT NULL, kind text NOT NULL, child integer, data_json text NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS idx_async_delegation_journal ON async_delegation_journal(delegation_id, entry_id)",
 )
+_PRUNE_JOURNAL = ("DELETE FROM async_delegation_journal j WHERE NOT EXISTS (SELECT 1 FROM async_delegations d"
+                  " WHERE d.delegation_id = j.delegation_id)")
 _UPSERT_CONTROL = ("INSERT INTO async_delegation_controls VALUES (%s,%s,%s,%s) ON CONFLICT (delegation_id)"
                    " DO UPDATE SET action=excluded.action, requested_at=excluded.requested_at,"
                    " expires_at=excluded.expires_at")
@@ -109,6 +115,27 @@ class PostgresSideTables:
             return counts(by_state, conn.execute(POSTGRES_TALLY.pruned).fetchall() if tallied else [])
         self._catch_up()
         return self._run(read, missing=UnitCounts())
+    def append_journal(self, entries: list[JournalEntry]) -> None:
+        def write(conn: Any) -> None:
+            self._side_tables(conn)
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany("INSERT INTO async_delegation_journal (delegation_id, at, kind, child, data_json)"
+                                " VALUES (%s,%s,%s,%s,%s)",
+                                [(e.delegation_id, e.at, e.kind, e.child, dumps(e.data)) for e in entries])
+        if entries:
+            self._run(write)
+
+    def read_journal(self, delegation_id: str) -> list[JournalEntry]:
+        found = self._run(lambda conn: conn.execute(
+            "SELECT at, kind, child, data_json FROM async_delegation_journal WHERE delegation_id=%s ORDER BY entry_id",
+            (delegation_id,)).fetchall(), missing=[])
+        return [JournalEntry(delegation_id, at, kind, child, loads(data) or {}) for at, kind, child, data in found]
+
+    @staticmethod
+    def _prune_journal(conn: Any) -> None:
+        """In the prune's transaction; a database without the journal has nothing to prune."""
+        if conn.execute("SELECT to_regclass('async_delegation_journal')").fetchone()[0] is not None:
+            conn.execute(_PRUNE_JOURNAL)
 
     def watch_control(self, on_ids: Callable[[list[str] | None], None]) -> CompletionListener:
         """A started listener calling ``on_ids`` when a control request is made on any host

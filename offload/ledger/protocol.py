@@ -162,6 +162,19 @@ class UnitCount:
     count: int
 
 
+@dataclass(frozen=True)
+class JournalEntry:
+    """One thing that happened to a unit, beyond its row: a stall warning, an interrupt, a message
+    or tool call of one of its children. ``child``: the child's task index (None: the unit);
+    ``data``: JSON-able details of the ``kind``. Kept while the unit's row is."""
+
+    delegation_id: str
+    at: float
+    kind: str
+    child: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
 class DelegationLedger(Protocol):
     location: str
     """Where the rows live, for messages a user acts on and as the identity of the store (a
@@ -273,6 +286,13 @@ class DelegationLedger(Protocol):
 
     def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
         """``id -> (written_at, snapshot)`` for the units that have one."""
+
+    def append_journal(self, entries: list[JournalEntry]) -> None:
+        """Store ``entries`` in one write (the owner loop's batch); the table is created on first
+        write, and entries of a row that ``prune`` deletes go with it."""
+
+    def read_journal(self, delegation_id: str) -> list[JournalEntry]:
+        """The unit's entries in the order they were appended; empty for a ledger without any."""
 
     def close(self) -> None: ...
 

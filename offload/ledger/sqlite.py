@@ -381,8 +381,11 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
         with self._use(transaction=True) as conn:
             if conn is None:
                 return 0
-            return prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
-                                 now - retention_s, max_settled)
+            deleted = prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
+                                    now - retention_s, max_settled)
+            if deleted:
+                self._prune_journal(conn)
+            return deleted
 
     # -- helpers ----------------------------------------------------------------------------
     def _update(self, statement: str, params: tuple[Any, ...]) -> bool:

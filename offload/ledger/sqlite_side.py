@@ -1,17 +1,20 @@
-"""The SQLite ledger's side tables: control requests, live activity snapshots and the tally of
-pruned units.
+"""The SQLite ledger's side tables: control requests, live activity snapshots, the tally of
+pruned units and the journal.
 
 - ``async_delegation_controls``: one row per delegation some process asked to stop
   (``offload stop``, the dashboard), with an expiry; the owning process takes (deletes) it and
   interrupts the unit through its engine. Keyed by delegation id, so the requester need not
   know which process owns the unit.
+- ``async_delegation_journal``: what happened to a unit beyond its row (stall warnings,
+  interrupts, its children's messages and tool calls), appended in batches by the owner loop
+  and pruned with the rows (``offload.journal``).
 - ``async_delegation_activity``: per running unit, the owner's latest activity snapshot (per
   child API calls, current tool, last activity; the stall clock) and when it was written, so
   processes that do not run the unit can show it.
 - ``offload_pruned_units``: the units prune deleted, by state (``offload.ledger.tally``), so
   ``unit_counts`` counts every unit the ledger ever held.
 
-Both tables are created on first write (a ledger written by an older version has neither);
+The tables are created on first write (a ledger written by an older version has none);
 reads of a ledger without them return nothing and never create them. Invariant: a poll by
 an owner with nothing requested is one indexed read, never a write.
 """
@@ -21,6 +24,7 @@ import sqlite3
 from typing import Any
 
 from offload.ledger.codec import dumps, loads
+from offload.ledger.protocol import JournalEntry
 from offload.ledger.tally import SQLITE_TALLY, UnitCounts, counts
 
 _TABLES = (
@@ -29,7 +33,13 @@ _TABLES = (
     "CREATE TABLE IF NOT EXISTS async_delegation_activity (delegation_id TEXT PRIMARY KEY,"
     " written_at REAL NOT NULL, snapshot_json TEXT NOT NULL)",
     SQLITE_TALLY.create,
+    "CREATE TABLE IF NOT EXISTS async_delegation_journal (entry_id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " delegation_id TEXT NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL, child INTEGER, data_json TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS idx_async_delegation_journal ON async_delegation_journal(delegation_id, entry_id)",
 )
+# Entries whose row is gone (pruned, forgotten): run with the prune, in its transaction.
+PRUNE_JOURNAL = ("DELETE FROM async_delegation_journal WHERE delegation_id NOT IN"
+                 " (SELECT delegation_id FROM async_delegations)")
 
 _DELETE_ORPHANS = ("DELETE FROM async_delegation_activity WHERE delegation_id NOT IN"
                    " (SELECT delegation_id FROM async_delegations WHERE state='running')")
@@ -108,6 +118,30 @@ class SqliteSideTables:
                 return UnitCounts()
             by_state = conn.execute(SQLITE_TALLY.by_state).fetchall()
         return counts(by_state, self._side_read(SQLITE_TALLY.pruned, ()))
+
+    def append_journal(self, entries: list[JournalEntry]) -> None:
+        def write(conn: sqlite3.Connection | None) -> None:
+            if conn is None:
+                return  # no ledger file: no rows to describe
+            _create(conn)
+            conn.executemany("INSERT INTO async_delegation_journal (delegation_id, at, kind, child, data_json)"
+                             " VALUES (?,?,?,?,?)",
+                             [(e.delegation_id, e.at, e.kind, e.child, dumps(e.data)) for e in entries])
+        if entries:
+            self._write(write, transaction=True)
+
+    def read_journal(self, delegation_id: str) -> list[JournalEntry]:
+        found = self._side_read("SELECT at, kind, child, data_json FROM async_delegation_journal"
+                                " WHERE delegation_id=? ORDER BY entry_id", (delegation_id,))
+        return [JournalEntry(delegation_id, at, kind, child, loads(data) or {}) for at, kind, child, data in found]
+
+    @staticmethod
+    def _prune_journal(conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute(PRUNE_JOURNAL)
+        except sqlite3.OperationalError as exc:
+            if not _missing_table(exc):
+                raise
 
     def _side_read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._use() as conn:

@@ -130,6 +130,18 @@ def _interrupt(child: Any) -> None:
         pass  # one broken child must not keep its siblings running
 
 
+def transcript_reader(unit: Batch) -> Callable[[], list[tuple[int, list[tuple[float, dict[str, Any]]]]]]:
+    """The journal's reader of a unit's conversations: per built child, its task index and its
+    ``(time, message)`` pairs so far (``AIAgent.transcript``; a child without one says nothing)."""
+    def read() -> list[tuple[int, list[tuple[float, dict[str, Any]]]]]:
+        said = []
+        for index, child in zip(unit.indexes, list(unit.children)):
+            transcript = getattr(child, "transcript", None)  # test doubles and foreign children may lack it
+            said.append((index, transcript() if callable(transcript) else []))
+        return said
+    return read
+
+
 def progress_token(children: list[Any]) -> Callable[[], tuple[tuple, bool]]:
     """The stall monitor's sampler: one entry per child (None while unbuilt or unreadable)."""
     def sample() -> tuple[tuple, bool]:

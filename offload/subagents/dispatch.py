@@ -117,7 +117,8 @@ def dispatch_unit(engine: Delegations, unit: Batch, unit_id: str, origin: Origin
                       model=unit.creds.get("model"), delegation_id=unit_id, slot_key=slot_key, group=unit.group,
                       subagent_config=subagent_config or unit_stamp(unit), origin=origin)
     return engine.dispatch(spec, _unit_runner(engine, unit, unit_id), cap, interrupt_fn=lambda: kids.stop(unit),
-                           progress_fn=kids.progress_token(unit.children), hold_slot=hold_slot)
+                           progress_fn=kids.progress_token(unit.children), transcript_fn=kids.transcript_reader(unit),
+                           hold_slot=hold_slot)
 
 
 def _unit_runner(engine: Delegations, unit: Batch, unit_id: str) -> Callable[[], dict[str, Any]]:

@@ -100,3 +100,34 @@ def test_a_snapshot_left_by_an_exited_owner_goes_with_the_next_withdrawal(ledger
     ledger.persist_completion(dispatch_row("a"), {"status": "completed", "completed_at": T0 + 2}, {}, T0 + 2)
     ledger.write_activity({}, ["other"], T0 + 3)
     assert set(ledger.read_activity(["a", "live"])) == {"live"}
+
+
+# -- the journal -------------------------------------------------------------------------------
+def test_journal_entries_read_back_in_append_order_per_unit(ledger_factory):
+    from offload.ledger import JournalEntry
+
+    writer, reader = ledger_factory(), ledger_factory()
+    writer.persist_dispatch(dispatch_row("deleg_a"), T0)
+    assert reader.read_journal("deleg_a") == []  # before the table exists: nothing, and not created
+    writer.append_journal([JournalEntry("deleg_a", T0 + 1, "stall", None, {"quiet_s": 450.0}),
+                           JournalEntry("deleg_b", T0 + 1, "interrupt", None, {"reason": "user"}),
+                           JournalEntry("deleg_a", T0 + 2, "message", 1, {"role": "assistant", "content": "<b>x</b>"})])
+    writer.append_journal([JournalEntry("deleg_a", T0 + 0.5, "interrupt", None, {"reason": "stall"})])
+    found = reader.read_journal("deleg_a")
+    assert [(e.kind, e.child, e.at) for e in found] == [("stall", None, T0 + 1), ("message", 1, T0 + 2),
+                                                         ("interrupt", None, T0 + 0.5)]  # append order, not time
+    assert found[1].data == {"role": "assistant", "content": "<b>x</b>"}
+    writer.append_journal([])  # nothing to write: no error
+
+
+def test_journal_entries_go_with_their_pruned_row(ledger):
+    from offload.ledger import JournalEntry
+
+    ledger.persist_dispatch(dispatch_row("deleg_kept"), T0)
+    ledger.persist_dispatch(dispatch_row("deleg_old"), T0)
+    ledger.persist_completion(dispatch_row("deleg_old"), {"status": "completed"}, {}, T0 + 1)
+    ledger.mark_delivered("deleg_old", T0 + 2)
+    ledger.append_journal([JournalEntry(did, T0 + 1, "stall") for did in ("deleg_kept", "deleg_old")])
+    assert ledger.prune(T0 + 10_000, retention_s=10, max_settled=100) == 1
+    assert ledger.read_journal("deleg_old") == []
+    assert [e.kind for e in ledger.read_journal("deleg_kept")] == ["stall"]

@@ -53,6 +53,7 @@ LAYERS = (
     ("offload.activity", 7, "runtime"),
     ("offload.api", 7, "runtime"),  # Offload's public methods (it inherits them)
     ("offload.inbox", 7, "runtime"),  # the consumer path those methods deliver through
+    ("offload.journal", 7, "runtime"),
     ("offload.gateway", 8, "gateway"),
     ("offload", 9, "app"),
 )
