@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from offload.dashboard import actions, metrics, model, overview
+from offload.dashboard import actions, metrics, model, overview, timeline, transcript
 from offload.dashboard.security import Guard
 from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
@@ -103,6 +103,18 @@ class Dashboard:
             return JSONResponse({"error": str(exc)}, 503)
         return self.render("problem.html", 503, problem=str(exc))
 
+    def detail_html(self, delegation_id: str) -> tuple[dict[str, Any] | None, str]:
+        """The delegation's live part (status, facts, timeline, transcripts); None if unknown."""
+        now = time.time()
+        unit = model.detail(self.runtime, delegation_id, now)
+        if unit is None:
+            return None, ""
+        drawn = timeline.lanes(unit, unit["journal"], now)
+        html = self.env.get_template("_detail.html").render(
+            u=unit, timelines=[timeline.geometry(drawn, layout) for layout in (timeline.WIDE, timeline.NARROW)],
+            transcripts=transcript.transcripts(unit, unit["journal"]))
+        return unit, html
+
     async def roster_page(self, request: Request) -> Response:
         fragment = await run_in_threadpool(self.roster_html)
         return self.render("roster.html", roster=fragment, refresh_s=self.refresh_s)
@@ -114,13 +126,24 @@ class Dashboard:
         return StreamingResponse(self._roster_stream(request), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    async def _roster_stream(self, request: Request) -> AsyncIterator[str]:
+    async def detail_events(self, request: Request) -> Response:
+        """The delegation page's live part, sent again whenever it changes (while it runs, and
+        as its delivery settles)."""
+        delegation_id = request.path_params["delegation_id"]
+        render = lambda: self.detail_html(delegation_id)[1]  # noqa: E731
+        return StreamingResponse(self._stream(request, render, "detail"), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    def _roster_stream(self, request: Request) -> AsyncIterator[str]:
+        return self._stream(request, self.roster_html, "roster")
+
+    async def _stream(self, request: Request, render: Any, event: str) -> AsyncIterator[str]:
         last, quiet_s = None, 0.0
         while not self.stopping.is_set() and not await request.is_disconnected():
-            fragment = await run_in_threadpool(self.roster_html)
+            fragment = await run_in_threadpool(render)
             if fragment != last:
                 last, quiet_s = fragment, 0.0
-                yield "event: roster\n" + "".join(f"data: {line}\n" for line in fragment.splitlines()) + "\n"
+                yield f"event: {event}\n" + "".join(f"data: {line}\n" for line in fragment.splitlines()) + "\n"
             elif quiet_s >= KEEPALIVE_S:
                 quiet_s = 0.0
                 yield ": keepalive\n\n"
@@ -154,10 +177,10 @@ class Dashboard:
 
     async def detail_page(self, request: Request) -> Response:
         delegation_id = request.path_params["delegation_id"]
-        unit = await run_in_threadpool(model.detail, self.runtime, delegation_id)
+        unit, fragment = await run_in_threadpool(self.detail_html, delegation_id)
         if unit is None:
             return self.render("missing.html", 404, delegation_id=delegation_id)
-        return self.render("detail.html", u=unit, message=request.query_params.get("msg"),
+        return self.render("detail.html", u=unit, fragment=fragment, message=request.query_params.get("msg"),
                            ok=request.query_params.get("ok") == "1")
 
     async def action(self, request: Request) -> Response:
@@ -187,6 +210,7 @@ def create_app(off: Offload, *, token: str | None = None, refresh_s: float = 1.0
         Route("/events", dash.events),
         Route("/history", dash.history_page, name="history"),
         Route("/d/{delegation_id}", dash.detail_page, name="detail"),
+        Route("/d/{delegation_id}/events", dash.detail_events),
         Route("/d/{delegation_id}/{action}", dash.action, methods=["POST"]),
         Route("/metrics", dash.metrics),
         Route("/api/delegations", dash.api_list),

@@ -11,6 +11,7 @@ passed through as data (the templates escape it).
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from offload import activity, result
 from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, RUNNING, UNFINISHED, UNIT_STATES, UNKNOWN, child_state,
                                    unit_state)
-from offload.ledger import DelegationLedger, LedgerRow
+from offload.ledger import DelegationLedger, JournalEntry, LedgerError, LedgerRow
 from offload.ledger import queries as ledger_queries
 from offload.ledger_rows import owner_host, owner_state, row_state
 from offload.render.text import clip_words
@@ -26,6 +27,7 @@ from offload.render.text import clip_words
 if TYPE_CHECKING:
     from offload.runtime import Offload
 
+logger = logging.getLogger(__name__)
 LABEL_GOAL_CHARS = 48  # per goal in a unit's label; the full goals are on the child rows
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
 HISTORY_LIMIT = 1000  # settled rows read for the history page (the ledger keeps about this many)
@@ -80,7 +82,7 @@ def _children(task: dict[str, Any], result: dict[str, Any], live: dict[str, Any]
         status = child_state(entry.get("status")) if entry else (RUNNING if unit_live else UNKNOWN)
         child = {"index": index, "number": index + 1, "goal": goal, "status": status,
                  "summary": entry.get("summary"), "error": entry.get("error"), "api_calls": entry.get("api_calls"),
-                 "current_tool": None, "idle_s": None}
+                 "duration_s": entry.get("duration_seconds"), "current_tool": None, "idle_s": None}
         if position < len(activity) and isinstance(activity[position], dict) and not entry:
             act = activity[position]
             child.update(api_calls=act.get("api_calls"), current_tool=act.get("current_tool"),
@@ -204,5 +206,20 @@ def detail(off: Offload, delegation_id: str, now: float | None = None) -> dict[s
     unit.update(task=(row.task if row else None) or {}, event=event,
                 agent_text=off.render(event) if event else None,
                 delivered_at=row.delivered_at if row else None,
-                claimed=bool(row and row.delivery_claim))
+                claimed_at=row.delivery_claimed_at if row else None,
+                claimed=bool(row and row.delivery_claim),
+                journal=journal(off, delegation_id) if found or live else [])
     return unit
+
+
+def journal(off: Offload, delegation_id: str) -> list[JournalEntry]:
+    """The unit's journal: what the ledger has, then what this runtime has not written yet."""
+    unwritten = off.owner_loop.journal.unwritten(delegation_id)
+    found = ledger_queries.existing_ledger(off.ledger())
+    try:
+        stored = found.read_journal(delegation_id) if found else []
+    except LedgerError as exc:  # the journal is decoration: the page still shows the row
+        logger.debug("reading the journal of %s failed: %s", delegation_id, exc)
+        stored = []
+    seen = {(e.at, e.kind, e.child) for e in stored}
+    return [*stored, *(e for e in unwritten if (e.at, e.kind, e.child) not in seen)]

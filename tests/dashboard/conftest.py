@@ -34,6 +34,14 @@ class HeldUnit:
     release: threading.Event = field(default_factory=threading.Event)
     interrupted: threading.Event = field(default_factory=threading.Event)
     delegation_id: str = ""
+    said: list[list[tuple[float, dict[str, Any]]]] = field(default_factory=list)  # per child: its transcript
+
+    def say(self, child: int, message: dict[str, Any]) -> None:
+        """Child ``child`` adds ``message`` to its conversation (read by the journal)."""
+        self.said[child].append((time.time(), message))
+
+    def transcript(self) -> list[tuple[int, list[tuple[float, dict[str, Any]]]]]:
+        return [(i, list(messages)) for i, messages in enumerate(self.said)]
 
     def runner(self) -> dict[str, Any]:
         self.release.wait(30)
@@ -49,8 +57,10 @@ class HeldUnit:
         return [(3, "terminal", time.time()) for _ in self.goals], True
 
     def dispatch(self, session_key: str = "sess-1") -> "HeldUnit":
+        self.said = [[] for _ in self.goals]
         handle = self.runtime.engine.dispatch(batch_spec(self.goals, model="fake", origin=Origin.capture(session_key)),
-                                              self.runner, 10, interrupt_fn=self.interrupt, progress_fn=self.progress)
+                                              self.runner, 10, interrupt_fn=self.interrupt, progress_fn=self.progress,
+                                              transcript_fn=self.transcript)
         assert handle["status"] == "dispatched", handle
         self.delegation_id = handle["delegation_id"]
         return self

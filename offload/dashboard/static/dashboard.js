@@ -1,15 +1,24 @@
-// Live roster: the server sends the whole roster fragment (already escaped HTML) whenever it
-// changes; we swap it in. No reloads, no client-side templating.
+// Live parts: an element with data-live="URL" opens one EventSource there; the server sends the
+// whole part (already escaped HTML) whenever it changes, and we swap it in. No reloads, no
+// client-side templating. Open expanders and the focused element keep their place across a swap.
 (function () {
-  var roster = document.getElementById("roster");
+  if (!window.EventSource) { return; }
   var state = document.getElementById("live-state");
-  if (!roster || !window.EventSource) { return; }
-  function show(name, text) { state.dataset.state = name; state.textContent = text; }
-  var source = new EventSource("/events");
-  source.addEventListener("roster", function (event) {
-    roster.innerHTML = event.data;
-    show("live", "live");
+  function show(name, text) { if (state) { state.dataset.state = name; state.textContent = text; } }
+  function swap(target, html) {
+    var open = Array.from(target.querySelectorAll("details[open][id]")).map(function (d) { return d.id; });
+    var focused = document.activeElement && target.contains(document.activeElement) ? document.activeElement.id : null;
+    target.innerHTML = html;
+    open.forEach(function (id) { var d = document.getElementById(id); if (d) { d.open = true; } });
+    if (focused) { var f = document.getElementById(focused); if (f) { f.focus(); } }
+  }
+  Array.from(document.querySelectorAll("[data-live]")).forEach(function (target) {
+    var source = new EventSource(target.dataset.live);
+    source.addEventListener(target.dataset.event || "roster", function (event) {
+      swap(target, event.data);
+      show("live", "live");
+    });
+    source.onopen = function () { show("live", "live"); };
+    source.onerror = function () { show("reconnecting", "reconnecting…"); };
   });
-  source.onopen = function () { show("live", "live"); };
-  source.onerror = function () { show("reconnecting", "reconnecting…"); };
 })();
