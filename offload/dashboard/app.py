@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from offload.dashboard import actions, metrics, model, overview, timeline, transcript
+from offload.dashboard import actions, history, metrics, model, overview, timeline, transcript
 from offload.dashboard.security import Guard
 from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
@@ -46,8 +46,15 @@ def _templates() -> Environment:
     env.filters["age"] = lambda s: format_age(s) if isinstance(s, (int, float)) else "-"
     env.filters["secs"] = lambda s: f"{s:.1f} s" if isinstance(s, (int, float)) else "-"
     env.globals["tone"] = tone  # one colour language with the CLI (offload.render.state_style)
+    env.filters["duration"] = _duration
     env.filters["clock"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
     return env
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s" if seconds < 60 else format_age(seconds)
 
 
 def parse_age(text: str) -> float | None:
@@ -73,6 +80,12 @@ def _state(text: str) -> str:
         if word not in model.STATES:
             raise ValueError(f"state {word!r} is not a unit state: use one of {', '.join(model.STATES)}")
     return text
+
+
+def _path(url: str) -> str:
+    """A link within the dashboard: its path and query, whatever Host the request named."""
+    parts = url.split("/", 3)
+    return "/" + parts[3] if len(parts) > 3 else "/"
 
 
 class Dashboard:
@@ -151,13 +164,29 @@ class Dashboard:
             quiet_s += self.refresh_s
 
     async def history_page(self, request: Request) -> Response:
+        """One page of every row, filtered, newest first, with the charts of the window."""
         q = request.query_params
         try:
-            flt = _history_filter(q)
+            window_s = parse_age(q.get("age", ""))
+            query = history.browse_query(q, None if window_s is None else time.time() - window_s)
         except ValueError as exc:
             return self.render("history.html", 400, units=[], error=str(exc), q=q, model=model)
-        units = await run_in_threadpool(model.history, self.runtime, flt)
-        return self.render("history.html", units=units, error=None, q=q, model=model)
+        units, next_before, charts_html = await run_in_threadpool(self.history_parts, query, window_s)
+        next_url = str(request.url.include_query_params(before=next_before)) if next_before else None
+        first_url = str(request.url.remove_query_params("before"))
+        return self.render("history.html", units=units, error=None, q=q, model=model, charts_html=charts_html,
+                           next_url=next_url and _path(next_url), first_url=_path(first_url))
+
+    def history_parts(self, query: Any, window_s: float | None) -> tuple[list[dict[str, Any]], str | None, str]:
+        now = time.time()
+        found = history.page(self.runtime, query)
+        units = [model.history_unit(self.runtime.ledger(), row, now) for row in found.rows]
+        window_s = window_s or history.DEFAULT_WINDOW_S
+        chart = history.charts(self.runtime, window_s, now)
+        charts_html = self.env.get_template("_charts.html").render(
+            chart=chart, window_s=window_s, outcome=history.outcome_geometry(chart),
+            latency=history.latency_geometry(chart))
+        return units, found.next_before, charts_html
 
     async def api_list(self, request: Request) -> Response:
         """``/api/delegations``: the history's filters, each row as its result document."""

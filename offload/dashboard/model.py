@@ -172,10 +172,9 @@ def history_rows(ledger: DelegationLedger, flt: HistoryFilter, now: float | None
     return rows
 
 
-def history(off: Offload, flt: HistoryFilter, now: float | None = None) -> list[dict[str, Any]]:
-    now = time.time() if now is None else now
-    ledger = off.ledger()
-    return [_unit(ledger, row, None, now) for row in history_rows(ledger, flt, now)]
+def history_unit(ledger: DelegationLedger, row: LedgerRow, now: float) -> dict[str, Any]:
+    """A history table row: the roster's entry of a ledger row (no live activity)."""
+    return _unit(ledger, row, None, now)
 
 
 def documents(off: Offload, flt: HistoryFilter) -> list[dict[str, Any]]:

@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 from offload.ledger.codec import decode_row, dumps, loads
 from offload.ledger.memory_side import MemorySideTables
+from offload.ledger import browse as browse_sql
+from offload.ledger.browse import Browse
 from offload.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners, UnitCount
 
 Row = dict[str, Any]  # column name -> stored value, as in the SQLite table
@@ -133,6 +135,17 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
         newest = self._select(lambda r: r["delivery_state"] in _SETTLED,
                               key=lambda r: (r["updated_at"], r["delegation_id"]), reverse=True)
         return newest[:max(0, int(limit))]
+
+    def browse(self, query: Browse) -> list[LedgerRow]:
+        newest = self._select(lambda r: browse_sql.keeps(query, r), key=lambda r: (r["dispatched_at"], r["delegation_id"]),
+                              reverse=True)
+        return newest[:query.limit]
+
+    def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
+        with self.store.lock:
+            found = [(r["dispatched_at"], r["completed_at"], r["delivered_at"], r["state"])
+                     for r in self.store.rows.values() if r["completed_at"] is not None and r["completed_at"] >= since]
+        return sorted(found, key=lambda t: t[1])
 
     def count_units(self, since: float) -> list[UnitCount]:
         with self.store.lock:

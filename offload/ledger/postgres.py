@@ -26,7 +26,9 @@ import socket
 from typing import Any, Callable, TypeVar
 
 from offload.engine.loop import Clock, Loop
-from offload.ledger.delivery_sql import with_child
+from offload.ledger.delivery_sql import POSTGRES, with_child
+from offload.ledger import browse as browse_sql
+from offload.ledger.browse import Browse
 from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck, UnitCount
 from offload.ledger.postgres_lease import OwnerLease
 from offload.ledger.postgres_listen import CompletionListener
@@ -55,6 +57,8 @@ def default_host_id() -> str:
 
 class PostgresLedger(PostgresConnections, PostgresSideTables):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
+
+    _browse_ready = False  # the browse indexes were made (offload.ledger.browse), once per instance
 
     def __init__(self, url: str, *, host_id: str | None = None, lease_s: float = 60.0, heartbeat_s: float = 10.0,
                  owner: Callable[[], tuple[int, int | None]] | None = None, clock: Clock | None = None) -> None:
@@ -239,6 +243,16 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:
         return self._select(_SQL.running_where, ())
+
+    def browse(self, query: Browse) -> list[LedgerRow]:
+        if not self._browse_ready:
+            self._run(lambda conn: [conn.execute(statement) for statement in browse_sql.INDEXES])
+            self._browse_ready = True
+        return self._select(*browse_sql.browse_where(query, POSTGRES, owner_host=True))
+
+    def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
+        query = browse_sql.FINISHED_SINCE.replace("?", "%s")
+        return [tuple(r) for r in self._run(lambda conn: conn.execute(query, (since,)).fetchall(), missing=[])]
 
     def count_units(self, since: float) -> list[UnitCount]:
         found = self._run(lambda conn: conn.execute(_SQL.count_units, (since,)).fetchall(), missing=[])

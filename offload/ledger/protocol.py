@@ -35,6 +35,7 @@ OwnerCheck = Callable[[int | None, int | None], bool]
 from offload.engine.errors import OffloadError
 
 if TYPE_CHECKING:
+    from offload.ledger.browse import Browse
     from offload.ledger.tally import UnitCounts
 
 
@@ -261,6 +262,14 @@ class DelegationLedger(Protocol):
     def unit_counts(self) -> UnitCounts:
         """Units by (state, delivery_state): the rows now and those ``prune`` deleted over the
         ledger's life (``offload.ledger.tally``), from aggregate reads; empty without a store."""
+
+    def browse(self, query: Browse) -> list[LedgerRow]:
+        """One page of every row (``offload.ledger.browse``): the filters of ``query``, newest
+        dispatch first, starting after its keyset; the first call creates the indexes it uses."""
+
+    def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
+        """``(dispatched_at, completed_at, delivered_at, state)`` of every row finished at or after
+        ``since``, oldest finish first: what the history's charts are drawn from."""
 
     def count_units(self, since: float) -> list[UnitCount]:
         """How many rows there are per (stored state, delivery state), split by whether the row

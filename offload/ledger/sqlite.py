@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 from urllib.parse import quote
 
-from offload.ledger.delivery_sql import with_child
+from offload.ledger.delivery_sql import SQLITE, with_child
 from offload.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
+from offload.ledger import browse as browse_sql
+from offload.ledger.browse import Browse
 from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners, UnitCount
 from offload.ledger.sqlite_errors import error_kind, is_locked  # noqa: F401 - is_locked: part of this API
 from offload.ledger.sqlite_side import SqliteSideTables
@@ -156,6 +158,8 @@ def classify_error(path: Path, exc: BaseException) -> LedgerError:
 
 class SqliteLedger(SqliteSideTables, SingleHostOwners):
     """The ledger in one ``state.db``. Thread-safe; one instance per process and file."""
+
+    _browse_ready = False  # the browse indexes were made (offload.ledger.browse), once per instance
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -321,6 +325,16 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
 
     def settled_rows(self, limit: int) -> list[LedgerRow]:
         return self._select(_SQL.settled_where, (int(limit),))
+
+    def browse(self, query: Browse) -> list[LedgerRow]:
+        if not self._browse_ready:
+            self._write(lambda conn: conn and [conn.execute(statement) for statement in browse_sql.INDEXES])
+            self._browse_ready = True
+        return self._select(*browse_sql.browse_where(query, SQLITE, owner_host=False))
+
+    def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
+        with self._use() as conn:
+            return [tuple(r) for r in conn.execute(browse_sql.FINISHED_SINCE, (since,))] if conn is not None else []
 
     def count_units(self, since: float) -> list[UnitCount]:
         with self._use() as conn:

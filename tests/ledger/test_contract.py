@@ -715,3 +715,58 @@ def test_settle_abandoned_keeps_an_acknowledged_row_acknowledged(ledger):
     got = ledger.get("deleg_0001")
     assert (got.state, got.delivery_state, got.delivered_at) == ("unknown", "delivered", T0 + 6)
     assert ledger.pending_rows() == []
+
+
+# -- browsing the whole ledger (the dashboard's history) -------------------------------------------
+def _browse_fixture(ledger) -> None:
+    for n in range(7):
+        row = dispatch_row(f"deleg_{n}", dispatched_at=T0 + n,
+                           task={"goal": f"task {n}: {'survey the 100%_done logs' if n == 3 else 'count files'}",
+                                 "model": "big-model" if n % 2 else "small-model"},
+                           parent_session_id="sess-a" if n < 4 else "sess-b", owner_pid=100 + n % 2)
+        ledger.persist_dispatch(row, T0 + n)
+        if n != 6:
+            state = "failed" if n in (1, 4) else "completed"
+            ledger.persist_completion(row, event_for(row, state, T0 + 10 + n), {"status": state}, T0 + 10 + n)
+    ledger.mark_delivered("deleg_0", T0 + 20)
+
+
+def _ids(rows) -> list[str]:
+    return [r.delegation_id for r in rows]
+
+
+def test_browse_pages_newest_first_by_keyset(ledger):
+    from offload.ledger.browse import Browse
+
+    _browse_fixture(ledger)
+    first = ledger.browse(Browse(limit=3))
+    assert _ids(first) == ["deleg_6", "deleg_5", "deleg_4"]
+    last = first[-1]
+    second = ledger.browse(Browse(limit=3, before=(last.dispatched_at, last.delegation_id)))
+    assert _ids(second) == ["deleg_3", "deleg_2", "deleg_1"]
+    assert _ids(ledger.browse(Browse(limit=3, before=(T0 + 1, "deleg_1")))) == ["deleg_0"]
+
+
+def test_browse_filters_by_state_delivery_session_owner_model_text_and_age(ledger):
+    from offload.ledger.browse import Browse
+
+    _browse_fixture(ledger)
+    assert _ids(ledger.browse(Browse(states=("failed",)))) == ["deleg_4", "deleg_1"]
+    assert _ids(ledger.browse(Browse(states=("failed", "running")))) == ["deleg_6", "deleg_4", "deleg_1"]
+    assert _ids(ledger.browse(Browse(delivery_state="delivered"))) == ["deleg_0"]
+    assert "deleg_6" not in _ids(ledger.browse(Browse(delivery_state="pending")))  # running: no delivery yet
+    assert _ids(ledger.browse(Browse(session="sess-b"))) == ["deleg_6", "deleg_5", "deleg_4"]
+    assert _ids(ledger.browse(Browse(owner="101"))) == ["deleg_5", "deleg_3", "deleg_1"]
+    assert _ids(ledger.browse(Browse(model="big-model"))) == ["deleg_5", "deleg_3", "deleg_1"]
+    assert _ids(ledger.browse(Browse(text="SURVEY"))) == ["deleg_3"]  # case-insensitive
+    assert _ids(ledger.browse(Browse(text="100%_done"))) == ["deleg_3"]
+    assert ledger.browse(Browse(text="100%x")) == [] and ledger.browse(Browse(text="1_0")) == []  # literal % and _
+    assert _ids(ledger.browse(Browse(since=T0 + 5))) == ["deleg_6", "deleg_5"]
+
+
+def test_finished_since_lists_the_timings_of_rows_finished_in_the_window(ledger):
+    _browse_fixture(ledger)
+    found = ledger.finished_since(T0 + 13)
+    assert [(d - T0, c - T0, state) for d, c, _delivered, state in found] == [
+        (3, 13, "completed"), (4, 14, "failed"), (5, 15, "completed")]
+    assert ledger.finished_since(T0 + 10)[0][2] == T0 + 20  # deleg_0's delivery time

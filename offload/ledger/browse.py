@@ -1,0 +1,105 @@
+"""Reading the whole ledger a page at a time, for the dashboard's history: the filters, the
+keyset, the indexes that keep both fast at 100,000 rows, and the finished rows' timings the
+charts are drawn from. Statements are written once and rendered per dialect (``delivery_sql``).
+
+A page is the rows dispatched before the last one shown (``(dispatched_at, delegation_id)``,
+newest first), so page N costs what page 1 does: an index range, never an OFFSET. Goal search
+and the model filter match the task's stored JSON (case-insensitive, ``%`` and ``_`` taken
+literally). The two indexes are created on the first browse of a ledger (``IF NOT EXISTS``:
+extra indexes change no row and no older reader, so no schema version is needed).
+Invariant: nothing here writes a row.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from offload.ledger.delivery_sql import Dialect
+
+PAGE_ROWS = 50
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS idx_async_delegations_browse ON async_delegations(dispatched_at, delegation_id)",
+    # Covering: the charts read only these columns of the rows finished in their window.
+    "CREATE INDEX IF NOT EXISTS idx_async_delegations_finished"
+    " ON async_delegations(completed_at, dispatched_at, delivered_at, state)",
+)
+FINISHED_SINCE = ("SELECT dispatched_at, completed_at, delivered_at, state FROM async_delegations"
+                  " WHERE completed_at >= ? ORDER BY completed_at")
+
+
+@dataclass(frozen=True)
+class Browse:
+    """One page of the history: filters (empty: any) and where the page starts.
+
+    ``states``: unit states stored on the row; ``session``: any of its session ids; ``owner``: the
+    owner's pid, or (on a shared ledger) its host; ``model``: the task's model; ``text``: words
+    of the goal(s); ``since``: dispatched at or after; ``before``: the keyset of the last row of
+    the previous page."""
+
+    states: tuple[str, ...] = ()
+    delivery_state: str = ""
+    session: str = ""
+    owner: str = ""
+    model: str = ""
+    text: str = ""
+    since: float | None = None
+    before: tuple[float, str] | None = None
+    limit: int = PAGE_ROWS
+
+
+def _like(text: str) -> str:
+    """``text`` as a LIKE pattern matching it anywhere, its own ``%``, ``_`` and ``\\`` literal."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def browse_where(query: Browse, dialect: Dialect, owner_host: bool) -> tuple[str, tuple[Any, ...]]:
+    """The tail of a row read (after the backend's SELECT) and its parameters."""
+    r, like = dialect.row, "ILIKE" if dialect.name == "postgresql" else "LIKE"
+    clauses: list[str] = []
+    params: list[Any] = []
+    if query.states:
+        clauses.append(f"{r}state IN ({', '.join('?' * len(query.states))})")
+        params += query.states
+    if query.delivery_state:
+        clauses.append(f"{r}delivery_state = ? AND {r}state NOT IN ('queued', 'running')")
+        params.append(query.delivery_state)
+    if query.session:
+        clauses.append(f"(? IN ({r}origin_session, {r}parent_session_id, {r}origin_ui_session_id, {r}origin_session_id))")
+        params.append(query.session)
+    if query.owner:
+        clauses.append(f"(CAST({r}owner_pid AS TEXT) = ?" + (f" OR {r}owner_host = ?)" if owner_host else ")"))
+        params += [query.owner] * (2 if owner_host else 1)
+    if query.model:
+        clauses.append(f"{r}task_json {like} ? ESCAPE '\\'")
+        params.append(_like(f'"model":{json.dumps(query.model, ensure_ascii=False)}'))
+    if query.text:
+        clauses.append(f"{r}task_json {like} ? ESCAPE '\\'")
+        params.append(_like(query.text))
+    if query.since is not None:
+        clauses.append(f"{r}dispatched_at >= ?")
+        params.append(query.since)
+    if query.before is not None:
+        clauses.append(f"({r}dispatched_at < ? OR ({r}dispatched_at = ? AND {r}delegation_id < ?))")
+        params += [query.before[0], query.before[0], query.before[1]]
+    where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+    tail = f"{where}ORDER BY {r}dispatched_at DESC, {r}delegation_id DESC LIMIT ?"
+    return dialect.render(tail), (*params, int(query.limit))
+
+
+def keeps(query: Browse, row: dict[str, Any]) -> bool:
+    """The same filter over a stored row dict (the memory ledger)."""
+    task_json = (row.get("task_json") or "").lower()
+    checks = (
+        not query.states or row["state"] in query.states,
+        not query.delivery_state or (row["delivery_state"] == query.delivery_state
+                                     and row["state"] not in ("queued", "running")),
+        not query.session or query.session in (row["origin_session"], row["parent_session_id"],
+                                               row["origin_ui_session_id"], row["origin_session_id"]),
+        not query.owner or query.owner == str(row.get("owner_pid")),
+        not query.model or f'"model":{json.dumps(query.model, ensure_ascii=False)}'.lower() in task_json,
+        not query.text or query.text.lower() in task_json,
+        query.since is None or row["dispatched_at"] >= query.since,
+        query.before is None or (row["dispatched_at"], row["delegation_id"]) < query.before,
+    )
+    return all(checks)
