@@ -9,6 +9,7 @@ Ledger reads are blocking SQLite calls and run in the thread pool, never on the 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import threading
 import time
@@ -82,6 +83,11 @@ def _state(text: str) -> str:
     return text
 
 
+def version(fragment: str) -> str:
+    """A short name of a live part's content: the page and its stream compare them."""
+    return hashlib.sha1(fragment.encode()).hexdigest()[:16]
+
+
 def _path(url: str) -> str:
     """A link within the dashboard: its path and query, whatever Host the request named."""
     parts = url.split("/", 3)
@@ -130,7 +136,7 @@ class Dashboard:
 
     async def roster_page(self, request: Request) -> Response:
         fragment = await run_in_threadpool(self.roster_html)
-        return self.render("roster.html", roster=fragment, refresh_s=self.refresh_s)
+        return self.render("roster.html", roster=fragment, version=version(fragment), refresh_s=self.refresh_s)
 
     async def roster_fragment(self, request: Request) -> Response:
         return HTMLResponse(await run_in_threadpool(self.roster_html))
@@ -151,11 +157,13 @@ class Dashboard:
         return self._stream(request, self.roster_html, "roster")
 
     async def _stream(self, request: Request, render: Any, event: str) -> AsyncIterator[str]:
-        last, quiet_s = None, 0.0
+        """Send ``render()`` whenever it changes; ``?v=`` names the version the page already
+        shows (``version``), so a page is not swapped for an identical copy when it connects."""
+        last, quiet_s = request.query_params.get("v"), 0.0
         while not self.stopping.is_set() and not await request.is_disconnected():
             fragment = await run_in_threadpool(render)
-            if fragment != last:
-                last, quiet_s = fragment, 0.0
+            if version(fragment) != last:
+                last, quiet_s = version(fragment), 0.0
                 yield f"event: {event}\n" + "".join(f"data: {line}\n" for line in fragment.splitlines()) + "\n"
             elif quiet_s >= KEEPALIVE_S:
                 quiet_s = 0.0
@@ -209,7 +217,8 @@ class Dashboard:
         unit, fragment = await run_in_threadpool(self.detail_html, delegation_id)
         if unit is None:
             return self.render("missing.html", 404, delegation_id=delegation_id)
-        return self.render("detail.html", u=unit, fragment=fragment, message=request.query_params.get("msg"),
+        return self.render("detail.html", u=unit, fragment=fragment, version=version(fragment),
+                           message=request.query_params.get("msg"),
                            ok=request.query_params.get("ok") == "1")
 
     async def action(self, request: Request) -> Response:

@@ -60,6 +60,8 @@ def lanes(unit: dict[str, Any], entries: list[JournalEntry], now: float) -> dict
     t0 = unit["dispatched_at"] or now
     running = unit["status"] in UNFINISHED
     finished_at = unit["completed_at"] if not running else None
+    if finished_at is not None:  # a finished unit's drawing no longer moves: the axis ends at its last event
+        now = max([finished_at, *(t for t in (unit.get("claimed_at"), unit.get("delivered_at")) if t)])
     end_at = finished_at or now
     unit_lane = {"label": "unit", "tone": tone(unit["status"]), "word": unit["status"], "start": t0, "end": end_at,
                  "open": running, "marks": _unit_marks(entries, finished_at, unit["status"])}
