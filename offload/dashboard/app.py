@@ -25,7 +25,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from offload.dashboard import actions, history, metrics, model, overview, timeline, transcript
+from offload.dashboard import actions, history, metrics, model, overview, sessions, timeline, transcript
 from offload.dashboard.security import Guard
 from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
@@ -196,6 +196,12 @@ class Dashboard:
             latency=history.latency_geometry(chart))
         return units, found.next_before, charts_html
 
+    async def session_page(self, request: Request) -> Response:
+        """``/s/SESSION``: the session's delegations side by side, and where each result went."""
+        session = request.path_params["session"]
+        page = await run_in_threadpool(sessions.session_page, self.runtime, session, time.time())
+        return self.render("session.html", 200 if page["units"] else 404, s=page, timelines=page["timelines"])
+
     async def api_list(self, request: Request) -> Response:
         """``/api/delegations``: the history's filters, each row as its result document."""
         try:
@@ -247,6 +253,7 @@ def create_app(off: Offload, *, token: str | None = None, refresh_s: float = 1.0
         Route("/roster", dash.roster_fragment),
         Route("/events", dash.events),
         Route("/history", dash.history_page, name="history"),
+        Route("/s/{session:path}", dash.session_page, name="session"),
         Route("/d/{delegation_id}", dash.detail_page, name="detail"),
         Route("/d/{delegation_id}/events", dash.detail_events),
         Route("/d/{delegation_id}/{action}", dash.action, methods=["POST"]),
