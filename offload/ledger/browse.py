@@ -6,7 +6,8 @@ A page is the rows dispatched before the last one shown (``(dispatched_at, deleg
 newest first), so page N costs what page 1 does: an index range, never an OFFSET. Goal search
 and the model filter match the task's stored JSON (case-insensitive, ``%`` and ``_`` taken
 literally). The two indexes are created on the first browse of a ledger (``IF NOT EXISTS``:
-extra indexes change no row and no older reader, so no schema version is needed).
+extra indexes change no row and no older reader, so no schema version is needed). The
+overview's counters (``count_units``) are here too: the other read of the whole ledger.
 Invariant: nothing here writes a row.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from offload.ledger.delivery_sql import Dialect
+from offload.ledger.protocol import LedgerRow, UnitCount
 
 PAGE_ROWS = 50
 INDEXES = (
@@ -26,6 +28,10 @@ INDEXES = (
 )
 FINISHED_SINCE = ("SELECT dispatched_at, completed_at, delivered_at, state FROM async_delegations"
                   " WHERE completed_at >= ? ORDER BY completed_at")
+# The overview's counters: one scan, grouped, whatever the number of rows.
+COUNT_UNITS = ("SELECT state, delivery_state, recent, COUNT(*) FROM (SELECT state, delivery_state,"
+               " CASE WHEN completed_at >= ? THEN 1 ELSE 0 END AS recent FROM async_delegations) AS g"
+               " GROUP BY state, delivery_state, recent")
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,30 @@ def browse_where(query: Browse, dialect: Dialect, owner_host: bool) -> tuple[str
     where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
     tail = f"{where}ORDER BY {r}dispatched_at DESC, {r}delegation_id DESC LIMIT ?"
     return dialect.render(tail), (*params, int(query.limit))
+
+
+class BrowseReads:
+    """Mixed into the SQL ledgers: ``browse``, ``finished_since`` and ``count_units`` written once.
+    A backend names its ``_dialect`` and whether its rows carry the owner's host
+    (``_owner_hosts``), and gives ``_select(tail, params)`` (rows), ``_read(sql, params)``
+    (tuples; [] without a store) and ``_execute_all(statements)``."""
+
+    _browse_ready = False  # the indexes were made, once per instance
+    _dialect: Dialect
+    _owner_hosts = False
+
+    def browse(self, query: Browse) -> list[LedgerRow]:
+        if not self._browse_ready:
+            self._execute_all(INDEXES)
+            self._browse_ready = True
+        return self._select(*browse_where(query, self._dialect, self._owner_hosts))
+
+    def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
+        return [tuple(r) for r in self._read(self._dialect.render(FINISHED_SINCE), (since,))]
+
+    def count_units(self, since: float) -> list[UnitCount]:
+        found = self._read(self._dialect.render(COUNT_UNITS), (since,))
+        return [UnitCount(state, delivery, bool(recent), count) for state, delivery, recent, count in found]
 
 
 def keeps(query: Browse, row: dict[str, Any]) -> bool:

@@ -1,6 +1,6 @@
 """The statements the SQLite and PostgreSQL ledgers share, written once and rendered per dialect.
 
-Owns: the row reads (running, pending, settled, by id), the unit counts, per-child bookkeeping, settling an
+Owns: the row reads (running, pending, settled, by id), per-child bookkeeping, settling an
 abandoned row, the delivery-claim lifecycle (claim, complete, release, defer, drop, mark) and
 pruning. A backend keeps only what is really its own: connections, leases and fencing, the
 schema, the terminal write. Templates are written in SQLite's spelling (``?`` parameters);
@@ -72,7 +72,6 @@ class DeliverySql:
     mark_delivered: str  # (now, now, delegation_id)
     prune_expired: str  # (cutoff,)
     prune_over_cap: str  # (max_settled,)
-    count_units: str  # (since,) -> (state, delivery_state, finished since, count) per group
 
     @classmethod
     def for_dialect(cls, dialect: Dialect) -> "DeliverySql":
@@ -123,10 +122,6 @@ _TEMPLATES: dict[str, str] = {
     "drop_claimed": _DROP + " AND delivery_claim=?",
     "mark_delivered": f"UPDATE {TABLE} SET delivery_state='delivered', delivered_at=?, updated_at=?,"
                       " delivery_claim=NULL, drop_reason=NULL WHERE delegation_id=? AND delivery_state!='delivered'",
-    # The dashboard's counters: one scan, grouped, whatever the number of rows.
-    "count_units": "SELECT state, delivery_state, recent, COUNT(*) FROM (SELECT state, delivery_state,"
-                   f" CASE WHEN completed_at >= ? THEN 1 ELSE 0 END AS recent FROM {TABLE}) AS g"
-                   " GROUP BY state, delivery_state, recent",
     "prune_expired": f"DELETE FROM {TABLE} WHERE {SETTLED} AND updated_at < ?",
     # Keep exactly the newest max_settled by row, not by timestamp: rows settled in one tick
     # share updated_at, and a timestamp cutoff would delete them all.

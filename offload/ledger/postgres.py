@@ -27,9 +27,8 @@ from typing import Any, Callable, TypeVar
 
 from offload.engine.loop import Clock, Loop
 from offload.ledger.delivery_sql import POSTGRES, with_child
-from offload.ledger import browse as browse_sql
-from offload.ledger.browse import Browse
-from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck, UnitCount
+from offload.ledger.browse import BrowseReads
+from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
 from offload.ledger.postgres_lease import OwnerLease
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.postgres_connections import MISSING as _MISSING, PostgresConnections
@@ -55,10 +54,10 @@ def default_host_id() -> str:
     return socket.gethostname() or "localhost"
 
 
-class PostgresLedger(PostgresConnections, PostgresSideTables):
+class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 
-    _browse_ready = False  # the browse indexes were made (offload.ledger.browse), once per instance
+    _dialect, _owner_hosts = POSTGRES, True
 
     def __init__(self, url: str, *, host_id: str | None = None, lease_s: float = 60.0, heartbeat_s: float = 10.0,
                  owner: Callable[[], tuple[int, int | None]] | None = None, clock: Clock | None = None) -> None:
@@ -244,19 +243,11 @@ class PostgresLedger(PostgresConnections, PostgresSideTables):
     def running_rows(self) -> list[LedgerRow]:
         return self._select(_SQL.running_where, ())
 
-    def browse(self, query: Browse) -> list[LedgerRow]:
-        if not self._browse_ready:
-            self._run(lambda conn: [conn.execute(statement) for statement in browse_sql.INDEXES])
-            self._browse_ready = True
-        return self._select(*browse_sql.browse_where(query, POSTGRES, owner_host=True))
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self._run(lambda conn: conn.execute(sql, params).fetchall(), missing=[])
 
-    def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
-        query = browse_sql.FINISHED_SINCE.replace("?", "%s")
-        return [tuple(r) for r in self._run(lambda conn: conn.execute(query, (since,)).fetchall(), missing=[])]
-
-    def count_units(self, since: float) -> list[UnitCount]:
-        found = self._run(lambda conn: conn.execute(_SQL.count_units, (since,)).fetchall(), missing=[])
-        return [UnitCount(state, delivery, bool(recent), count) for state, delivery, recent, count in found]
+    def _execute_all(self, statements: tuple[str, ...]) -> None:
+        self._run(lambda conn: [conn.execute(statement) for statement in statements])
 
     def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
         """Whether ``row``'s owner is gone: its lease expired or was revoked, or it ran on this

@@ -27,9 +27,8 @@ from urllib.parse import quote
 
 from offload.ledger.delivery_sql import SQLITE, with_child
 from offload.ledger.group_commit import GroupCommit, Write, run_in_one_transaction
-from offload.ledger import browse as browse_sql
-from offload.ledger.browse import Browse
-from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners, UnitCount
+from offload.ledger.browse import BrowseReads
+from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
 from offload.ledger.sqlite_errors import error_kind, is_locked  # noqa: F401 - is_locked: part of this API
 from offload.ledger.sqlite_side import SqliteSideTables
 from offload.ledger.migrations import SQLITE_LEDGER
@@ -156,10 +155,10 @@ def classify_error(path: Path, exc: BaseException) -> LedgerError:
     return LedgerError(f"ledger operation on {path} failed: {type(exc).__name__}: {exc}")
 
 
-class SqliteLedger(SqliteSideTables, SingleHostOwners):
+class SqliteLedger(SqliteSideTables, BrowseReads, SingleHostOwners):
     """The ledger in one ``state.db``. Thread-safe; one instance per process and file."""
 
-    _browse_ready = False  # the browse indexes were made (offload.ledger.browse), once per instance
+    _dialect = SQLITE
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -326,20 +325,12 @@ class SqliteLedger(SqliteSideTables, SingleHostOwners):
     def settled_rows(self, limit: int) -> list[LedgerRow]:
         return self._select(_SQL.settled_where, (int(limit),))
 
-    def browse(self, query: Browse) -> list[LedgerRow]:
-        if not self._browse_ready:
-            self._write(lambda conn: conn and [conn.execute(statement) for statement in browse_sql.INDEXES])
-            self._browse_ready = True
-        return self._select(*browse_sql.browse_where(query, SQLITE, owner_host=False))
-
-    def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._use() as conn:
-            return [tuple(r) for r in conn.execute(browse_sql.FINISHED_SINCE, (since,))] if conn is not None else []
+            return conn.execute(sql, params).fetchall() if conn is not None else []
 
-    def count_units(self, since: float) -> list[UnitCount]:
-        with self._use() as conn:
-            found = conn.execute(_SQL.count_units, (since,)).fetchall() if conn is not None else []
-        return [UnitCount(state, delivery, bool(recent), count) for state, delivery, recent, count in found]
+    def _execute_all(self, statements: tuple[str, ...]) -> None:
+        self._write(lambda conn: conn and [conn.execute(statement) for statement in statements])
 
     def undelivered_rows(self, session_id: str) -> list[LedgerRow]:
         return self._select(_SQL.session_where, (session_id, session_id, session_id))
