@@ -1,7 +1,8 @@
 """The journal of this process's units: what happened to each beyond its ledger row, for the
 dashboard's timeline and transcripts, written to the ledger's journal in batches.
 
-Sources: the engine's observer notifications (a stall warning, an interrupt, each child's end)
+Sources: the engine's observer notifications (the start of a unit with children, a stall
+warning, an interrupt, each child's end)
 and each running child's conversation, read from the unit's ``transcript_fn`` (given at
 dispatch, like ``progress_fn``): its messages, tool calls with their arguments, tool results.
 Entries are buffered in memory (``note``) and written by the owner loop on its activity cadence
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 MAX_TEXT_CHARS = 20_000
 MAX_PENDING = 20_000
-_KINDS = frozenset({"dispatched", "stalled", "interrupted", "child_recorded", "finalized"})
+_KINDS = frozenset({"dispatching", "started", "stalled", "interrupted", "child_recorded", "finalized"})
 # Per built child: (its task index, [(time said, message), ...] so far).
 TranscriptFn = Callable[[], list[tuple[int, list[tuple[float, dict[str, Any]]]]]]
 
@@ -70,7 +71,10 @@ class Journal:
         """An engine observer (``offload.engine.observers``)."""
         if kind not in _KINDS or not self._owns(delegation_id):
             return
-        if kind == "dispatched":
+        if kind == "started":  # when a unit with children left the queue (a slot, a worker) and ran
+            if delegation_id in self._watched:
+                self.note(delegation_id, "start")
+        elif kind == "dispatching":  # before its worker can start it: its start is never missed
             transcript_fn = fields["record"].get("transcript_fn")
             if transcript_fn is not None:
                 with self._lock:
@@ -98,6 +102,8 @@ class Journal:
     def sample(self, delegation_ids: list[str] | None = None) -> None:
         """Journal what the watched units' children said since the last read."""
         with self._lock:
+            for did in [d for d in self._watched if not self._owns(d)]:  # a dispatch that was refused
+                del self._watched[did]
             watched = [(did, fn) for did, fn in self._watched.items() if delegation_ids is None or did in delegation_ids]
         for did, transcript_fn in watched:
             try:

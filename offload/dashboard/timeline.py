@@ -1,7 +1,7 @@
 """One delegation drawn on one time axis, as geometry for the SVG template (``_timeline.svg``).
 
-Lanes, top to bottom: the unit (running from dispatch to its finish; a stall warning, an
-interrupt and the grace after it marked on it), one lane per child (from dispatch to its end,
+Lanes, top to bottom: the unit (queued from dispatch until it started, when it waited; then
+running to its finish; a stall warning, an interrupt and the grace after it marked on it), one lane per child (from dispatch to its end,
 its tool calls as ticks), then the delivery (finished → claimed → delivered, acknowledged or
 dropped; a dashed "awaiting delivery" while pending). Times come from the ledger row, the
 result's per-child durations and the journal (``offload.journal``); a unit still running
@@ -21,6 +21,7 @@ from offload.render.state_style import tone
 _STEPS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600,
             12 * 3600, 86400, 2 * 86400, 7 * 86400)
 TARGET_TICKS = 6
+QUEUED_MIN_S = 0.5  # a unit that waited less before it ran shows no queued segment
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,12 @@ def lanes(unit: dict[str, Any], entries: list[JournalEntry], now: float) -> dict
     if finished_at is not None:  # a finished unit's drawing no longer moves: the axis ends at its last event
         now = max([finished_at, *(t for t in (unit.get("claimed_at"), unit.get("delivered_at")) if t)])
     end_at = finished_at or now
-    unit_lane = {"label": "unit", "tone": tone(unit["status"]), "word": unit["status"], "start": t0, "end": end_at,
-                 "open": running, "marks": _unit_marks(entries, finished_at, unit["status"])}
-    children = [_child_lane(child, entries, t0, finished_at, now) for child in unit["children"]]
+    started = next((e.at for e in entries if e.kind == "start" and e.child is None), None)
+    ran_at = started if started is not None and started - t0 >= QUEUED_MIN_S else t0
+    unit_lane = {"label": "unit", "tone": tone(unit["status"]), "word": unit["status"], "start": ran_at, "end": end_at,
+                 "open": running, "marks": _unit_marks(entries, finished_at, unit["status"]),
+                 "queued": (t0, ran_at) if ran_at > t0 else None}
+    children = [_child_lane(child, entries, ran_at, finished_at, now) for child in unit["children"]]
     delivery = _delivery_lane(unit, finished_at, now)
     all_times = [end_at, *(m["at"] for lane in (unit_lane, *children, delivery) for m in lane["marks"]),
                  *(lane["end"] for lane in children)]
@@ -132,7 +136,10 @@ def geometry(drawn: dict[str, Any], layout: Layout) -> dict[str, Any]:
     for number, lane in enumerate(drawn["lanes"]):
         y = layout.top + number * layout.lane_h
         bar_y, bar_h = (y + 15, layout.lane_h - 19) if above else (y + 7, layout.lane_h - 14)
+        queued = lane.get("queued")
         placed.append({**lane, "y": y, "bar_y": bar_y, "bar_h": bar_h, "mid": bar_y + bar_h / 2,
+                       "queued": queued and {"x1": layout.x(queued[0], t0, span_s), "x2": layout.x(queued[1], t0, span_s),
+                                             "s": round(queued[1] - queued[0], 1)},
                        "label_y": y + 11 if above else bar_y + bar_h / 2 + 4, "x1": layout.x(lane["start"], t0, span_s),
                        "x2": max(layout.x(lane["end"], t0, span_s), layout.x(lane["start"], t0, span_s) + 2),
                        "marks": [{**m, "x": layout.x(m["at"], t0, span_s), "offset": offset_label(round(m["at"] - t0, 1))}

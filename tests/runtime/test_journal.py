@@ -98,3 +98,17 @@ def test_a_failed_write_keeps_the_entries_for_the_next_flush():
     ledger.fail = False
     journal.flush(ledger)
     assert [(e.delegation_id, e.kind, e.data) for e in ledger.written] == [("deleg_1", "interrupt", {"reason": "user"})]
+
+
+def test_a_unit_with_children_to_read_journals_when_it_started_and_one_without_does_not(runtime):
+    said = [(time.time(), {"role": "user", "content": "go"})]
+    with_reader = runtime.engine.dispatch(batch_spec(["read me"], model="m", origin=Origin.capture("s")),
+                                          lambda: {"results": []}, 10, transcript_fn=lambda: [(0, said)])
+    bare = runtime.engine.dispatch(batch_spec(["bench-like"], model="m", origin=Origin.capture("s")),
+                                   lambda: {"results": []}, 10)
+    for handle in (with_reader, bare):
+        wait_event(handle["delegation_id"], bus=runtime.bus)
+    runtime.owner_loop.flush_journal()
+    kinds = [e.kind for e in runtime.ledger().read_journal(with_reader["delegation_id"])]
+    assert "start" in kinds and "message" in kinds
+    assert runtime.ledger().read_journal(bare["delegation_id"]) == []  # nothing journaled, nothing written
