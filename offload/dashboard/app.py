@@ -1,9 +1,12 @@
-"""The dashboard's Starlette application: pages, the roster's server-sent events, actions,
-``/metrics`` and the JSON API (``/api/delegations[/ID]``: result documents, ``offload.result``).
+"""The dashboard's Starlette application: the pages (``/`` overview and roster, ``/d/ID`` a
+delegation, ``/history``, ``/s/SESSION``), their server-sent events, actions, ``/metrics``
+and the JSON API (``/api/delegations[/ID]``: result documents, ``offload.result``).
 
 Pages are rendered on the server with Jinja2 (autoescape on: child output is untrusted and
-is only ever printed as text). The roster page opens one ``EventSource`` on ``/events``;
-the stream sends the roster fragment whenever it changes, so the page never reloads.
+is only ever printed as text) and are complete without JavaScript. A live part (the roster,
+a delegation's facts, timeline and transcripts) opens one ``EventSource`` (``/events``,
+``/d/ID/events``); the stream sends the part whenever it changes, never the version the page
+already shows, so the page never reloads.
 Ledger reads are blocking SQLite calls and run in the thread pool, never on the event loop.
 """
 from __future__ import annotations
