@@ -70,3 +70,6 @@ def test_the_pages_work_from_the_keyboard(browser, cli_dashboard):  # noqa: F811
         pytest.fail("no expander of the transcript is reachable with Tab")
     browser.switch_to.active_element.send_keys(Keys.ENTER)
     assert browser.execute_script("return document.activeElement.parentElement.open;") is True
+    browser.get(detail.rsplit("/d/", 1)[0] + "/history")
+    browser.find_element("tag name", "body").send_keys("/")
+    assert browser.execute_script("return document.activeElement.name;") == "q"  # "/" goes to the goal search

@@ -22,3 +22,13 @@
     source.onerror = function () { show("reconnecting", "reconnecting…"); };
   });
 })();
+// "/" focuses the page's search (the history's goal search), as on most sites; typing in a
+// field is left alone.
+document.addEventListener("keydown", function (event) {
+  var field = document.querySelector("input[type=search]");
+  var typing = /^(INPUT|SELECT|TEXTAREA)$/.test(document.activeElement.tagName);
+  if (event.key === "/" && field && !typing && !event.ctrlKey && !event.metaKey && !event.altKey) {
+    event.preventDefault();
+    field.focus();
+  }
+});
