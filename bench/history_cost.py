@@ -7,8 +7,8 @@ Fills a SQLite ledger with ``--rows`` finished rows (``bench.ledger_fill``: real
 event and result JSON; every row finished in the last hour, so the charts read all of them),
 then times ``GET /history`` through the real Starlette app: the first page (after the first
 call, which also creates the browse indexes once), a page deep in the history by its keyset
-link, a state filter, a goal search (a scan of the task JSON) and the charts' window of one
-hour. Prints the median and worst of ``--rounds`` per page, in milliseconds.
+link, a state filter, a goal search (a scan of the task JSON), the charts' window of one
+hour, and the overview's counters (``/roster``: what every open overview re-reads each second). Prints the median and worst of ``--rounds`` per page, in milliseconds.
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def main() -> int:
         pages = {"first page": "/history", "page in the middle (keyset)": f"/history?before={middle}",
                  "state filter (failed: none match, a full index walk)": "/history?state=failed",
                  "goal search": "/history?q=bug+%2342",
-                 "charts of the last hour": "/history?age=1h"}
+                 "charts of the last hour": "/history?age=1h",
+                 "overview (counters: one grouped read of every row)": "/roster"}
         for name, url in pages.items():
             median, worst = _time_ms(client, url, args.rounds)
             print(f"{name:55s} median {median:6.0f} ms   worst {worst:6.0f} ms")
