@@ -51,8 +51,8 @@ def _dashboard(cli) -> str:
 
 
 def _status_cell(html: str, delegation_id: str) -> str:
-    match = re.search(rf'href="/d/{delegation_id}">{delegation_id}</a></td>\s*<td class="status status-(\w+)">(\w+)<',
-                      html)
+    match = re.search(rf'href="/d/{delegation_id}">{delegation_id}</a></td>\s*<td><span class="badge tone-\w+ status'
+                      rf' status-(\w+)" data-state="\w+">(\w+)<', html)
     assert match and match.group(1) == match.group(2), html
     return match.group(1)
 
@@ -77,7 +77,7 @@ def _everywhere(cli, did: str, state: str, children: list[str]) -> None:
         assert did not in http.get("/history", params={"state": "completed"}).text
         assert f'<option selected>{state}</option>' in http.get("/history", params={"state": state}).text
         detail = http.get(f"/d/{did}").text
-        assert re.search(rf'id="status">{state}<', detail), detail
+        assert re.search(rf'id="status" data-state="{state}">{state}<', detail), detail
         bad = http.get("/history", params={"state": "done"})
         assert bad.status_code == 400 and "not a unit state: use one of queued, running" in bad.text
 
