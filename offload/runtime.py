@@ -47,6 +47,7 @@ from offload.ledger.config import with_env
 from offload.ledger.select import open_configured_ledger
 from offload.owner_loop import OwnerLoop
 from offload.render.notification import format_event
+from offload.subagents.admission import Admission
 from offload.subagents.config import DelegationConfig
 from offload.subagents.tool import DelegateTool, Seams, resolve_delegation_credentials
 from offload.subagents.child import build_child_agent, finalize_child_results, run_single_child
@@ -159,12 +160,12 @@ class Offload(PublicApi):
         self._ledger = None if hooks.ledger is not None else self._open_ledger(ledger_url)
         self.deliveries = Deliveries(ledger=self.ledger, owner_alive=self._owner_alive, policy=self.current_policy,
                                      health=self.health, is_me=self._is_me)
-        self.bus = hooks.bus or CompletionBus(restore=self.deliveries.restore, sweep=self.deliveries.maybe_sweep,
-                                              render=self.render)
+        self.bus = hooks.bus or CompletionBus(restore=self._restore, sweep=self._sweep, render=self.render)
         self.engine: Delegations = _Engine(hooks, ledger=self.ledger, publish=self._publish,
                                            policy=self.current_policy, health=self.health, records=hooks.records,
                                            lock=hooks.records_lock, slots=hooks.slots, clock=clock,
-                                           on_dispatched=lambda: self.owner_loop.start())
+                                           on_dispatched=lambda: self.owner_loop.start(),
+                                           on_finalized=lambda: self.admission.pump())
         self.owner_loop = OwnerLoop(engine=self.engine, ledger=self.ledger, clock=clock)
         self._unobserve = add_observer(self.owner_loop.journal.observe)  # removed at close
         self.delegate_tool = DelegateTool(self.engine, self.ledger, Seams(
@@ -172,6 +173,10 @@ class Offload(PublicApi):
             resolve_credentials=hooks.resolve_credentials or resolve_delegation_credentials,
             build_child=hooks.build_child or build_child_agent, run_child=hooks.run_child or run_single_child,
             finalize_results=hooks.finalize_results or finalize_child_results))
+        self.admission = self.delegate_tool.admission = Admission(
+            tool=self.delegate_tool, ledger=self.ledger, config=self.delegate_tool.seams.load_config,
+            parent=lambda: self._queue_parent(), owner_alive=self._owner_alive)
+        self._queue_parent_agent: Any = None
         self._close_lock = threading.Lock()
         self.closed = False
 
@@ -200,6 +205,24 @@ class Offload(PublicApi):
         """Whether a row's owner is this process; also asks the liveness check, so a hook that
         declares this process's owner dead sees its rows replayed, as a later process would."""
         return self._owner_alive(pid, started_at) and is_this_process(pid, started_at)
+
+    def _restore(self, target: Any) -> int:
+        """A consumer's first look at the ledger: replay what waits for delivery, then start the
+        queued units of owners that died (a restart finds them here)."""
+        offered = self.deliveries.restore(target)
+        self.admission.pump(foreign=True)
+        return offered
+
+    def _sweep(self, target: Any) -> int:
+        offered = self.deliveries.maybe_sweep(target)
+        self.admission.maybe_pump_foreign()
+        return offered
+
+    def _queue_parent(self) -> Any:
+        """The agent whose credentials run a unit queued by a process that died (built once)."""
+        if self._queue_parent_agent is None:
+            self._queue_parent_agent = self.build_agent(f"admission-{os.getpid()}")
+        return self._queue_parent_agent
 
     def _publish(self, evt: Event) -> None:
         self.bus.completion_queue.put(evt)

@@ -240,4 +240,5 @@ def _check_stalls(now: float) -> bool:
 
 def _reset_for_tests() -> None:
     runtime().engine.reset()
+    runtime().admission.reset()
     _delivery.reset_for_tests()

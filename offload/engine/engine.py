@@ -68,11 +68,14 @@ class Delegations:
                  policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
                  records: dict[str, Record] | None = None, lock: threading.Lock | None = None,
                  slots: Counter[str] | None = None, clock: Clock | None = None,
-                 on_dispatched: Callable[[], None] | None = None) -> None:
+                 on_dispatched: Callable[[], None] | None = None,
+                 on_finalized: Callable[[], None] | None = None) -> None:
         """``clock``: what drives the stall loop (default: real time; tests pass a FakeClock);
-        ``on_dispatched()``: called after each dispatch (the runtime's owner loop starts on it)."""
+        ``on_dispatched()``: called after each dispatch (the runtime's owner loop starts on it);
+        ``on_finalized()``: called after a unit finalized and freed its slot, outside every lock
+        (the runtime's admission queue starts the next queued unit on it)."""
         self.ledger, self.publish, self.policy = ledger, publish, policy
-        self.on_dispatched = on_dispatched
+        self.on_dispatched, self.on_finalized = on_dispatched, on_finalized
         self.closed = False
         self.health = health or LedgerHealth()
         self.records: dict[str, Record] = {} if records is None else records
@@ -126,7 +129,7 @@ class Delegations:
                 return {"status": "rejected", "error": f"delegation_id {did!r} is already in use; pass a new id or none"}
             opens_slot = slot not in self.slots
             if opens_slot and len(self.slots) >= cap:
-                return {"status": "rejected", "error": capacity_error(record["is_batch"], cap)}
+                return {"status": "rejected", "error": capacity_error(record["is_batch"], cap), "at_capacity": True}
             self.records[did] = record
             self.slots[slot] += holds
             # The pool is sized by live units only when they may outnumber the cap; counting
@@ -137,7 +140,7 @@ class Delegations:
         warning = self._persist_dispatch(record, cap if opens_slot else None)
         if warning is FULL_ACROSS_HOSTS:
             self._abandon_unscheduled(record, holds)
-            return {"status": "rejected",
+            return {"status": "rejected", "at_capacity": True,
                     "error": capacity_error(record["is_batch"], cap, " on all hosts sharing the ledger")}
         if isinstance(warning, LedgerError):  # a newer offload's ledger: refuse, never run unrecorded beside it
             self._abandon_unscheduled(record, holds)
@@ -259,6 +262,11 @@ class Delegations:
             self._prune_retired_locked()
         if snapshot.get("_ledger") is not None:
             self.health.maybe_prune(snapshot["_ledger"], self.policy)
+        if self.on_finalized is not None:
+            try:
+                self.on_finalized()
+            except Exception:  # the next unit's start must never fail this one's finalize
+                logger.exception("Async delegation %s: the on_finalized callback failed", delegation_id)
         return True
 
     def _announce(self, snapshot: Record, result: dict[str, Any], status: str) -> None:
@@ -359,6 +367,11 @@ class Delegations:
             self._retired.pop(did, None)
 
     # -- roster and interrupts ------------------------------------------------------------------------
+    def has_room(self, cap: int, slot_key: str | None = None) -> bool:
+        """Whether a unit would be admitted now: ``slot_key``'s slot is open, or fewer than ``cap`` are."""
+        with self.lock:
+            return (slot_key is not None and slot_key in self.slots) or len(self.slots) < cap
+
     def active_count(self) -> int:
         """Units still live (running, stalling or finalizing)."""
         with self.lock:

@@ -1,7 +1,7 @@
 """The statements the SQLite and PostgreSQL ledgers share, written once and rendered per dialect.
 
-Owns: the row reads (running, pending, settled, by id), per-child bookkeeping, settling an
-abandoned row, the delivery-claim lifecycle (claim, complete, release, defer, drop, mark) and
+Owns: the row reads (running, queued, pending, settled, by id), taking a queued row and
+putting it back, per-child bookkeeping, settling an abandoned row, the delivery-claim lifecycle (claim, complete, release, defer, drop, mark) and
 pruning. A backend keeps only what is really its own: connections, leases and fencing, the
 schema, the terminal write. Templates are written in SQLite's spelling (``?`` parameters);
 ``Dialect`` renders them, so a statement cannot drift between the backends.
@@ -51,6 +51,9 @@ class DeliverySql:
 
     pending_filter: str
     running_where: str  # ()
+    queued_where: str  # ()
+    take_queued: str  # (owner pid, owner started_at, now, delegation_id)
+    requeue: str  # (now, delegation_id)
     pending_where: str  # ()
     settled_where: str  # (limit,)
     by_id_where: str  # (delegation_id,)
@@ -83,6 +86,13 @@ _DROP = f"UPDATE {TABLE} SET delivery_state='dropped', updated_at=?, delivery_cl
 _TEMPLATES: dict[str, str] = {
     "pending_filter": _PENDING,
     "running_where": "WHERE {r}state='running' ORDER BY {r}dispatched_at",
+    # The admission queue in the order units are started: first queued, first started.
+    "queued_where": "WHERE {r}state='queued' ORDER BY {r}dispatched_at, {r}delegation_id",
+    "take_queued": f"UPDATE {TABLE} SET state='running', owner_pid=?, owner_started_at=?, updated_at=?"
+                   " WHERE delegation_id=? AND state='queued'",
+    # A unit taken from the queue that could not start after all goes back, its place kept.
+    "requeue": f"UPDATE {TABLE} SET state='queued', updated_at=? WHERE delegation_id=? AND state='running'"
+               " AND event_json IS NULL",
     "pending_where": f"WHERE {_PENDING} ORDER BY {{r}}completed_at, {{r}}delegation_id",
     "settled_where": "WHERE {r}delivery_state IN ('delivered','dropped') ORDER BY {r}updated_at DESC LIMIT ?",
     "by_id_where": "WHERE {r}delegation_id=?",

@@ -15,6 +15,7 @@ import threading
 from collections import Counter
 import weakref
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Callable
 
 from offload.ledger.codec import decode_row, dumps, loads
@@ -111,6 +112,33 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
             stored.update(state=state, completed_at=completed_at, updated_at=now, event_json=event_json,
                           result_json=result_json, delivery_state="pending", delivery_claim=None,
                           delivery_claimed_at=None, delivery_progress=0)
+
+    # -- the admission queue -----------------------------------------------------------------------
+    def enqueue_unit(self, row: DispatchRow, now: float, held: bool = False) -> bool:
+        row = row if held else replace(row, owner_pid=None, owner_started_at=None)
+        with self.store.lock:
+            self.store.created = True
+            if row.delegation_id in self.store.rows:
+                return False
+            self.store.rows[row.delegation_id] = _new_row(row, "queued", None, now, None, None)
+            return True
+
+    def queued_rows(self) -> list[LedgerRow]:
+        return self._select(lambda r: r["state"] == "queued", key=lambda r: (r["dispatched_at"], r["delegation_id"]))
+
+    def claim_queued(self, delegation_id: str, now: float, owner: tuple[int, int | None],
+                     max_running: int) -> LedgerRow | None:
+        taken = self._change(delegation_id, lambda r: r["state"] == "queued", lambda r: r.update(
+            state="running", owner_pid=owner[0], owner_started_at=owner[1], updated_at=now))
+        return self.get(delegation_id) if taken else None
+
+    def requeue_unit(self, row: DispatchRow, now: float) -> None:
+        with self.store.lock:
+            stored = self.store.rows.get(row.delegation_id)
+            if stored is None:
+                self.store.rows[row.delegation_id] = _new_row(row, "queued", None, now, None, None)
+            elif stored["state"] == "running" and stored["event_json"] is None:
+                stored.update(state="queued", updated_at=now)
 
     # -- recovery and replay -------------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:

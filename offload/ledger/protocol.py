@@ -208,6 +208,26 @@ class DelegationLedger(Protocol):
         accepts (holding a live lease, where the ledger has leases). Ownership says who runs a
         unit, never who delivers it: any consumer of its session may."""
 
+    # -- the admission queue (``delegation.at_capacity: queue``; ``offload.subagents.admission``) --
+    def enqueue_unit(self, row: DispatchRow, now: float, held: bool = False) -> bool:
+        """Write ``row`` as ``queued``; False, writing nothing, if that id exists already.
+        ``held``: ``row``'s owner queued it at capacity and starts it itself while it lives
+        (any live owner may once it died); else it has no owner (for ``offload worker``)."""
+
+    def queued_rows(self) -> list[LedgerRow]:
+        """Rows still ``queued``, first queued first."""
+
+    def claim_queued(self, delegation_id: str, now: float, owner: tuple[int, int | None],
+                     max_running: int) -> LedgerRow | None:
+        """Take one queued row for this process: it turns ``running`` under ``owner`` (pid, start
+        time) in one conditional write, so of two racing owners one wins; None if it is not
+        queued any more (or, on a ledger shared by hosts, ``max_running`` slots run on all of
+        them). The caller then dispatches it under the same id, or ``requeue_unit``s it."""
+
+    def requeue_unit(self, row: DispatchRow, now: float) -> None:
+        """Put a taken row back in the queue, in its place (``row``: what it was queued as,
+        rewritten whole if it vanished meanwhile); a row that has a result is left alone."""
+
     def settle_abandoned(self, delegation_id: str, event: dict[str, Any], result: dict[str, Any], now: float) -> bool:
         """Mark a running row ``unknown`` with its recovered event; False if it moved meanwhile."""
 

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 from urllib.parse import quote
@@ -39,6 +40,8 @@ from offload.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns a
 )
 from offload.ledger.sqlite_rows import SQL as _SQL
 from offload.ledger.tally import SQLITE_TALLY as _TALLY, prune_counted
+
+_INSERT_QUEUED = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT OR IGNORE")  # never over an existing id
 
 logger = logging.getLogger("offload.engine")
 
@@ -309,6 +312,30 @@ class SqliteLedger(SqliteSideTables, BrowseReads, SingleHostOwners):
             if not moved:
                 conn.execute(_UPSERT_COMPLETION, _row_values(row, state, completed_at, now, event_json, result_json))
         self._write(write, create=True)
+
+    # -- the admission queue -------------------------------------------------------------
+    def enqueue_unit(self, row: DispatchRow, now: float, held: bool = False) -> bool:
+        values = _row_values(row if held else replace(row, owner_pid=None, owner_started_at=None),
+                             "queued", None, now, None, None)
+        return self._write(lambda conn: conn.execute(_INSERT_QUEUED, values).rowcount > 0, create=True)
+
+    def queued_rows(self) -> list[LedgerRow]:
+        return self._select(_SQL.queued_where, ())
+
+    def claim_queued(self, delegation_id: str, now: float, owner: tuple[int, int | None],
+                     max_running: int) -> LedgerRow | None:
+        # One host: the engine's own slots are the capacity, so max_running is not asked here.
+        if not self._update(_SQL.take_queued, (owner[0], owner[1], now, delegation_id)):
+            return None
+        return self.get(delegation_id)
+
+    def requeue_unit(self, row: DispatchRow, now: float) -> None:
+        values = _row_values(row, "queued", None, now, None, None)
+
+        def write(conn: sqlite3.Connection) -> None:
+            if not conn.execute(_SQL.requeue, (now, row.delegation_id)).rowcount:
+                conn.execute(_INSERT_QUEUED, values)  # vanished (forgotten by a refused dispatch): again whole
+        self._write(write, create=True, transaction=True)
 
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:

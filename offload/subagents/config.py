@@ -47,6 +47,13 @@ class DelegationConfig(BaseModel):
     max_async_children: int | None = Field(None, description="deprecated and ignored")
     run_on: Literal["local", "workers"] = Field("local", description="local: background units run in this process; "
                                                 "workers: queued in the PostgreSQL ledger for `offload worker`")
+    at_capacity: Literal["queue", "refuse", "inline"] = Field("queue", description=(
+        "a background call while max_concurrent_children units run: queue (wait its turn, started in order "
+        "when a slot frees), refuse (an error to the agent), inline (run now, blocking the parent)"))
+    max_queued: int = Field(100, ge=0, le=100_000, description=(
+        "units waiting in the admission queue of this ledger, all sessions together; past it a call is refused"))
+    max_queued_per_session: int = Field(20, ge=0, le=100_000, description=(
+        "units one session may have waiting in the admission queue; past it its calls are refused"))
     # Stall monitor tuning; a frontend applies these to the engine when it starts.
     stall_idle_seconds: float = Field(STALL.stall_idle_s, gt=0, description="no progress this long (not in a tool) = stalled")
     stall_in_tool_seconds: float = Field(STALL.stall_in_tool_s, gt=0,

@@ -4,10 +4,11 @@ Background: a call becomes completion units — one per call by default, or one 
 per ungrouped task with ``delegation.independent_completions`` — dispatched with one shared
 ``slot_key`` so splitting never uses more capacity. Each unit runner records every finished
 child in the ledger at once (before any post-processing), so a crash costs only the children
-that had not finished. If the first unit is refused at capacity, the whole call runs
-synchronously with a note saying so. Whether a call may go to the background at all is decided
-by ``capture_origin``: a push channel, or a stateless one that can be woken at a raw session
-id; only a channel that can never be reached later runs inline. Inline children's usage is
+that had not finished. If the first unit is refused at capacity, ``delegation.at_capacity``
+decides: the whole call waits in the admission queue (``offload.subagents.admission``), is
+refused, or runs synchronously with a note saying so. Whether a call may go to the background
+at all is decided by ``capture_origin``: a push channel, or a stateless one that can be woken
+at a raw session id; only a channel that can never be reached later runs inline. Inline children's usage is
 rolled into the parent when the call returns.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from offload.subagents.usage import roll_up, sum_usage
 
 if TYPE_CHECKING:
     from offload.engine.engine import Delegations
+    from offload.subagents.admission import Admission
 
 _NOTES = {
     "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
@@ -32,7 +34,8 @@ _NOTES = {
     "no_async": ("Background delivery is not available in this session (one-shot or stateless channel), so the "
                  "subagents ran synchronously; their results are below."),
     "at_capacity": ("The background pool was full (delegation.max_concurrent_children={cap}), so this batch ran "
-                    "synchronously; its results are below. Raise the key to allow more background work."),
+                    "synchronously (delegation.at_capacity: inline); its results are below. Raise the key to allow "
+                    "more background work."),
 }
 
 
@@ -75,9 +78,12 @@ def units_of(batch: Batch) -> list[Batch]:
                     cancelled=threading.Event()) for group, indexes in plan]
 
 
-def dispatch_background(engine: Delegations, batch: Batch, origin: Origin) -> dict[str, Any]:
+def dispatch_background(engine: Delegations, batch: Batch, origin: Origin,
+                        admission: Admission | None = None) -> dict[str, Any]:
     units = units_of(batch)
     call_id = engine.new_id()
+    if admission is not None and batch.cfg.at_capacity == "queue" and admission.waiting_here():
+        return admission.queue_call(call_id, units, origin)  # behind the units already waiting
     handles, inline, slot_key = [], [], None
     try:
         for k, unit in enumerate(units):
@@ -90,7 +96,7 @@ def dispatch_background(engine: Delegations, batch: Batch, origin: Origin) -> di
                 slot_key = slot_key or unit_id
                 handles.append({"delegation_id": unit_id, "group": unit.group, "task_indexes": unit.indexes})
             elif k == 0:
-                return run_sync(batch, note="at_capacity")
+                return at_capacity(batch, res, admission, call_id, units, origin)
             else:  # a later unit can only fail to schedule, never at capacity: run it here
                 inline.extend(kids.run_children(unit, None, honor_parent_interrupt=True))
     finally:
@@ -106,6 +112,20 @@ def dispatch_background(engine: Delegations, batch: Batch, origin: Origin) -> di
         handle["usage"] = sum_usage(handle["inline_results"])
         roll_up(batch.parent, handle["usage"])
     return handle
+
+
+def at_capacity(batch: Batch, refusal: dict[str, Any], admission: Admission | None, call_id: str,
+                units: list[Batch], origin: Origin) -> dict[str, Any]:
+    """What a call whose first unit the engine refused does (``delegation.at_capacity``): wait
+    in the admission queue, come back as an error, or run inline. A refusal that is not about
+    capacity (the pool is shut down) runs inline, as before."""
+    mode = batch.cfg.at_capacity if refusal.get("at_capacity") else "inline"
+    if mode == "refuse":
+        return {"status": "error", "error": f"{refusal['error']} (delegation.at_capacity is `refuse`; with `queue` "
+                "the call would wait for a free slot)"}
+    if mode == "queue" and admission is not None:
+        return admission.queue_call(call_id, units, origin)
+    return run_sync(batch, note="at_capacity")
 
 
 def dispatch_unit(engine: Delegations, unit: Batch, unit_id: str, origin: Origin, cap: int,

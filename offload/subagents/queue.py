@@ -23,7 +23,7 @@ _NOTE = ("Queued for an `offload worker` host (delegation.run_on: workers). Each
 
 def needs_shared_ledger(ledger: Any) -> str | None:
     """Why ``ledger`` cannot hold a work queue (and how to fix it), or None."""
-    if hasattr(type(ledger), "enqueue_unit"):
+    if hasattr(type(ledger), "claim_queued_unit"):  # every ledger queues; only a shared one has workers
         return None
     return (f"delegation.run_on is `workers`, but the ledger here is {ledger.location}, which no worker on another host "
             "can read; point every host at one PostgreSQL database with `offload config set ledger.url "

@@ -31,6 +31,7 @@ from offload.toolsets.toolspec import Tool, ToolContext
 
 if TYPE_CHECKING:
     from offload.engine.engine import Delegations
+    from offload.subagents.admission import Admission
     from offload.ledger import DelegationLedger
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class DelegateTool:
 
     def __init__(self, engine: Delegations, ledger: Callable[[], DelegationLedger], seams: Seams) -> None:
         self.engine, self.ledger, self.seams = engine, ledger, seams
+        self.admission: Admission | None = None  # the runtime's admission queue (delegation.at_capacity: queue)
         self.tool = Tool(DELEGATE_TASK_SCHEMA["name"], "delegation", DELEGATE_TASK_SCHEMA["description"],
                          DELEGATE_TASK_SCHEMA["parameters"], self._handle)
 
@@ -162,7 +164,7 @@ class DelegateTool:
             from offload.subagents.queue import queue_units
             # an `offload worker` on any host runs it
             return queue_units(self.ledger(), self.engine.new_id, batch, dispatch.units_of(batch), origin)
-        return dispatch.dispatch_background(self.engine, batch, origin)
+        return dispatch.dispatch_background(self.engine, batch, origin, self.admission)
 
 
 def _describe_validation(exc: ValidationError) -> str:

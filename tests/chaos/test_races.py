@@ -166,7 +166,8 @@ def test_later_units_of_an_admitted_call_are_never_refused_at_capacity(monkeypat
     from tests.delegate.fakes import FakeParent
 
     use_wal()
-    monkeypatch.setattr(dt, "_load_config", lambda: {"independent_completions": True, "max_concurrent_children": 4})
+    monkeypatch.setattr(dt, "_load_config", lambda: {"independent_completions": True, "max_concurrent_children": 4,
+                                                     "at_capacity": "inline"})
     outcomes: Counter = Counter()
     errors: list[BaseException] = []
     lock = threading.Lock()

@@ -133,8 +133,8 @@ def test_background_single_task_rides_the_batch_path():
     assert ad.get_durable_delegation(handle["delegation_id"])["state"] == "completed"
 
 
-def test_background_at_capacity_runs_synchronously_with_a_note(monkeypatch):
-    monkeypatch.setattr(dt, "_load_config", lambda: {"max_concurrent_children": 1})
+def test_background_at_capacity_runs_synchronously_with_a_note_when_told_to(monkeypatch):
+    monkeypatch.setattr(dt, "_load_config", lambda: {"max_concurrent_children": 1, "at_capacity": "inline"})
     gate = threading.Event()
     first = call(goal="hold the slot", parent_agent=FakeParent(lambda c: (gate.wait(10), {"final_response": "x",
                                                                                           "completed": True})[1]))

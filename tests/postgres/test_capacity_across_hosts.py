@@ -60,7 +60,7 @@ def test_the_last_slot_taken_on_another_host_is_not_taken_here_until_that_owner_
 
 def delegate_in_background(monkeypatch, cap: int, goal: str, parent: FakeParent | None = None) -> dict:
     """One ``delegate_task`` call as a parent agent makes it, with ``max_concurrent_children=cap``."""
-    monkeypatch.setattr(dt, "_load_config", lambda: {"max_concurrent_children": cap})
+    monkeypatch.setattr(dt, "_load_config", lambda: {"max_concurrent_children": cap, "at_capacity": "inline"})
     return json.loads(dt.delegate_task(goal=goal, background=True, parent_agent=parent or FakeParent()))
 
 

@@ -1,0 +1,244 @@
+"""The admission queue of ``delegation.at_capacity: queue``: a background call that finds every
+slot taken waits its turn as ``queued`` rows in the ledger, and is started in order when a slot
+frees -- by the process that queued it, or, once that process died, by any live owner of the
+ledger (and by ``offload worker``, whose claim takes such rows too).
+
+It sits above the engine: the engine still refuses a unit at capacity (the hermes suite pins
+that), and this module decides what a refused call does. The rows are the ones
+``delegation.run_on: workers`` queues (``offload.subagents.queue``: the same spec, the same
+ledger operations), written *held* by this process (its pid, start time and, on PostgreSQL,
+its lease), so nobody else starts them while it lives.
+
+Invariants:
+- a queued unit is a ledger row before the call returns, so it survives a crash or restart;
+  it holds no slot and is never judged stalled (the engine sees it only once started);
+- units start first queued first: a pump takes the oldest row it may start while a slot is
+  free, and a new call queues behind rows this process already holds instead of jumping them;
+- a row is taken by one conditional ledger write (``claim_queued``), so of two racing owners
+  one starts it; a taken row the engine then refuses goes back in its place (``requeue_unit``);
+- a unit this process queued starts with the very ``Batch`` of its call (its parent agent and
+  credentials); one queued by a process that died is rebuilt from its row, as a worker does;
+- the bounds ``delegation.max_queued`` (the ledger) and ``max_queued_per_session`` refuse a
+  call past them with an error naming the key; the pump never raises.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from offload.engine.delivery import is_this_process
+from offload.engine.liveness import current_owner
+from offload.engine.states import QUEUED
+from offload.ledger import DelegationLedger, DispatchRow, LedgerError, LedgerRow
+from offload.subagents.child import Batch
+from offload.subagents.config import DelegationConfig
+from offload.origin import Origin
+from offload.subagents.queue import queued_origin, unit_spec
+
+if TYPE_CHECKING:
+    from offload.subagents.tool import DelegateTool
+
+logger = logging.getLogger(__name__)
+FOREIGN_CHECK_S = 2.0  # how often a consumer looks for queued rows of owners that died
+
+_NOTE = ("All {cap} background slots are busy (delegation.max_concurrent_children), so this is QUEUED: it starts by "
+         "itself when a slot frees, and each result arrives as a new message after you END YOUR TURN; do not poll "
+         "or wait for it. Tell the user it is queued and carry on.")
+
+
+@dataclass
+class Held:
+    """A unit this process queued, as its call built it."""
+
+    unit: Batch
+    origin: Origin
+    slot_key: str | None
+    row: DispatchRow
+
+
+class Admission:
+    def __init__(self, *, tool: DelegateTool, ledger: Callable[[], DelegationLedger],
+                 config: Callable[[], DelegationConfig], parent: Callable[[], Any],
+                 owner_alive: Callable[[int | None, int | None], bool]) -> None:
+        """``parent()``: an agent whose credentials rebuild a unit queued by a process that died
+        (asked only then); ``owner_alive``: the liveness check that judges that process."""
+        self.tool, self.ledger, self.config, self.parent, self.owner_alive = tool, ledger, config, parent, owner_alive
+        self._held: dict[str, Held] = {}
+        self._starting: dict[str, LedgerRow] = {}  # taken from the ledger, not yet on the engine's roster
+        self._adopted: set[str] = set()  # rows of a dead owner this process took and had to put back
+        self._lock = threading.Lock()  # guards the two dicts
+        self._pumping = threading.Lock()  # one pump at a time: rows are taken in order
+        self._next_foreign_check = 0.0
+
+    # -- queueing ---------------------------------------------------------------------------------
+    def waiting_here(self) -> bool:
+        """Whether units this process queued still wait (a new call queues behind them)."""
+        with self._lock:
+            return bool(self._held)
+
+    def queue_call(self, call_id: str, units: list[Batch], origin: Origin) -> dict[str, Any]:
+        """Queue the completion ``units`` of one call under ``call_id``; the handle the agent gets."""
+        cfg = units[0].cfg
+        ledger = self.ledger()
+        refusal = self._over_bound(ledger, cfg, origin, len(units))
+        if refusal:
+            return {"status": "error", "error": refusal}
+        slot_key = call_id if len(units) > 1 else None  # the units of one call share one slot
+        pid, started = current_owner()
+        handles = []
+        for k, unit in enumerate(units):
+            unit_id = call_id if len(units) == 1 else f"{call_id}-{k + 1}"
+            now = time.time()
+            spec = {**unit_spec(unit, origin), "run_on": "local", **({"slot_key": slot_key} if slot_key else {})}
+            row = DispatchRow.of(unit_id, origin, now, spec, pid, started)
+            with self._lock:  # held before it is written: a pump that sees the row knows it as ours
+                self._held[unit_id] = Held(unit, origin, slot_key, row)
+            try:
+                ledger.enqueue_unit(row, now, held=True)
+            except LedgerError as exc:
+                with self._lock:
+                    self._held.pop(unit_id, None)
+                done = f" ({len(handles)} unit(s) before it were queued and will run)" if handles else ""
+                return {"status": "error", "error": f"all background slots are busy and the call could not be "
+                        f"queued in the ledger: {exc}{done}"}
+            handles.append({"delegation_id": unit_id, "group": unit.group, "task_indexes": unit.indexes})
+        handle: dict[str, Any] = {
+            "status": "dispatched", "mode": "background", "state": QUEUED, "count": len(units[0].tasks),
+            "delegation_id": handles[0]["delegation_id"], "goals": units[0].goals,
+            "note": _NOTE.format(cap=cfg.max_concurrent_children)}
+        if len(units) > 1:
+            handle["units"] = handles
+        self.pump()  # a slot may have freed meanwhile
+        return handle
+
+    @staticmethod
+    def _over_bound(ledger: DelegationLedger, cfg: DelegationConfig, origin: Origin, adding: int) -> str | None:
+        queued = ledger.queued_rows()
+        session = origin.session_key
+        mine = sum(1 for row in queued if session and session in (row.origin_session, row.parent_session_id))
+        for count, limit, key, whose in ((len(queued), cfg.max_queued, "max_queued", "in the queue"),
+                                         (mine, cfg.max_queued_per_session, "max_queued_per_session",
+                                          "of this session in the queue")):
+            if count + adding > limit:
+                return (f"not started: all {cfg.max_concurrent_children} background slots are busy and {count} "
+                        f"unit(s) {whose} already wait (delegation.{key}={limit}). Wait for results to arrive, "
+                        f"do this yourself, or delegate with background=false; the operator can raise it: "
+                        f"offload config set delegation.{key} {max(limit * 2, limit + adding)}")
+        return None
+
+    # -- starting ---------------------------------------------------------------------------------
+    def pump(self, *, foreign: bool = False) -> int:
+        """Start queued units while slots are free, first queued first; how many started.
+        ``foreign``: also look for rows of owners that died (else only when this process holds
+        queued units). Never raises."""
+        with self._lock:
+            if not self._held and not foreign:
+                return 0  # nothing of ours waits: no ledger read on the finalize path
+        with self._pumping:
+            try:
+                return self._pump()
+            except Exception:
+                logger.warning("starting queued background units failed; they stay queued", exc_info=True)
+                return 0
+
+    def maybe_pump_foreign(self, now: float | None = None) -> int:
+        """A consumer's periodic look (at most every ``FOREIGN_CHECK_S``) for queued rows this
+        process may start: its own, and those of owners that died (a restart finds them here)."""
+        now = time.monotonic() if now is None else now
+        if now < self._next_foreign_check:
+            return 0
+        self._next_foreign_check = now + FOREIGN_CHECK_S
+        return self.pump(foreign=True)
+
+    def _pump(self) -> int:
+        cfg = DelegationConfig.model_validate(self.config())
+        cap, engine, ledger = cfg.max_concurrent_children, self.tool.engine, self.ledger()
+        if not engine.has_room(cap) or not ledger.exists():
+            return 0
+        started = 0
+        for row in ledger.queued_rows():
+            if not self._may_start(ledger, row):
+                continue
+            slot_key = (row.task or {}).get("slot_key")
+            if not engine.has_room(cap, slot_key):
+                break  # first queued, first started: nothing overtakes the head of the queue
+            taken = ledger.claim_queued(row.delegation_id, time.time(), current_owner(), cap)
+            if taken is None:
+                continue  # another owner took it
+            if not self._start(ledger, taken, cfg, cap):
+                break
+            started += 1
+        return started
+
+    def _may_start(self, ledger: DelegationLedger, row: LedgerRow) -> bool:
+        if row.owner_pid is None:
+            return False  # queued for `offload worker` (delegation.run_on: workers)
+        with self._lock:
+            if row.delegation_id in self._held or row.delegation_id in self._adopted:
+                return True
+        return not is_this_process(row.owner_pid, row.owner_started_at) and ledger.is_abandoned(row, self.owner_alive)
+
+    def _start(self, ledger: DelegationLedger, row: LedgerRow, cfg: DelegationConfig, cap: int) -> bool:
+        """Dispatch a taken row on the engine; False (the row back in the queue) if refused."""
+        from offload.subagents.dispatch import dispatch_unit
+        from offload.subagents.workers import start_claimed
+
+        with self._lock:
+            held = self._held.get(row.delegation_id)
+            self._starting[row.delegation_id] = row
+        try:
+            try:
+                if held is not None:
+                    res = dispatch_unit(self.tool.engine, held.unit, row.delegation_id, held.origin, cap,
+                                        held.slot_key, False)
+                else:  # queued by a process that died: rebuilt from its row with this process's credentials
+                    res = start_claimed(self.tool, row, self.parent(), cfg, cap)
+            except Exception as exc:  # e.g. no credentials here to rebuild it: it waits for an owner that has
+                res = {"status": "rejected", "error": f"{type(exc).__name__}: {exc}"}
+            if res.get("status") == "dispatched":
+                with self._lock:
+                    self._held.pop(row.delegation_id, None)
+                    self._adopted.discard(row.delegation_id)
+                logger.info("Started queued delegation %s", row.delegation_id)
+                return True
+            logger.info("Queued delegation %s could not start yet (%s); it stays queued", row.delegation_id,
+                        res.get("error"))
+            if held is None:
+                with self._lock:
+                    self._adopted.add(row.delegation_id)  # now under this owner: start it later
+            ledger.requeue_unit(held.row if held is not None else _as_dispatch(row), time.time())
+            return False
+        finally:
+            with self._lock:
+                self._starting.pop(row.delegation_id, None)
+
+    # -- views ------------------------------------------------------------------------------------
+    def items(self) -> list[dict[str, Any]]:
+        """Units this process queued that have not reached the engine's roster, in the shape of
+        the engine's ``list()`` items (``status`` ``queued``) -- so a driver that reads this
+        before the engine's roster never misses a unit between the two."""
+        with self._lock:
+            held = list(self._held.values())
+        return [{"delegation_id": h.row.delegation_id, "status": QUEUED, "goal": h.unit.goals[0] if h.unit.goals
+                 else "", "goals": h.unit.goals, "group": h.unit.group, "task_indexes": h.unit.indexes,
+                 "dispatched_at": h.row.dispatched_at, **h.origin.flat(), "origin": h.origin.to_json(),
+                 "where": "queued: starts when a background slot frees"} for h in held]
+
+    def reset(self) -> None:
+        """Forget the units held here (tests and embedding apps; their rows stay queued)."""
+        with self._lock:
+            self._held.clear()
+            self._adopted.clear()
+
+    def starting(self) -> set[str]:
+        with self._lock:
+            return set(self._starting)
+
+
+def _as_dispatch(row: LedgerRow) -> DispatchRow:
+    return DispatchRow(row.delegation_id, row.origin_session, row.dispatched_at, row.task or {},
+                       row.origin_ui_session_id, row.origin_session_id, row.parent_session_id, row.owner_pid,
+                       row.owner_started_at)
