@@ -166,13 +166,13 @@ class PublicApi:
 
     # -- listing and stopping ---------------------------------------------------------------------
     def list(self: Offload, session: str | None = None, *, settled: int = 200) -> list[dict[str, Any]]:
-        """The ledger's delegations as result documents (``docs/vocabulary.md``): running ones,
-        those waiting for acknowledgement, then the ``settled`` most recently settled;
-        optionally only those of ``session``."""
+        """The ledger's delegations as result documents (``docs/vocabulary.md``): queued and
+        running ones, those waiting for acknowledgement, then the ``settled`` most recently
+        settled; optionally only those of ``session``."""
         ledger = self.ledger()
         if not ledger.exists():
             return []
-        rows = [*ledger.running_rows(), *ledger.pending_rows(), *ledger.settled_rows(settled)]
+        rows = [*ledger.queued_rows(), *ledger.running_rows(), *ledger.pending_rows(), *ledger.settled_rows(settled)]
         listed = [from_row(row, self.render).to_json() for row in rows]
         return [doc for doc in listed if session is None or doc["session"] == session]
 

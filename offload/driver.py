@@ -155,8 +155,13 @@ class SessionDriver:
         """This session's background units as the engine lists them (live per-child activity),
         each live one with ``children_finished``: its children already recorded in the ledger,
         by task index; then the ones another process runs (an ``offload worker``), from the
-        ledger, each with ``where`` it is."""
+        ledger, each with ``where`` it is. Units this process holds in its admission queue are
+        read first: one leaves that queue only once it is on the engine's roster, so reading in
+        this order never misses a unit starting in between."""
+        queued_here = self.runtime.admission.items()
         items = [item for item in self.runtime.engine.list() if self.inbox.owns(item)]
+        listed = {item.get("delegation_id") for item in items}
+        items += [item for item in queued_here if item["delegation_id"] not in listed and self.inbox.owns(item)]
         for item in items:
             if item.get("status") in LIVE_STATES:
                 row = self.runtime.deliveries.get(str(item.get("delegation_id"))) or {}
@@ -176,19 +181,21 @@ class SessionDriver:
         """This session's undelivered ledger rows that another process runs or ran."""
         return self._ledger_rows.rows(self.conversation.store.lineage(self.session_id))
 
-    def ledger_units(self) -> tuple[list[Any], list[Any], list[Any]]:
+    def ledger_units(self) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         """This session's delegations in the ledger that this process does not hold in memory
-        (it was resumed, or another process runs them): running, awaiting delivery, settled."""
+        (it was resumed, or another process runs them): running, awaiting delivery, settled,
+        queued."""
         from offload.ledger_view import LedgerView
 
         sessions = set(self.conversation.store.lineage(self.session_id))
-        held = {str(item.get("delegation_id")) for item in self.units()}  # already on the live roster
+        held = {str(item.get("delegation_id")) for item in self.units()}  # already on the live roster (or queued here)
         view = LedgerView(self.runtime.ledger())
 
         def mine(rows: list[Any]) -> list[Any]:
             return [row for row in rows if row.delegation_id not in held
                     and sessions & {row.parent_session_id, row.origin_session, row.origin_session_id}]
-        return mine(view.running()), mine(view.pending()), mine(view.settled(SESSION_HISTORY_ROWS))
+        return (mine(view.running()), mine(view.pending()), mine(view.settled(SESSION_HISTORY_ROWS)),
+                mine(view.queued()))
 
     def live_count(self) -> int:
         """Background units of this session that have not reported yet, here or elsewhere."""

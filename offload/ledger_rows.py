@@ -8,7 +8,8 @@ Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``s
 ``claimed_by`` (``{"consumer", "pid", "host", "since"}`` of the consumer delivering a pending
 result right now, else null), ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
 ``children``: one ``{"task", "goal", "status", "duration_seconds"}`` per task, ``task``
-counting from 1, ``status`` ``running`` until that child has finished. ``state`` is a unit
+counting from 1, ``status`` ``running`` until that child has finished (``queued`` while its
+unit waits to start). ``state`` is a unit
 state and each child's ``status`` a child state of ``offload.engine.states`` (``row_state``:
 also for a row an older version wrote). ``owner_host``: the
 owner's host on a shared ledger, else null. ``activity_age_s`` (how old the snapshot is) and
@@ -22,7 +23,7 @@ from typing import Any
 
 from offload.ledger import DelegationLedger, LedgerRow
 from offload.engine.liveness import owner_alive
-from offload.engine.states import RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
+from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
 
 
 def _number(value: Any) -> float | None:
@@ -55,7 +56,8 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
     out = []
     for index in indexes:
         entry = finished.get(index)
-        status = child_state(entry.get("status")) if entry else (RUNNING if row.state in UNFINISHED else UNKNOWN)
+        status = child_state(entry.get("status")) if entry else (
+            (QUEUED if row.state == QUEUED else RUNNING) if row.state in UNFINISHED else UNKNOWN)
         out.append({"task": index + 1, "goal": str(goals[index] if index < len(goals) else ""), "status": status,
                     "duration_seconds": _number(entry.get("duration_seconds")) if entry else None})
     return out

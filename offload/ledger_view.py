@@ -75,6 +75,10 @@ class LedgerView:
     def running(self) -> list[LedgerRow]:
         return self._read(lambda ledger: ledger.running_rows(), [])
 
+    def queued(self) -> list[LedgerRow]:
+        """Units waiting to start, first queued first."""
+        return self._read(lambda ledger: ledger.queued_rows(), [])
+
     def pending(self) -> list[LedgerRow]:
         """Finished rows whose result has not been acknowledged, oldest first."""
         return self._read(lambda ledger: ledger.pending_rows(), [])

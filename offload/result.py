@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from offload.engine.states import RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
+from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
 from offload.ledger import LedgerRow
 from offload.render.truncation import is_truncated
 from offload.render.notification import format_event
@@ -81,7 +81,7 @@ def from_event(evt: Mapping[str, Any], render: Render = format_event) -> Delegat
     return DelegationResult(
         id=str(evt.get("delegation_id") or ""), session=evt.get("parent_session_id") or evt.get("session_key") or None,
         label=_label(evt, evt), group=_text(evt.get("group")), state=state,
-        children=_children(evt, evt, None, live=state in UNFINISHED), text=render(evt), error=_text(evt.get("error")),
+        children=_children(evt, evt, None, live=_waiting(state)), text=render(evt), error=_text(evt.get("error")),
         dispatched_at=_number(evt.get("dispatched_at")), completed_at=_number(evt.get("completed_at")))
 
 
@@ -95,16 +95,22 @@ def from_row(row: LedgerRow, render: Render = format_event) -> DelegationResult:
     return DelegationResult(
         id=row.delegation_id, session=row.parent_session_id or row.origin_session or None,
         label=_label(task, event), group=_text(task.get("group") or event.get("group")), state=state,
-        children=_children(task, event, partial, live=state in UNFINISHED),
+        children=_children(task, event, partial, live=_waiting(state)),
         text=render(event) if finished else None, error=_text(event.get("error")),
         dispatched_at=row.dispatched_at, completed_at=row.completed_at, delivery_state=row.delivery_state,
         delivery_attempts=row.delivery_attempts, delivered_at=row.delivered_at)
 
 
+def _waiting(state: str) -> str | None:
+    """The state of a child that has not reported in a unit that is ``state`` (None: finished)."""
+    return (QUEUED if state == QUEUED else RUNNING) if state in UNFINISHED else None
+
+
 def _children(task: Mapping[str, Any], event: Mapping[str, Any], partial: Any, *,
-              live: bool) -> tuple[ChildResult, ...]:
+              live: str | None) -> tuple[ChildResult, ...]:
     """One per task of the unit: from the event's ``results`` (or, while it runs, the children
-    recorded so far); a single-task event carries its one outcome at the top level."""
+    recorded so far); a single-task event carries its one outcome at the top level. ``live``:
+    the state of a child not reported yet (``_waiting``)."""
     results = event.get("results") if isinstance(event.get("results"), list) else partial
     if not (task.get("is_batch") or event.get("is_batch") or results):
         entry = event if event.get("status") and not live else {}
@@ -119,9 +125,9 @@ def _children(task: Mapping[str, Any], event: Mapping[str, Any], partial: Any, *
     return tuple(_child(i, goals[i] if 0 <= i < len(goals) else "", by_index.get(i) or {}, live) for i in indexes)
 
 
-def _child(index: int, goal: Any, entry: Mapping[str, Any], live: bool) -> ChildResult:
+def _child(index: int, goal: Any, entry: Mapping[str, Any], live: str | None) -> ChildResult:
     if not entry:
-        return ChildResult(task=index + 1, goal=str(goal or ""), state=RUNNING if live else UNKNOWN)
+        return ChildResult(task=index + 1, goal=str(goal or ""), state=live or UNKNOWN)
     tokens = entry.get("tokens") if isinstance(entry.get("tokens"), Mapping) else None
     return ChildResult(
         task=index + 1, goal=str(goal or ""), state=child_state(entry.get("status")),

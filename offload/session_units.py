@@ -28,8 +28,10 @@ WAITING_STATES = frozenset({"queued", "running"})  # a ledger row whose result i
 
 def owner_label(row: LedgerRow) -> str:
     """Who has the unit, for a user waiting on it."""
-    if row.state == "queued":
+    if row.state == "queued" and not row.owner_pid:
         return "queued for an `offload worker` (none has claimed it yet)"
+    if row.state == "queued":
+        return f"queued: starts when a background slot of process {row.owner_pid} frees (or any live owner's, if it died)"
     host = (row.extra or {}).get("owner_host")
     return f"{row.state} in process {row.owner_pid or '?'}" + (f" on {host}" if host else "")
 

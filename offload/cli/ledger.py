@@ -47,9 +47,9 @@ def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
            as_json: bool = _JSON) -> None:
     """Background delegations as recorded in the ledger, from any process.
 
-    Shows running units (owner alive or not, each child done or running with its API calls,
-    current tool and seconds idle as its owner last published them), results awaiting
-    delivery and recently delivered ones."""
+    Shows units queued to start (in line, for whom), running units (owner alive or not, each
+    child done or running with its API calls, current tool and seconds idle as its owner last
+    published them), results awaiting delivery and recently delivered ones."""
     from offload.cli.views import Ui
     from offload.ledger_view import LedgerView
 
@@ -63,19 +63,21 @@ def _agents(ui: Ui, view: LedgerView, watch: bool, interval_s: float, as_json: b
     from rich.live import Live
 
     from offload import ledger_rows
-    from offload.cli.views import ledger_finished, ledger_running
+    from offload.cli.views import ledger_finished, ledger_queued, ledger_running
 
     if as_json:
         running = view.running()
         live = view.activity(running)
         emit_json({"running": [ledger_rows.record(r, live.get(r.delegation_id), view.ledger) for r in running],
+                    "queued": [ledger_rows.record(r, None, view.ledger) for r in view.queued()],
                     "pending": [ledger_rows.record(r) for r in view.pending()],
                     "recent": [ledger_rows.record(r) for r in view.settled(SETTLED_SHOWN)]})
         return
 
     def tables() -> Group:
-        running = view.running()
-        return Group(ledger_running(running, activity=view.activity(running), ledger=view.ledger),
+        running, queued = view.running(), view.queued()
+        return Group(*([ledger_queued(queued, ledger=view.ledger)] if queued else []),
+                     ledger_running(running, activity=view.activity(running), ledger=view.ledger),
                      ledger_finished(view.pending(), "finished, awaiting delivery"),
                      ledger_finished(view.settled(SETTLED_SHOWN), "recently delivered or dropped"))
     if not watch:
@@ -125,13 +127,18 @@ def _inbox(ui: Ui, off: Offload, view: LedgerView, ack: list[str], ack_all: bool
     if targets:
         _acknowledge(ui, off, view, targets)
         pending = view.pending()
+    queued = view.queued()
     if as_json:
-        data = {"pending": [ledger_rows.record(r) for r in pending]}
+        data = {"pending": [ledger_rows.record(r) for r in pending],
+                "queued": [ledger_rows.record(r, None, view.ledger) for r in queued]}
         if all_rows:
             data["settled"] = [ledger_rows.record(r) for r in view.settled(50)]
         emit_json(data)
         return
     ui.show(ledger_finished(pending, "pending results"))
+    if queued:
+        ui.say(f"{len(queued)} unit(s) queued, not started yet (their results come later): `offload agents` "
+               "lists them", style="dim")
     if pending:
         ui.say("deliver them with `offload chat --resume SESSION` (or `offload run --resume SESSION`); "
                "`offload inbox --ack ID` drops one without delivering it", style="dim")
@@ -181,7 +188,9 @@ def full_result(off: Offload, view: LedgerView, wanted: str) -> str:
     """A finished delegation's result exactly as the agent reads it (``wanted``: an id or prefix)."""
     row = view.get(delegation_id(view, wanted))
     if row is None or not row.event:
-        raise CliError(f"delegation {wanted!r} has not finished yet; `offload agents` shows what runs")
+        state = f" (it is {row.state})" if row is not None else ""
+        raise CliError(f"delegation {wanted!r} has not finished yet{state}; `offload agents` shows what runs and "
+                       "what is queued")
     return off.render(row.event) or ""
 
 

@@ -141,6 +141,23 @@ def ledger_running(rows: Iterable[LedgerRow], now: float | None = None,
     return _ledger_rows(rows, "running", status, activity, ledger)
 
 
+def ledger_queued(rows: Iterable[LedgerRow], now: float | None = None, ledger: Any = None) -> RenderableType:
+    """Queued rows, first queued first: their place, how long they wait, for whom (the owner
+    that starts them, or ``offload worker``)."""
+    now = time.time() if now is None else now
+    place = iter(range(1, 1_000_000))
+
+    def status(rec: dict[str, Any]) -> str:
+        if not rec["owner_pid"]:
+            who = "for an `offload worker`"
+        else:
+            fate = {"running": "alive", "exited": "dead: any live owner of this ledger starts it"}.get(rec["owner"] or "", "-")
+            host = f" on {rec['owner_host']}" if rec.get("owner_host") else ""
+            who = f"for a free slot of owner {rec['owner_pid']}{host} ({fate})"
+        return f"queued {_age(rec['dispatched_at'], now)}  #{next(place)} in line  {who}"
+    return _ledger_rows(rows, "queued", status, None, ledger)
+
+
 def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = None) -> RenderableType:
     """Finished rows: state, when, delivery state and attempts; for a pending one, who delivers it."""
     now = time.time() if now is None else now
@@ -164,11 +181,13 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
 
 
 def session_roster(items: list[dict[str, Any]], running: list[LedgerRow], pending: list[LedgerRow],
-                   settled: list[LedgerRow]) -> RenderableType:
-    """``/agents``: the units this process runs (live), then the session's other delegations as the
-    ledger has them — run by another process, awaiting delivery, delivered — so a resumed chat
-    shows its history too."""
-    parts = [live_roster(items)] if items or not (running or pending or settled) else []
+                   settled: list[LedgerRow], queued: list[LedgerRow] | None = None) -> RenderableType:
+    """``/agents``: the units this process runs or holds queued (live), then the session's other
+    delegations as the ledger has them — queued or run by another process, awaiting delivery,
+    delivered — so a resumed chat shows its history too."""
+    parts = [live_roster(items)] if items or not (running or pending or settled or queued) else []
+    if queued:
+        parts.append(ledger_queued(queued))
     if running:
         parts.append(ledger_running(running))
     if pending:
@@ -304,7 +323,8 @@ def _describe_handle(handle: dict[str, Any]) -> str:
         if len(units) > 1:  # each unit reports on its own
             return (f"↳ delegated {handle.get('count', '?')} task(s) in the background, reporting in {len(units)} "
                     f"parts: {', '.join(_unit_label(u) for u in units)}")
-        return f"↳ delegated {handle.get('count', '?')} task(s) in the background: {handle.get('delegation_id')}"
+        queued = " (queued: every background slot is busy; it starts when one frees)" if handle.get("state") == "queued" else ""
+        return f"↳ delegated {handle.get('count', '?')} task(s) in the background: {handle.get('delegation_id')}{queued}"
     if status == "error":
         return f"↳ delegate_task refused: {handle.get('error')}"
     count = len(handle.get("results") or [])

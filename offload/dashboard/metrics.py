@@ -87,7 +87,7 @@ def _gauges(counts: UnitCounts, died: int) -> Iterator[GaugeMetricFamily]:
     awaiting = sum(n for (s, d), n in now.items() if s not in UNFINISHED and d == "pending")
     yield GaugeMetricFamily("offload_units_running", "Units running now (in a live owner process)",
                             value=running - died)
-    yield GaugeMetricFamily("offload_units_queued", "Units waiting in the ledger for an offload worker",
+    yield GaugeMetricFamily("offload_units_queued", "Units waiting in the ledger to start (for a free slot, or an offload worker)",
                             value=sum(n for (s, _d), n in now.items() if s == QUEUED))
     yield GaugeMetricFamily("offload_units_awaiting_delivery", "Finished units whose result is not yet "
                             "delivered", value=awaiting)

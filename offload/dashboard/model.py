@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from offload import activity, result
-from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, RUNNING, UNFINISHED, UNIT_STATES, UNKNOWN, child_state,
-                                   unit_state)
+from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, QUEUED, RUNNING, UNFINISHED, UNIT_STATES, UNKNOWN,
+                                   child_state, unit_state)
 from offload.ledger import DelegationLedger, JournalEntry, LedgerError, LedgerRow
 from offload.ledger import queries as ledger_queries
 from offload.ledger_rows import owner_host, owner_state, row_state
@@ -36,8 +36,9 @@ DELIVERY_STATES = ("pending", "delivered", "dropped")
 
 
 def ledger_rows(ledger: DelegationLedger, settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
-    """Every row the ledger reports: running, awaiting delivery, and settled (newest first)."""
-    return [*ledger_queries.running_rows(ledger), *ledger_queries.pending_rows(ledger),
+    """Every row the ledger reports: queued, running, awaiting delivery, and settled (newest first)."""
+    return [*ledger_queries.queued_rows(ledger), *ledger_queries.running_rows(ledger),
+            *ledger_queries.pending_rows(ledger),
             *ledger_queries.settled_rows(ledger, settled_limit)]
 
 
@@ -71,15 +72,16 @@ def _child_goals(task: dict[str, Any]) -> list[tuple[int, str]]:
 
 
 def _children(task: dict[str, Any], result: dict[str, Any], live: dict[str, Any] | None,
-              unit_live: bool) -> list[dict[str, Any]]:
+              unit_live: str | None) -> list[dict[str, Any]]:
     """One dict per child: goal, state and summary once finished, live activity while running;
-    a child of a finished unit that left no result is ``unknown``."""
+    ``unit_live``: the state of a child not reported yet (``running``, or ``queued`` while its
+    unit waits to start), None once the unit finished (such a child is ``unknown``)."""
     finished = {r.get("task_index"): r for r in (result.get("results") or []) if isinstance(r, dict)}
     activity = list((live or {}).get("children_activity") or [])
     children = []
     for position, (index, goal) in enumerate(_child_goals(task)):
         entry = finished.get(index) or ({} if task.get("is_batch") else _single_result(result))
-        status = child_state(entry.get("status")) if entry else (RUNNING if unit_live else UNKNOWN)
+        status = child_state(entry.get("status")) if entry else (unit_live or UNKNOWN)
         child = {"index": index, "number": index + 1, "goal": goal, "status": status,
                  "summary": entry.get("summary"), "error": entry.get("error"), "api_calls": entry.get("api_calls"),
                  "duration_s": entry.get("duration_seconds"), "current_tool": None, "idle_s": None}
@@ -120,16 +122,19 @@ def _unit(ledger: DelegationLedger, row: LedgerRow | None, live: dict[str, Any] 
         "delivery_state": row.delivery_state if row else "in memory",
         "delivery_attempts": row.delivery_attempts if row else 0,
         "drop_reason": row.drop_reason if row else None,
-        "children": _children(task, result, live or remote, status in UNFINISHED),
+        "children": _children(task, result, live or remote,
+                              (QUEUED if status == QUEUED else RUNNING) if status in UNFINISHED else None),
     }
 
 
 def roster(off: Offload, now: float | None = None, recent_s: float = RECENT_S) -> list[dict[str, Any]]:
-    """Running units of every process, plus units finished in the last ``recent_s``; newest first."""
+    """Queued and running units of every process, plus units finished in the last ``recent_s``;
+    newest first."""
     now = time.time() if now is None else now
     ledger = off.ledger()
     live = {item["delegation_id"]: item for item in off.engine.list()}
-    rows = {row.delegation_id: row for row in ledger_queries.running_rows(ledger)}
+    rows = {row.delegation_id: row
+            for row in [*ledger_queries.queued_rows(ledger), *ledger_queries.running_rows(ledger)]}
     for row in [*ledger_queries.pending_rows(ledger), *ledger_queries.settled_rows(ledger, 200)]:
         if (row.completed_at or 0) >= now - recent_s:
             rows.setdefault(row.delegation_id, row)

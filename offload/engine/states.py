@@ -3,11 +3,12 @@ from children to unit. Every surface takes its words from here: events and ledge
 CLI views and ``--json``, the dashboard, the renderer's headline, the gateway and telemetry
 (``docs/vocabulary.md`` is the user's page for them).
 
-A child is ``running`` until it ends ``completed``, ``failed`` (it ran and did not succeed),
+A child is ``queued`` while its unit waits to start, then ``running`` until it ends ``completed``, ``failed`` (it ran and did not succeed),
 ``error`` (it could not run: building or running it raised), ``interrupted`` (stopped),
 ``stalled`` (the stall monitor gave up on it) or ``unknown`` (its owner exited first).
 A unit goes (``queued`` →) ``running`` → (``stalling`` →) ``finalizing`` → one terminal state
-(``queued``: with ``delegation.run_on: workers``, waiting in the ledger for an ``offload worker``):
+(``queued``: waiting in the ledger for a free slot, ``delegation.at_capacity: queue``, or for
+an ``offload worker``, ``delegation.run_on: workers``; it holds no slot and never stalls):
 
 - ``completed``   every child completed;
 - ``partial``     some children completed, the others did not;
@@ -28,7 +29,7 @@ QUEUED, RUNNING, STALLING, FINALIZING = "queued", "running", "stalling", "finali
 COMPLETED, PARTIAL, FAILED, ERROR = "completed", "partial", "failed", "error"
 INTERRUPTED, STALLED, UNKNOWN = "interrupted", "stalled", "unknown"
 
-CHILD_STATES = (RUNNING, COMPLETED, FAILED, ERROR, INTERRUPTED, STALLED, UNKNOWN)
+CHILD_STATES = (QUEUED, RUNNING, COMPLETED, FAILED, ERROR, INTERRUPTED, STALLED, UNKNOWN)
 TERMINAL_UNIT_STATES = (COMPLETED, PARTIAL, FAILED, ERROR, INTERRUPTED, STALLED, UNKNOWN)
 UNIT_STATES = (QUEUED, RUNNING, STALLING, FINALIZING, *TERMINAL_UNIT_STATES)
 ENGINE_ENDED = frozenset({STALLED, UNKNOWN})  # set on the whole unit, not derived from children
@@ -66,9 +67,9 @@ def unit_state_of(children: Iterable[Any], *, error: Any = None) -> str:
     """The rule: the terminal state of a unit whose children ended with ``children`` (raw words).
 
     With no child result at all, the unit is ``error`` if it carries one (it could not run its
-    children), else its outcome is ``unknown``. A child still ``running`` in a finished unit
-    counts as unknown."""
-    states = [UNKNOWN if (s := child_state(word)) == RUNNING else s for word in children]
+    children), else its outcome is ``unknown``. A child still ``queued`` or ``running`` in a
+    finished unit counts as unknown."""
+    states = [UNKNOWN if (s := child_state(word)) in (QUEUED, RUNNING) else s for word in children]
     if not states:
         return ERROR if error else UNKNOWN
     done = states.count(COMPLETED)

@@ -1,6 +1,6 @@
 """Read-only views of a delegation ledger for UIs that cannot see the engine's in-memory
 records (``offload agents``, ``offload inbox``, the dashboard, another process): rows still
-running, rows awaiting delivery, recently settled rows, and the counts ``/metrics`` reports.
+running or queued, rows awaiting delivery, recently settled rows, and the counts ``/metrics`` reports.
 
 Invariants: nothing here writes, and nothing creates a ledger that does not exist (an empty
 list is returned instead). A ledger that cannot be named because the settings are broken is
@@ -24,6 +24,12 @@ def existing_ledger(ledger: DelegationLedger) -> DelegationLedger | None:
 def running_rows(ledger: DelegationLedger) -> list[LedgerRow]:
     found = existing_ledger(ledger)
     return found.running_rows() if found else []
+
+
+def queued_rows(ledger: DelegationLedger) -> list[LedgerRow]:
+    """Units waiting to start (the admission queue, or for ``offload worker``), first queued first."""
+    found = existing_ledger(ledger)
+    return found.queued_rows() if found else []
 
 
 def pending_rows(ledger: DelegationLedger) -> list[LedgerRow]:

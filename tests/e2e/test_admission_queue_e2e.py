@@ -1,0 +1,148 @@
+"""The admission queue end to end (issue 29 item 3), as a user drives it with the scripted
+model: a chat at capacity queues its second delegation (the handle, ``/agents``, ``offload
+agents --json`` from another process, the dashboard's roster say ``queued``) and starts it
+when the slot frees; a chat killed with a unit queued leaves the row to the next process --
+``offload run --resume`` after a restart, or another live owner of the same ledger -- which
+starts it, rebuilt from the ledger, and the result reaches its session."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from offload.testing.demo_script import last_role, request_role, subagent_goal
+from offload.testing.model_server import last_message_text, text_reply, tool_call_reply
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, offload
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+QUEUED_RE = r"delegated 1 task\(s\) in the background: (deleg_[0-9a-f]+) \(queued"
+
+
+def two_calls_parent(child):
+    """A parent that delegates the goal named in each user message ("delegate: GOAL")."""
+    def script(request):
+        if request_role(request) == "subagent":
+            return child(request)
+        if last_role(request) == "tool":
+            return text_reply("Started it.")
+        text = last_message_text(request)
+        if text.startswith("[ASYNC DELEGATION"):
+            return text_reply("Result noted.")
+        return tool_call_reply("delegate_task", {"goal": text.split("delegate: ", 1)[1].strip()})
+    return script
+
+
+def gated_child(release: threading.Event):
+    def child(request):
+        if subagent_goal(request).startswith("slow"):
+            release.wait(60)
+        return text_reply(f"finished {subagent_goal(request)}")
+    return child
+
+
+def agents_json() -> dict:
+    done = offload("agents", "--json")
+    assert done.returncode == 0, done
+    return json.loads(done.stdout)
+
+
+def wait_until(check, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    pytest.fail("the condition did not hold in time")
+
+
+def test_a_chat_at_capacity_queues_the_call_shows_it_queued_everywhere_and_starts_it_when_the_slot_frees(
+        cli, model_server, write_config):
+    release = threading.Event()
+    server = model_server(two_calls_parent(gated_child(release)))
+    write_config(server, max_concurrent_children=1)
+    chat = cli("chat")
+    try:
+        chat.send("delegate: slow survey of the repo")
+        first = chat.wait_for(HANDLE_RE).group(1)
+        chat.wait_for(r"agent> Started it\.")
+        chat.send("delegate: quick follow-up check")
+        second = chat.wait_for(QUEUED_RE).group(1)
+        mark = chat.mark()
+        chat.send("/agents")
+        chat.wait_for(rf"{second}\s+queued", start=mark)
+
+        listed = agents_json()  # another process reads the ledger
+        [queued] = listed["queued"]
+        assert queued["id"] == second and queued["state"] == "queued"
+        assert [c["status"] for c in queued["children"]] == ["queued"] and queued["owner"] == "running"
+        assert [r["id"] for r in listed["running"]] == [first]
+        assert f"{second}  queued" in offload("agents").stdout and "#1 in line" in offload("agents").stdout
+        inbox = offload("inbox", "--json")
+        assert [r["id"] for r in json.loads(inbox.stdout)["queued"]] == [second]
+        shown = offload("inbox", "--show", second, "--json")
+        assert json.loads(shown.stdout)["state"] == "queued"
+        assert "1 unit(s) queued" in offload("inbox").stdout
+
+        board = cli("dashboard", "--port", "0")
+        url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
+        roster = httpx.get(f"{url}/", timeout=10).text
+        assert f'id="unit-{second}" data-status="queued"' in roster
+    finally:
+        release.set()
+    chat.wait_for(rf"background result {first} landed")
+    chat.wait_for(rf"background result {second} landed")
+    chat.send("/quit")
+    assert chat.finish() == 0
+    done = {r["id"]: r["state"] for r in agents_json()["recent"]}
+    assert done[first] == done[second] == "completed" and agents_json()["queued"] == []
+
+
+def queued_then_killed(cli, server, write_config) -> tuple[str, str, str]:
+    """A chat holding the one slot with a slow child and one unit queued, killed (-9)."""
+    write_config(server, max_concurrent_children=1)
+    chat = cli("chat")
+    sid = chat.wait_for(SESSION_RE).group(1)
+    chat.send("delegate: slow survey of the repo")
+    first = chat.wait_for(HANDLE_RE).group(1)
+    chat.wait_for(r"agent> Started it\.")
+    chat.send("delegate: quick follow-up check")
+    second = chat.wait_for(QUEUED_RE).group(1)
+    chat.wait_for(r"agent> Started it\.", start=chat.mark() - 1)
+    chat.kill()
+    [row] = agents_json()["queued"]
+    assert row["id"] == second and row["owner"] == "exited"
+    return sid, first, second
+
+
+def test_a_restart_finds_the_queued_unit_and_runs_it_for_its_session(cli, model_server, write_config):
+    release = threading.Event()
+    server = model_server(two_calls_parent(gated_child(release)))
+    sid, first, second = queued_then_killed(cli, server, write_config)
+    release.set()  # the killed chat's slow child is gone with it; its unit is recovered as unknown
+    run = offload("run", "--resume", sid, "--json")
+    document = json.loads(run.stdout)  # it exits with the recovered unit's code: that one ended unknown
+    states = {d["id"]: d["state"] for d in document["delegations"]}
+    assert states == {first: "unknown", second: "completed"}, states
+    [queued_doc] = [d for d in document["delegations"] if d["id"] == second]
+    assert queued_doc["children"][0]["summary"] == "finished quick follow-up check"
+    assert agents_json()["queued"] == []
+
+
+def test_another_live_owner_of_the_ledger_starts_the_unit_of_one_that_died(cli, model_server, write_config):
+    release = threading.Event()
+    server = model_server(two_calls_parent(gated_child(release)))
+    write_config(server, max_concurrent_children=1)
+    other = cli("chat")  # a live owner of the same home, in its own session, idle
+    other.wait_for(SESSION_RE)
+    sid, first, second = queued_then_killed(cli, server, write_config)
+    release.set()
+    row = wait_until(lambda: next((r for r in agents_json()["recent"] + agents_json()["pending"]
+                                   if r["id"] == second and r["state"] == "completed"), None))
+    assert row["session"] == sid  # still its own session's result, whoever ran it
+    assert row["owner_pid"] == other.proc.pid
+    other.send("/quit")
+    assert other.finish() == 0
