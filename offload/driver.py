@@ -213,13 +213,18 @@ class SessionDriver:
         """Interrupt this session's background work, including what it dispatched before a
         context compression moved it to its current id."""
         stopped = 0
-        for sid in self.conversation.store.lineage(self.session_id):
+        lineage = set(self.conversation.store.lineage(self.session_id))
+        for sid in lineage:
             stopped += self.runtime.engine.interrupt_session(session_key=sid, parent_session_id=sid, reason=reason)
+        # Units still queued never start: each is reported stopped at once, wherever it was queued.
+        stopped += self.runtime.admission.cancel(
+            lambda row: bool(lineage & {row.origin_session, row.parent_session_id, row.origin_session_id}), reason)
+        self._ledger_rows.forget()
         return stopped + self._stop_elsewhere()
 
     def _stop_elsewhere(self) -> int:
-        """Ask the processes running this session's units elsewhere (workers) to stop them;
-        a unit still queued is left queued (no worker has it to stop)."""
+        """Ask the processes running this session's units elsewhere (workers) to stop them
+        (one still queued was stopped here already)."""
         from offload import control_requests
         from offload.ledger import LedgerError
 

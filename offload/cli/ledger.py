@@ -172,7 +172,7 @@ def delegation_id(view: LedgerView, wanted: str, rows: list[Any] | None = None) 
         exact = view.get(wanted)
         if exact is not None:
             return exact.delegation_id
-        rows = [*view.running(), *view.pending(), *view.settled(1000)]
+        rows = [*view.queued(), *view.running(), *view.pending(), *view.settled(1000)]
     return resolve(wanted, (r.delegation_id for r in rows), kind="delegation", id_prefix="deleg_",
                    listing="offload agents")
 
@@ -258,38 +258,46 @@ STOP_WAIT_S = 15.0
 _POLL_S = 0.1
 
 
-def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running delegation (a unique prefix is enough)"),
+def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running or queued delegation (a unique prefix is enough)"),
          wait_s: float = typer.Option(STOP_WAIT_S, "--wait", min=0, help="seconds to wait for it to stop")) -> None:
     """Stop one running background delegation, in whichever process runs it (chat, run, gateway
-    or worker; on a shared PostgreSQL ledger, on any host).
+    or worker; on a shared PostgreSQL ledger, on any host), or one still queued (it never starts).
 
     Its partial result is still delivered to its session, as with /stop in the chat."""
     from offload.cli.views import Ui
     from offload.ledger_view import LedgerView
 
     with runtime() as off:
-        _stop(Ui(), off.ledger(), LedgerView(off.ledger()), wanted, wait_s)
+        _stop(Ui(), off, LedgerView(off.ledger()), wanted, wait_s)
 
 
-def _stop(ui: Ui, ledger: Any, view: LedgerView, wanted: str, wait_s: float) -> None:
+def _stop(ui: Ui, off: Offload, view: LedgerView, wanted: str, wait_s: float) -> None:
     from offload import control_requests
     from offload.exit_codes import ExitCode
     from offload.ledger import LedgerError
 
-    row = _running_row(view, wanted)
+    ledger = off.ledger()
+    queued = _queued_row(view, wanted)
+    if queued is not None:  # nobody runs it: stopped here, reported as a result of its session
+        if not off.admission.cancel(lambda r: r.delegation_id == queued.delegation_id, "stopped with offload stop"):
+            raise CliError(f"{queued.delegation_id} started meanwhile; run `offload stop {queued.delegation_id}` again")
+        row = queued
+    else:
+        row = _running_row(view, wanted)
     owner = control_requests.owner_label(row)
-    if control_requests.owner_gone(ledger, row):
+    if queued is None and control_requests.owner_gone(ledger, row):
         raise CliError(f"{row.delegation_id} is not running any more: its owner ({owner}) exited; "
                        "`offload inbox` recovers it")
     try:
-        control_requests.request(ledger, row.delegation_id, ttl_s=wait_s + 1.0)
+        if queued is None:
+            control_requests.request(ledger, row.delegation_id, ttl_s=wait_s + 1.0)
     except LedgerError as exc:
         raise CliError(f"{exc}; stop it in the process that runs it ({owner}) instead") from exc
     try:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             now = view.get(row.delegation_id)
-            if now is None or now.state != "running":
+            if now is None or now.state not in ("running", "queued"):
                 ui.say(f"stopped {row.delegation_id}; its partial result goes to session "
                        f"{row.parent_session_id or row.origin_session}")
                 return
@@ -299,6 +307,16 @@ def _stop(ui: Ui, ledger: Any, view: LedgerView, wanted: str, wait_s: float) -> 
     ui.error(f"{row.delegation_id} did not stop within {wait_s:g} s: its owner ({owner}) did not act on the "
              "request; is it an offload older than this one? Stop it there.")
     raise typer.Exit(ExitCode.ERROR)
+
+
+def _queued_row(view: LedgerView, wanted: str) -> Any:
+    """The queued row ``wanted`` names (an id or a unique prefix of one), else None."""
+    queued = view.queued()
+    try:
+        full_id = delegation_id(view, wanted, queued) if queued else None
+    except CliError:
+        return None
+    return next((r for r in queued if r.delegation_id == full_id), None)
 
 
 def _running_row(view: LedgerView, wanted: str) -> Any:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 FOREIGN_CHECK_S = 2.0  # how often a consumer looks for queued rows of owners that died
+_NEVER_FULL = 1 << 30  # the capacity passed where a unit must never be refused for it
 
 _NOTE = ("All {cap} background slots are busy (delegation.max_concurrent_children), so this is QUEUED: it starts by "
          "itself when a slot frees, and each result arrives as a new message after you END YOUR TURN; do not poll "
@@ -57,6 +58,7 @@ class Held:
     origin: Origin
     slot_key: str | None
     row: DispatchRow
+    written_at: float | None = None  # monotonic, once its row is in the ledger
 
 
 class Admission:
@@ -98,6 +100,7 @@ class Admission:
                 self._held[unit_id] = Held(unit, origin, slot_key, row)
             try:
                 ledger.enqueue_unit(row, now, held=True)
+                self._held[unit_id].written_at = time.monotonic()
             except LedgerError as exc:
                 with self._lock:
                     self._held.pop(unit_id, None)
@@ -156,10 +159,15 @@ class Admission:
     def _pump(self) -> int:
         cfg = DelegationConfig.model_validate(self.config())
         cap, engine, ledger = cfg.max_concurrent_children, self.tool.engine, self.ledger()
-        if not engine.has_room(cap) or not ledger.exists():
+        if not ledger.exists():
+            return 0
+        read_at = time.monotonic()
+        queued = ledger.queued_rows()
+        self._forget_taken({row.delegation_id for row in queued}, read_at)
+        if not engine.has_room(cap):
             return 0
         started = 0
-        for row in ledger.queued_rows():
+        for row in queued:
             if not self._may_start(ledger, row):
                 continue
             slot_key = (row.task or {}).get("slot_key")
@@ -172,6 +180,15 @@ class Admission:
                 break
             started += 1
         return started
+
+    def _forget_taken(self, queued_ids: set[str], read_at: float) -> None:
+        """Drop held units whose row left the queue without this process (stopped by ``offload
+        stop``, or taken by another owner): it will never start them, so nobody waits on them."""
+        with self._lock:
+            for unit_id, held in list(self._held.items()):
+                if (unit_id not in queued_ids and unit_id not in self._starting
+                        and held.written_at is not None and held.written_at < read_at):
+                    del self._held[unit_id]
 
     def _may_start(self, ledger: DelegationLedger, row: LedgerRow) -> bool:
         if row.owner_pid is None:
@@ -214,6 +231,52 @@ class Admission:
         finally:
             with self._lock:
                 self._starting.pop(row.delegation_id, None)
+
+    # -- stopping ---------------------------------------------------------------------------------
+    def cancel(self, selected: Callable[[LedgerRow], bool], reason: str) -> int:
+        """Stop the queued units ``selected`` picks, whoever queued them: each is taken from the
+        queue (one owner wins it) and reported at once, its children ``interrupted`` without
+        having run, as a result of its own session. How many were stopped; never raises."""
+        try:
+            ledger = self.ledger()
+            rows = [row for row in ledger.queued_rows() if selected(row)] if ledger.exists() else []
+        except LedgerError:
+            logger.warning("cannot read the queued units to stop them", exc_info=True)
+            return 0
+        stopped = 0
+        for row in rows:
+            try:
+                taken = ledger.claim_queued(row.delegation_id, time.time(), current_owner(), _NEVER_FULL)
+                if taken is None:
+                    continue  # started or stopped meanwhile
+                with self._lock:
+                    self._held.pop(row.delegation_id, None)
+                    self._adopted.discard(row.delegation_id)
+                stopped += self._report_stopped(taken, reason)
+            except Exception:
+                logger.warning("stopping queued unit %s failed", row.delegation_id, exc_info=True)
+        return stopped
+
+    def _report_stopped(self, row: LedgerRow, reason: str) -> int:
+        from offload.engine.units import batch_spec
+
+        spec = row.task or {}
+        goals = [str(g) for g in spec.get("goals") or []] or [str(spec.get("goal") or "")]
+        indexes = [int(i) for i in spec.get("task_indexes") or range(len(goals))]
+        error = f"stopped before it started ({reason}); it never ran"
+        entries = [{"task_index": i, "status": "interrupted", "summary": None, "error": error} for i in indexes]
+        unit = batch_spec(goals, indexes, role=spec.get("role") or "leaf", model=spec.get("model"),
+                          delegation_id=row.delegation_id, subagent_config=spec.get("subagent_config"),
+                          origin=queued_origin(row))
+        # It never runs: the engine only records and reports it, so it may take one slot past the cap.
+        cap = DelegationConfig.model_validate(self.config()).max_concurrent_children + 1
+        res = self.tool.engine.dispatch(unit, lambda: {"results": entries, "total_duration_seconds": 0}, cap)
+        if res.get("status") == "dispatched":
+            return 1
+        with self._lock:
+            self._adopted.add(row.delegation_id)  # taken by this owner: it starts it later
+        self.ledger().requeue_unit(_as_dispatch(row), time.time())
+        return 0
 
     # -- views ------------------------------------------------------------------------------------
     def items(self) -> list[dict[str, Any]]:

@@ -172,3 +172,21 @@ def test_a_row_this_process_cannot_rebuild_goes_back_to_the_queue_not_left_runni
     monkeypatch.setattr(off, "_queue_parent", lambda: FakeParent())
     assert off.admission.pump(foreign=True) == 1  # taken over by this process, started once it can
     assert wait_event("deleg_norebuild")["status"] == "completed"
+
+
+def test_a_stopped_queued_unit_never_starts_and_is_reported_interrupted_to_its_session(monkeypatch):
+    cfg = {"max_concurrent_children": 1}
+    gate = Gate()
+    call(cfg, monkeypatch, goal="hold the only slot", parent_agent=FakeParent(gate))
+    parent = FakeParent(gate)
+    queued = call(cfg, monkeypatch, goal="never to run", parent_agent=parent)["delegation_id"]
+    off = ad.runtime()
+    assert off.admission.cancel(lambda row: row.parent_session_id == "parent-sid", "stopped by the user") == 1
+    evt = wait_event(queued)
+    assert evt["status"] == "interrupted" and evt["session_key"] == "parent-sid"
+    assert "stopped before it started (stopped by the user)" in evt["results"][0]["error"]
+    assert state(queued) == "interrupted" and off.ledger().queued_rows() == []
+    assert off.admission.items() == []
+    gate.release.set()
+    assert parent.built == []  # it never ran, also not once the slot freed
+    assert off.admission.cancel(lambda row: True, "again") == 0

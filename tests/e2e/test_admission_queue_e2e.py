@@ -146,3 +146,29 @@ def test_another_live_owner_of_the_ledger_starts_the_unit_of_one_that_died(cli, 
     assert row["owner_pid"] == other.proc.pid
     other.send("/quit")
     assert other.finish() == 0
+
+
+def test_offload_stop_of_a_queued_unit_reports_it_stopped_to_its_chat_and_it_never_runs(
+        cli, model_server, write_config):
+    release = threading.Event()
+    server = model_server(two_calls_parent(gated_child(release)))
+    write_config(server, max_concurrent_children=1)
+    chat = cli("chat")
+    try:
+        chat.send("delegate: slow survey of the repo")
+        first = chat.wait_for(HANDLE_RE).group(1)
+        chat.wait_for(r"agent> Started it\.")
+        chat.send("delegate: quick follow-up check")
+        second = chat.wait_for(QUEUED_RE).group(1)
+        stopped = offload("stop", second[len("deleg_"):len("deleg_") + 8])  # a prefix, as a user types it
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"stopped {second}" in stopped.stdout + stopped.stderr
+        # another process stopped it: the chat reads the result from the ledger
+        chat.wait_for(rf"background result {second} landed \(replayed from the ledger\): Subagent Task Interrupted")
+    finally:
+        release.set()
+    chat.wait_for(rf"background result {first} landed")
+    chat.send("/quit")
+    assert chat.finish() == 0
+    goals = [subagent_goal(r) for r in server.requests if request_role(r) == "subagent"]
+    assert "quick follow-up check" not in goals
