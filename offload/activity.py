@@ -1,7 +1,7 @@
 """Live per-child activity of every process, through the ledger.
 
-API calls, the current tool, seconds since a child's last activity and the stall clock are
-in-memory facts of the process that runs a unit. So each owner publishes a snapshot of its
+API calls, the current tool, seconds since a child's last activity, the last line it wrote,
+its last finished tool call and the stall clock are in-memory facts of the process that runs a unit. So each owner publishes a snapshot of its
 live units (``Publisher``, from ``offload.owner_loop``: at most every ``INTERVAL_S``, only
 units live for at least that long and whose snapshot changed, one batched write), and the
 dashboard and ``offload agents`` read it for units of other processes and hosts
@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 INTERVAL_S = 2.0
 _STALL_KEYS = ("stalled_after_quiet_seconds", "stall_threshold_seconds", "stall_in_tool")
+_PROGRESS_KEYS = ("last_text", "last_tool")  # a child's last line of text and last finished tool call
 
 
 def _at(now: float, seconds_ago: Any) -> float | None:
@@ -39,7 +40,8 @@ def snapshot(item: dict[str, Any], now: float) -> dict[str, Any]:
     for child in item.get("children_activity") or []:
         child = child if isinstance(child, dict) else {}
         children.append({"api_calls": child.get("api_calls"), "current_tool": child.get("current_tool"),
-                         "last_activity_at": _at(now, child.get("seconds_since_activity"))})
+                         "last_activity_at": _at(now, child.get("seconds_since_activity")),
+                         **{k: child[k] for k in _PROGRESS_KEYS if child.get(k)}})
     snap = {"status": item.get("status"), "progress_at": _at(now, item.get("seconds_since_progress")),
             "in_tool": item.get("in_tool"), "children": children,
             "children_finished": sorted(int(i) for i in (item.get("children_finished") or {}))}
@@ -55,7 +57,8 @@ def live_view(snap: dict[str, Any], written_at: float, now: float) -> dict[str, 
     view = {k: snap.get(k) for k in ("status", "in_tool", *_STALL_KEYS) if snap.get(k) is not None}
     view.update(seconds_since_progress=since(snap.get("progress_at")), snapshot_age_s=since(written_at),
                 children_activity=[{"api_calls": c.get("api_calls"), "current_tool": c.get("current_tool"),
-                                    "seconds_since_activity": since(c.get("last_activity_at"))}
+                                    "seconds_since_activity": since(c.get("last_activity_at")),
+                                    **{k: c[k] for k in _PROGRESS_KEYS if c.get(k)}}
                                    for c in snap.get("children") or [] if isinstance(c, dict)])
     return view
 

@@ -13,8 +13,9 @@ unit waits to start). ``state`` is a unit
 state and each child's ``status`` a child state of ``offload.engine.states`` (``row_state``:
 also for a row an older version wrote). ``owner_host``: the
 owner's host on a shared ledger, else null. ``activity_age_s`` (how old the snapshot is) and
-``stall_clock_s``, and on each child of a running row ``api_calls``, ``current_tool`` and
-``seconds_since_activity``: what the owner published (``offload.activity``) while the unit
+``stall_clock_s``, and on each child of a running row ``api_calls``, ``current_tool``,
+``seconds_since_activity``, ``last_text`` (the last line it wrote) and ``last_tool`` (its last
+finished tool call, e.g. ``read_file ok 0.2 s``): what the owner published (``offload.activity``) while the unit
 and that child run, else null.
 """
 from __future__ import annotations
@@ -119,5 +120,6 @@ def _with_activity(kids: list[dict[str, Any]], activity: list[Any]) -> list[dict
         act = activity[position] if position < len(activity) and isinstance(activity[position], dict) else {}
         act = act if child["status"] == "running" else {}
         child.update(api_calls=act.get("api_calls"), current_tool=act.get("current_tool"),
-                     seconds_since_activity=act.get("seconds_since_activity"))
+                     seconds_since_activity=act.get("seconds_since_activity"), last_text=act.get("last_text"),
+                     last_tool=act.get("last_tool"))
     return kids

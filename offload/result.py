@@ -30,6 +30,17 @@ class Tokens:
 
 
 @dataclass(frozen=True)
+class ToolStep:
+    """One tool call of a child, in order: the tool, a summary of its arguments, ``ok`` or
+    ``error``, and how long it took."""
+
+    tool: str
+    args: str
+    outcome: str
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class ChildResult:
     """One child (subagent) of the unit. ``task`` counts from 1, as every view shows it."""
 
@@ -44,6 +55,8 @@ class ChildResult:
     cost_usd: float | None = None
     truncated: bool = False  # the answer was cut off (iteration cap, or the model's length limit)
     exit_reason: str | None = None
+    tool_trace: tuple[ToolStep, ...] | None = None  # its tool calls (null: none recorded, e.g. an older result)
+    tool_trace_dropped: int = 0  # earlier tool calls not kept in the trace
 
 
 @dataclass(frozen=True)
@@ -68,7 +81,8 @@ class DelegationResult:
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready dict (``schema`` first)."""
         data = asdict(self)
-        data["children"] = list(data["children"])
+        data["children"] = [{**child, "tool_trace": None if child["tool_trace"] is None else list(child["tool_trace"])}
+                            for child in data["children"]]
         return {"schema": data.pop("schema"), **data}
 
 
@@ -135,7 +149,16 @@ def _child(index: int, goal: Any, entry: Mapping[str, Any], live: str | None) ->
         duration_s=_number(entry.get("duration_seconds")), api_calls=_count(entry.get("api_calls")),
         tokens=Tokens(_count(tokens.get("input")) or 0, _count(tokens.get("output")) or 0) if tokens else None,
         cost_usd=_number(entry.get("cost_usd")), truncated=is_truncated(dict(entry)),
-        exit_reason=_text(entry.get("exit_reason")))
+        exit_reason=_text(entry.get("exit_reason")), tool_trace=_trace(entry.get("tool_trace")),
+        tool_trace_dropped=_count(entry.get("tool_trace_dropped")) or 0)
+
+
+def _trace(steps: Any) -> tuple[ToolStep, ...] | None:
+    if not isinstance(steps, list):
+        return None
+    return tuple(ToolStep(tool=str(s.get("tool") or ""), args=str(s.get("args") or ""),
+                          outcome=str(s.get("outcome") or "ok"), seconds=_number(s.get("seconds")))
+                 for s in steps if isinstance(s, Mapping))
 
 
 def _label(task: Mapping[str, Any], event: Mapping[str, Any]) -> str:

@@ -52,6 +52,7 @@ class TurnStreamer(Protocol):
         *,
         on_activity: Callable[[], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,  # the answer so far (its tail), as it streams
     ) -> AssistantTurn: ...
 
 
@@ -201,12 +202,17 @@ class AIAgent:
         messages = self._messages
         return list(zip(list(messages.times), list(messages)))
 
+    def touch_activity(self) -> None:
+        """A sign of life from work this agent waits on (its inline subagents): it is not idle."""
+        self._activity.touch()
+
     # --- the loop ---------------------------------------------------------------------------
 
     def run_conversation(self, user_message: str, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Run one user turn to an answer, the iteration budget, an interrupt or an error."""
         run = _Run(_Stamped(self._opening_messages(user_message, history)))
         self._messages = run.messages
+        self._activity.begin_run()
         error: str | None = None
         error_kind: str | None = None  # "model" | "endpoint" | "internal": frontends map it to exit codes
         try:
@@ -263,6 +269,7 @@ class AIAgent:
                     [tool.schema() for tool in self.tools],
                     on_activity=self._activity.touch,
                     should_stop=self._should_stop,
+                    on_text=self._activity.text,
                 )
                 traced.set(**(turn.usage or {}), finish_reason=turn.finish_reason, tool_calls=len(turn.tool_calls))
             return turn
@@ -336,6 +343,7 @@ class AIAgent:
             "model": self.model,
             "interrupted": exit_reason == "interrupted",
             "usage": _usage_of(run),
+            "tool_trace": self._activity.trace(),
         }
 
     # --- children ---------------------------------------------------------------------------

@@ -156,14 +156,16 @@ class LLMClient:
         *,
         on_activity: Callable[[], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> AssistantTurn:
-        """One model call: stream it, retrying 429/5xx/connection failures with backoff."""
+        """One model call: stream it, retrying 429/5xx/connection failures with backoff.
+        ``on_text(tail)``: after each chunk that adds text, the tail of the answer so far."""
         should_stop = should_stop or _never_stop
         for attempt in range(self.max_retries + 1):
             if should_stop():
                 return AssistantTurn("", [], "interrupted")
             try:
-                return self._attempt(messages, tools or [], on_activity, should_stop)
+                return self._attempt(messages, tools or [], on_activity, should_stop, on_text)
             except Exception as exc:  # sorted into retry / fail-fast right below
                 failure = self._classify(exc)
                 if not failure.retryable or attempt == self.max_retries:
@@ -182,10 +184,11 @@ class LLMClient:
         tools: list[dict[str, Any]],
         on_activity: Callable[[], None] | None,
         should_stop: Callable[[], bool],
+        on_text: Callable[[str], None] | None = None,
     ) -> AssistantTurn:
         while True:
             try:
-                return self._read_stream(self._open(messages, tools), on_activity, should_stop)
+                return self._read_stream(self._open(messages, tools), on_activity, should_stop, on_text)
             except HTTPStatusFailure as exc:
                 refused = [name for name in self._optional if exc.status_code == 400 and name in exc.text]
                 if not refused:
@@ -204,7 +207,8 @@ class LLMClient:
                                                       body=body, timeout=self._timeout, on_alive=alive)).start()
 
     def _read_stream(
-        self, pump: StreamPump, on_activity: Callable[[], None] | None, should_stop: Callable[[], bool]
+        self, pump: StreamPump, on_activity: Callable[[], None] | None, should_stop: Callable[[], bool],
+        on_text: Callable[[str], None] | None = None,
     ) -> AssistantTurn:
         assembler = TurnAssembler()
         last_data_at = self._clock()
@@ -224,7 +228,10 @@ class LLMClient:
                     raise value
                 last_data_at = self._clock()
                 if kind == CHUNK:
+                    wrote = assembler.text_chars
                     self._add_chunk(assembler, value)
+                    if on_text is not None and assembler.text_chars != wrote:
+                        _notify(on_text, assembler.text_tail)
                 _notify(on_activity)
         finally:
             pump.abandon()

@@ -54,6 +54,9 @@ class AssistantTurn:
         return self.finish_reason in CUT_OFF_REASONS
 
 
+TAIL_CHARS = 240
+
+
 class TurnAssembler:
     """Accumulates streamed chunks of a single choice into an ``AssistantTurn``."""
 
@@ -64,6 +67,8 @@ class TurnAssembler:
         self._slot_by_index: dict[int, int] = {}
         self._finish_reason: str | None = None
         self._usage: dict[str, int] | None = None
+        self.text_chars = 0  # characters of answer text so far
+        self.text_tail = ""  # its last TAIL_CHARS, kept as it grows (a roster line shows it)
 
     def add(self, chunk: Any) -> None:
         """Fold one streamed chunk (the server's JSON object) in. Raises TypeError on odd shapes."""
@@ -84,6 +89,8 @@ class TurnAssembler:
                 content = _field(delta, "content")
                 if content:
                     self._content.append(str(content))
+                    self.text_chars += len(str(content))
+                    self.text_tail = (self.text_tail + str(content))[-TAIL_CHARS:]
                 for tool_delta in _field(delta, "tool_calls") or []:
                     self._add_tool_delta(tool_delta)
             finish_reason = _field(choice, "finish_reason")

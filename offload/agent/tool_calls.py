@@ -11,7 +11,7 @@ import json
 import logging
 from typing import Any, Callable, Mapping
 
-from offload.agent.activity import ActivityTracker
+from offload.agent.activity import ActivityTracker, summarize_args
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 
 logger = logging.getLogger(__name__)
@@ -36,16 +36,19 @@ def execute_tool_call(
     args_or_error = parse_arguments(name, call.get("arguments_json", ""))
     if isinstance(args_or_error, str):
         return _failed(on_error, args_or_error)
-    activity.tool_started(name)
+    activity.tool_started(name, summarize_args(args_or_error))
+    outcome = "error"
     try:
-        return render_result(tool.handler(args_or_error, ctx))
+        output = render_result(tool.handler(args_or_error, ctx))
+        outcome = "ok"
+        return output
     except ToolError as exc:
         return _failed(on_error, f"Error: {exc}")
     except Exception as exc:  # a tool bug is reported to the model, not raised into the loop
         logger.exception("tool %s raised", name)
         return _failed(on_error, f"Error: {type(exc).__name__}: {exc}")
     finally:
-        activity.tool_finished()
+        activity.tool_finished(outcome)  # its step in the run's tool trace
 
 
 def _failed(on_error: Callable[[str], None], text: str) -> str:

@@ -84,7 +84,17 @@ def _child_state(entry: dict[str, Any] | None, activity: Any) -> str:
         return f"{MARKS[status]} {status:<9} in {_seconds(took)} s"
     activity = activity if isinstance(activity, dict) else {}
     return (f"… running   api calls {activity.get('api_calls', '?')!s:<3} tool {activity.get('current_tool') or '-':<12} "
-            f"idle {_seconds(activity.get('seconds_since_activity')):>5} s")
+            f"idle {_seconds(activity.get('seconds_since_activity')):>5} s{progress_note(activity)}")
+
+
+def progress_note(activity: dict[str, Any]) -> str:
+    """What a running child did last: its last finished tool call and the last line it wrote."""
+    parts = []
+    if activity.get("last_tool"):
+        parts.append(f"last {activity['last_tool']}")
+    if activity.get("last_text"):
+        parts.append(f"“{_clip(activity['last_text'], 60)}”")
+    return ("  " + "  ".join(parts)) if parts else ""
 
 
 # -- ledger views (any process) ---------------------------------------------------------------
@@ -96,7 +106,7 @@ def _child_lines(rec: dict[str, Any]) -> list[Text]:
         doing = ""
         if child.get("api_calls") is not None or child.get("current_tool"):  # published by its owner
             doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "
-                     f"idle {_seconds(child.get('seconds_since_activity'))} s")
+                     f"idle {_seconds(child.get('seconds_since_activity'))} s{progress_note(child)}")
         lines.append(Text(f"      #{child['task']} {mark} {child['status']}{took}{doing}  {_clip(child['goal'])}",
                           style="dim"))
     return lines

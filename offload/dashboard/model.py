@@ -84,11 +84,13 @@ def _children(task: dict[str, Any], result: dict[str, Any], live: dict[str, Any]
         status = child_state(entry.get("status")) if entry else (unit_live or UNKNOWN)
         child = {"index": index, "number": index + 1, "goal": goal, "status": status,
                  "summary": entry.get("summary"), "error": entry.get("error"), "api_calls": entry.get("api_calls"),
-                 "duration_s": entry.get("duration_seconds"), "current_tool": None, "idle_s": None}
+                 "duration_s": entry.get("duration_seconds"), "current_tool": None, "idle_s": None,
+                 "last_text": None, "last_tool": None, "tool_trace": entry.get("tool_trace")}
         if position < len(activity) and isinstance(activity[position], dict) and not entry:
             act = activity[position]
             child.update(api_calls=act.get("api_calls"), current_tool=act.get("current_tool"),
-                         idle_s=act.get("seconds_since_activity"))
+                         idle_s=act.get("seconds_since_activity"), last_text=act.get("last_text"),
+                         last_tool=act.get("last_tool"))
         children.append(child)
     return children
 

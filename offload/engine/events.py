@@ -35,6 +35,8 @@ class ChildResult(TypedDict, total=False):
     truncated: bool
     finish_reason: str
     error_kind: str
+    tool_trace: list[dict[str, Any]]  # its tool calls in order: {"tool", "args", "outcome", "seconds"}
+    tool_trace_dropped: int  # earlier tool calls not kept in the trace
 
 
 class CompletionEvent(TypedDict, total=False):

@@ -109,6 +109,9 @@ def _child_activity(entry: Any) -> dict[str, Any] | None:
     activity: dict[str, Any] = {"api_calls": entry[0], "current_tool": entry[1]}
     if len(entry) > 2 and isinstance(entry[2], (int, float)) and not isinstance(entry[2], bool):
         activity["seconds_since_activity"] = round(max(0.0, time.time() - entry[2]), 1)
+    for position, key in ((3, "last_text"), (4, "last_tool")):  # what it last wrote, its last tool call
+        if len(entry) > position and isinstance(entry[position], str):
+            activity[key] = entry[position]
     return activity
 
 

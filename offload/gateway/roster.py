@@ -15,6 +15,7 @@ from offload.gateway.platform import Platform, Route
 
 logger = logging.getLogger(__name__)
 HEADER = "Background agents"
+_PROGRESS = (("last_tool", "last"), ("last_text", "writing:"))  # what a child did last, as the chat's roster shows it
 
 
 def roster_text(items: list[dict[str, Any]]) -> str:
@@ -26,7 +27,8 @@ def roster_text(items: list[dict[str, Any]]) -> str:
         lines.append(f"{item.get('delegation_id')} {unit_state(item.get('status'))}: {goal}")
         for n, activity in enumerate(item.get("children_activity") or [], 1):
             if isinstance(activity, dict):
-                lines.append(f"  #{n} api calls {activity.get('api_calls', '?')}, tool {activity.get('current_tool') or '-'}")
+                lines.append(f"  #{n} api calls {activity.get('api_calls', '?')}, tool {activity.get('current_tool') or '-'}"
+                             + "".join(f", {label} {activity[key]}" for key, label in _PROGRESS if activity.get(key)))
     return "\n".join(lines)
 
 

@@ -75,7 +75,19 @@ def run_single_child(task_index: int, goal: str, child: Any = None, parent_agent
         entry["error"] = str(out["error"])
     elif status == "failed":
         entry["error"] = "the subagent ended without a usable summary"
+    entry.update(trace_fields(out.get("tool_trace")))
     return entry
+
+
+def trace_fields(trace: Any) -> dict[str, Any]:
+    """A result entry's compact tool trace (``tool_trace``: tool, args summary, outcome, seconds
+    per call, in order; ``tool_trace_dropped``: earlier calls not kept), from the child's run."""
+    if not isinstance(trace, dict) or not isinstance(trace.get("steps"), list):
+        return {}
+    fields: dict[str, Any] = {"tool_trace": [step for step in trace["steps"] if isinstance(step, dict)]}
+    if trace.get("dropped"):
+        fields["tool_trace_dropped"] = int(trace["dropped"])
+    return fields
 
 
 def fabricated_entry(task_index: int, status: str, error: str, child: Any, started: float) -> dict[str, Any]:

@@ -94,7 +94,10 @@ def _build(unit: Batch, pos: int, index: int, attach: bool) -> Any:
 def _collect(unit: Batch, done: queue.Queue, on_entry, honor_parent_interrupt: bool) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     deadline = None
+    heartbeat = _Heartbeat(unit) if honor_parent_interrupt else None
     while len(entries) < len(unit.indexes):
+        if heartbeat is not None:
+            heartbeat.beat()
         try:
             entry = done.get(timeout=_POLL_S)
         except queue.Empty:
@@ -113,6 +116,26 @@ def _collect(unit: Batch, done: queue.Queue, on_entry, honor_parent_interrupt: b
             entries.append(fabricated_entry(index, "interrupted", "the parent was interrupted", child,
                                                 time.monotonic()))
     return entries
+
+
+class _Heartbeat:
+    """Inline children belong to the parent's turn: while they make progress, so does the parent
+    (its ``touch_activity``), so a parent waiting on them is never judged idle or stalled."""
+
+    def __init__(self, unit: Batch) -> None:
+        self.sample, self.touch = progress_token(unit.children), getattr(unit.parent, "touch_activity", None)
+        self.last: Any = None
+
+    def beat(self) -> None:
+        if not callable(self.touch):
+            return  # a parent without an activity clock (a test double, a hermes agent)
+        token = self.sample()[0]
+        if token != self.last:
+            self.last = token
+            try:
+                self.touch()
+            except Exception:  # a sign of life is best effort
+                pass
 
 
 def stop(unit: Batch) -> None:
@@ -143,7 +166,8 @@ def transcript_reader(unit: Batch) -> Callable[[], list[tuple[int, list[tuple[fl
 
 
 def progress_token(children: list[Any]) -> Callable[[], tuple[tuple, bool]]:
-    """The stall monitor's sampler: one entry per child (None while unbuilt or unreadable)."""
+    """The stall monitor's (and the rosters') sampler: one entry per child (None while unbuilt or
+    unreadable): API calls, current tool, last activity, the last line it wrote, its last tool call."""
     def sample() -> tuple[tuple, bool]:
         token, in_tool = [], False
         for child in list(children):
@@ -156,9 +180,19 @@ def progress_token(children: list[Any]) -> Callable[[], tuple[tuple, bool]]:
                 continue
             tool = summary.get("current_tool")
             in_tool = in_tool or bool(tool)
-            token.append((summary.get("api_call_count"), tool, summary.get("last_activity_ts")))
+            token.append((summary.get("api_call_count"), tool, summary.get("last_activity_ts"),
+                          summary.get("last_text"), _step_label(summary.get("last_tool"))))
         return tuple(token), in_tool
     return sample
+
+
+def _step_label(step: Any) -> str | None:
+    """A finished tool call as a roster shows it: ``read_file ok 0.2 s``."""
+    if not isinstance(step, dict) or not step.get("tool"):
+        return None
+    seconds = step.get("seconds")
+    took = f" {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
+    return f"{step['tool']} {step.get('outcome') or 'ok'}{took}"
 
 
 def detach(unit: Batch) -> None:

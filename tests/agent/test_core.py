@@ -18,7 +18,7 @@ from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 
 RESULT_KEYS = {
     "final_response", "completed", "exit_reason", "api_calls", "messages", "error", "model", "interrupted", "usage",
-    "error_kind", "truncated", "finish_reason",
+    "error_kind", "truncated", "finish_reason", "tool_trace",
 }
 
 
@@ -32,7 +32,7 @@ class ScriptedLLM:
         self._turns = list(turns)
         self.requests: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
 
-    def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None) -> AssistantTurn:
+    def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None, on_text=None) -> AssistantTurn:
         self.requests.append((json.loads(json.dumps(messages)), tools))
         if not self._turns:
             raise AssertionError("the agent made more model calls than scripted")

@@ -86,7 +86,7 @@ class Model:
     def __init__(self):
         self.requests = []
 
-    def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None):
+    def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None, on_text=None):
         self.requests.append(messages)
         if messages[0]["content"] == compression.SUMMARIZER_PROMPT:
             return AssistantTurn("SUMMARY: counted one to three", [], "stop", None)

@@ -73,7 +73,7 @@ def test_malformed_events_add_nothing(evt):
 
 def test_the_agent_totals_its_own_runs_and_what_its_subagents_add(tmp_path):
     class OneAnswer:
-        def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None):
+        def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None, on_text=None):
             return AssistantTurn("ok", [], "stop", {"prompt_tokens": 10, "completion_tokens": 2, "cost_usd": 0.25})
 
     agent = AIAgent(model="m", base_url=None, api_key=None, toolsets=[], workspace=tmp_path, llm=OneAnswer())

@@ -57,12 +57,13 @@ def test_agents_json_has_the_documented_keys_and_per_child_status():
     done = offload("agents", "--json")
     assert done.returncode == 0, done
     data = json.loads(done.stdout)
-    assert set(data) == {"running", "pending", "recent"}
+    assert set(data) == {"running", "queued", "pending", "recent"} and data["queued"] == []
     [row] = data["running"]
     assert {"id", "session", "label", "state", "dispatched_at", "completed_at", "delivery_state",
             "delivery_attempts", "owner_pid", "owner", "children"} <= set(row)
     assert (row["id"], row["session"], row["state"], row["owner"]) == ("deleg_abc123", "sess_j", "running", "running")
-    idle = {"api_calls": None, "current_tool": None, "seconds_since_activity": None}  # nothing published
+    idle = {"api_calls": None, "current_tool": None, "seconds_since_activity": None,  # nothing published
+            "last_text": None, "last_tool": None}
     assert row["children"] == [
         {"task": 1, "goal": "alpha", "status": "running", "duration_seconds": None, **idle},
         {"task": 2, "goal": "beta", "status": "completed", "duration_seconds": 0.03, **idle},  # done: no idle clock

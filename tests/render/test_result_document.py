@@ -9,7 +9,7 @@ from offload.result import SCHEMA, from_event, from_row, run_document
 KEYS = ["schema", "id", "session", "label", "state", "children", "group", "text", "error", "dispatched_at",
         "completed_at", "delivery_state", "delivery_attempts", "delivered_at"]
 CHILD_KEYS = ["task", "goal", "state", "summary", "error", "duration_s", "api_calls", "tokens", "cost_usd",
-              "truncated", "exit_reason"]
+              "truncated", "exit_reason", "tool_trace", "tool_trace_dropped"]
 
 
 def _stopped_fan_out(**over):
@@ -18,7 +18,10 @@ def _stopped_fan_out(**over):
            "session_key": "agent:main", "dispatched_at": 100.0, "completed_at": 130.0,
            "results": [{"task_index": 0, "status": "completed", "summary": "a done", "duration_seconds": 1.5,
                         "api_calls": 2, "tokens": {"input": 10, "output": 3}, "cost_usd": 0.01,
-                        "exit_reason": "max_iterations", "truncated": True},
+                        "exit_reason": "max_iterations", "truncated": True,
+                        "tool_trace": [{"tool": "read_file", "args": 'path="a.py"', "outcome": "ok", "seconds": 0.25},
+                                       {"tool": "run_command", "args": 'command="pytest"', "outcome": "error",
+                                        "seconds": 3.5}], "tool_trace_dropped": 4},
                        {"task_index": 1, "status": "interrupted", "summary": None, "error": "stopped"}]}
     evt.update(over)
     return evt
@@ -32,7 +35,11 @@ def test_an_event_becomes_the_document_with_every_key_and_todays_words():
     assert list(first) == CHILD_KEYS
     assert first == {"task": 1, "goal": "a", "state": "completed", "summary": "a done", "error": None,
                      "duration_s": 1.5, "api_calls": 2, "tokens": {"input": 10, "output": 3}, "cost_usd": 0.01,
-                     "truncated": True, "exit_reason": "max_iterations"}
+                     "truncated": True, "exit_reason": "max_iterations",
+                     "tool_trace": [{"tool": "read_file", "args": 'path="a.py"', "outcome": "ok", "seconds": 0.25},
+                                    {"tool": "run_command", "args": 'command="pytest"', "outcome": "error",
+                                     "seconds": 3.5}], "tool_trace_dropped": 4}
+    assert (second["tool_trace"], second["tool_trace_dropped"]) == (None, 0)  # none recorded (an older result)
     assert (second["task"], second["state"], second["error"], second["truncated"]) == (2, "interrupted", "stopped", False)
     assert doc["text"].startswith("[ASYNC DELEGATION BATCH COMPLETE — deleg_1]")
     assert "Outcome: partial — 1 of 2 tasks completed (1 truncated: may be incomplete), 1 interrupted" in doc["text"]
@@ -47,7 +54,8 @@ def test_a_single_task_event_carries_its_one_child_at_the_top_level():
     assert doc["state"] == "error" and doc["session"] is None and doc["label"] == "compute"
     assert doc["children"] == [{"task": 1, "goal": "compute", "state": "error", "summary": None,
                                 "error": "RuntimeError: x", "duration_s": 0.2, "api_calls": 0, "tokens": None,
-                                "cost_usd": None, "truncated": False, "exit_reason": None}]
+                                "cost_usd": None, "truncated": False, "exit_reason": None, "tool_trace": None,
+                                "tool_trace_dropped": 0}]
 
 
 def test_a_running_row_lists_the_children_recorded_so_far_and_no_text():
