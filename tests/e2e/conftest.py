@@ -146,6 +146,18 @@ def write_config(_isolated_hermes_home, workspace) -> Callable[..., dict]:
     return write
 
 
+def until(check: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
+    """Poll ``check()`` until it returns something true (another process writes on its own
+    schedule: there is no event to wait on); fail naming ``what`` when it does not in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"{what} within {timeout_s:g} s")
+
+
 SESSION_RE = r"session (sess_[0-9a-f]+)"
 HANDLE_RE = r"delegated \d+ task\(s\) in the background: (deleg_[0-9a-f]+)"
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import httpx
 import pytest
 
 from offload.testing.demo_script import last_role, request_role, subagent_goal
 from offload.testing.model_server import last_message_text, text_reply, tool_call_reply
-from tests.e2e.conftest import HANDLE_RE, SESSION_RE, offload
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, offload, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 QUEUED_RE = r"delegated 1 task\(s\) in the background: (deleg_[0-9a-f]+) \(queued"
@@ -49,28 +48,27 @@ def agents_json() -> dict:
     return json.loads(done.stdout)
 
 
-def wait_until(check, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    pytest.fail("the condition did not hold in time")
+def at_capacity(cli, server, write_config):
+    """A chat whose one slot is held by a slow child, with a second delegation queued behind it."""
+    write_config(server, max_concurrent_children=1)
+    chat = cli("chat")
+    sid = chat.wait_for(SESSION_RE).group(1)
+    chat.send("delegate: slow survey of the repo")
+    first = chat.wait_for(HANDLE_RE).group(1)
+    chat.wait_for(r"agent> Started it\.")
+    mark = chat.mark()
+    chat.send("delegate: quick follow-up check")
+    second = chat.wait_for(QUEUED_RE, start=mark).group(1)
+    chat.wait_for(r"agent> Started it\.", start=mark)
+    return chat, sid, first, second
 
 
 def test_a_chat_at_capacity_queues_the_call_shows_it_queued_everywhere_and_starts_it_when_the_slot_frees(
         cli, model_server, write_config):
     release = threading.Event()
     server = model_server(two_calls_parent(gated_child(release)))
-    write_config(server, max_concurrent_children=1)
-    chat = cli("chat")
+    chat, _sid, first, second = at_capacity(cli, server, write_config)
     try:
-        chat.send("delegate: slow survey of the repo")
-        first = chat.wait_for(HANDLE_RE).group(1)
-        chat.wait_for(r"agent> Started it\.")
-        chat.send("delegate: quick follow-up check")
-        second = chat.wait_for(QUEUED_RE).group(1)
         mark = chat.mark()
         chat.send("/agents")
         chat.wait_for(rf"{second}\s+queued", start=mark)
@@ -103,15 +101,7 @@ def test_a_chat_at_capacity_queues_the_call_shows_it_queued_everywhere_and_start
 
 def queued_then_killed(cli, server, write_config) -> tuple[str, str, str]:
     """A chat holding the one slot with a slow child and one unit queued, killed (-9)."""
-    write_config(server, max_concurrent_children=1)
-    chat = cli("chat")
-    sid = chat.wait_for(SESSION_RE).group(1)
-    chat.send("delegate: slow survey of the repo")
-    first = chat.wait_for(HANDLE_RE).group(1)
-    chat.wait_for(r"agent> Started it\.")
-    chat.send("delegate: quick follow-up check")
-    second = chat.wait_for(QUEUED_RE).group(1)
-    chat.wait_for(r"agent> Started it\.", start=chat.mark() - 1)
+    chat, sid, first, second = at_capacity(cli, server, write_config)
     chat.kill()
     [row] = agents_json()["queued"]
     assert row["id"] == second and row["owner"] == "exited"
@@ -140,8 +130,9 @@ def test_another_live_owner_of_the_ledger_starts_the_unit_of_one_that_died(cli, 
     other.wait_for(SESSION_RE)
     sid, first, second = queued_then_killed(cli, server, write_config)
     release.set()
-    row = wait_until(lambda: next((r for r in agents_json()["recent"] + agents_json()["pending"]
-                                   if r["id"] == second and r["state"] == "completed"), None))
+    row = until(lambda: next((r for r in agents_json()["recent"] + agents_json()["pending"]
+                              if r["id"] == second and r["state"] == "completed"), None),
+                "the other owner ran the dead owner's queued unit")
     assert row["session"] == sid  # still its own session's result, whoever ran it
     assert row["owner_pid"] == other.proc.pid
     other.send("/quit")
@@ -152,14 +143,8 @@ def test_offload_stop_of_a_queued_unit_reports_it_stopped_to_its_chat_and_it_nev
         cli, model_server, write_config):
     release = threading.Event()
     server = model_server(two_calls_parent(gated_child(release)))
-    write_config(server, max_concurrent_children=1)
-    chat = cli("chat")
+    chat, _sid, first, second = at_capacity(cli, server, write_config)
     try:
-        chat.send("delegate: slow survey of the repo")
-        first = chat.wait_for(HANDLE_RE).group(1)
-        chat.wait_for(r"agent> Started it\.")
-        chat.send("delegate: quick follow-up check")
-        second = chat.wait_for(QUEUED_RE).group(1)
         stopped = offload("stop", second[len("deleg_"):len("deleg_") + 8])  # a prefix, as a user types it
         assert stopped.returncode == 0, stopped.stderr
         assert f"stopped {second}" in stopped.stdout + stopped.stderr

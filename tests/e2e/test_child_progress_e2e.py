@@ -6,14 +6,13 @@ document (``offload inbox --show ID --json``)."""
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
 
 from offload.testing.demo_script import last_role
 from offload.testing.model_server import hang_reply, text_reply, tool_call_reply
-from tests.e2e.conftest import HANDLE_RE, offload, scripted_parent
+from tests.e2e.conftest import HANDLE_RE, offload, scripted_parent, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 THINKING = "Comparing the two outputs now"
@@ -24,16 +23,6 @@ def child(request):
     if last_role(request) == "tool":
         return hang_reply(f"Read the listing.\n{THINKING}")
     return tool_call_reply("run_command", {"command": "echo progress-check"})
-
-
-def until(check, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    pytest.fail("the condition did not hold in time")
 
 
 def test_a_running_childs_last_tool_and_line_reach_every_roster_and_its_trace_the_result(
@@ -52,14 +41,14 @@ def test_a_running_childs_last_tool_and_line_reach_every_roster_and_its_trace_th
         chat.send("/agents")
         line = chat.wait_for(r"#1 .*running", start=mark).string
         return line if THINKING in line else None
-    line = until(roster_line)
+    line = until(roster_line, "/agents shows the child's last line")
     assert "last run_command ok" in line
 
     def published():
         running = json.loads(offload("agents", "--json").stdout)["running"]
         kids = running[0]["children"] if running else []
         return kids[0] if kids and kids[0].get("last_text") else None
-    kid = until(published)  # what the owner published, read by another process
+    kid = until(published, "offload agents shows what the owner published")  # read by another process
     assert kid["last_text"] == THINKING and kid["last_tool"].startswith("run_command ok")
 
     board = cli("dashboard", "--port", "0")
