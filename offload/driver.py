@@ -39,8 +39,12 @@ def start_session(off: Offload, resume: str | None = None, *, sync_delegation: b
     session can be woken later by id."""
     store = off.session_store()
     conversation = open_conversation(off, store, resume, sync_delegation=sync_delegation, wakeable=wakeable)
-    return SessionDriver(off, conversation, SessionInbox(conversation.session_id, store, off), ui or Ui(),
-                         lambda: open_conversation(off, store, sync_delegation=sync_delegation, wakeable=wakeable))
+    driver = SessionDriver(off, conversation, SessionInbox(conversation.session_id, store, off), ui or Ui(),
+                           lambda: open_conversation(off, store, sync_delegation=sync_delegation, wakeable=wakeable))
+    if wakeable:  # one request: it exits once its own results are in, so it adopts only its session's queued units
+        off.admission.adopts = lambda row: bool(set(store.lineage(driver.session_id)) & {
+            row.origin_session, row.parent_session_id, row.origin_session_id})
+    return driver
 
 
 class SessionDriver:

@@ -74,6 +74,9 @@ class Admission:
         self._lock = threading.Lock()  # guards the two dicts
         self._pumping = threading.Lock()  # one pump at a time: rows are taken in order
         self._next_foreign_check = 0.0
+        # Which rows of owners that died this process starts: all by default; a one-request
+        # process (offload run) only its own session's, since it exits once those are in.
+        self.adopts: Callable[[LedgerRow], bool] = lambda row: True
 
     # -- queueing ---------------------------------------------------------------------------------
     def waiting_here(self) -> bool:
@@ -196,7 +199,8 @@ class Admission:
         with self._lock:
             if row.delegation_id in self._held or row.delegation_id in self._adopted:
                 return True
-        return not is_this_process(row.owner_pid, row.owner_started_at) and ledger.is_abandoned(row, self.owner_alive)
+        return (not is_this_process(row.owner_pid, row.owner_started_at) and ledger.is_abandoned(row, self.owner_alive)
+                and self.adopts(row))
 
     def _start(self, ledger: DelegationLedger, row: LedgerRow, cfg: DelegationConfig, cap: int) -> bool:
         """Dispatch a taken row on the engine; False (the row back in the queue) if refused."""

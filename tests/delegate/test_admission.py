@@ -190,3 +190,19 @@ def test_a_stopped_queued_unit_never_starts_and_is_reported_interrupted_to_its_s
     gate.release.set()
     assert parent.built == []  # it never ran, also not once the slot freed
     assert off.admission.cancel(lambda row: True, "again") == 0
+
+
+def test_a_process_that_adopts_only_its_sessions_leaves_another_sessions_orphan_queued(monkeypatch):
+    """offload run exits once its own results are in: it must not start (and then abandon) a dead
+    owner's unit of another session."""
+    monkeypatch.setattr(dt, "_load_config", lambda: {"max_concurrent_children": 2})
+    row = DispatchRow("deleg_notmine", "sess-other", time.time(), {"goals": ["g"], "tasks": [{"goal": "g"}]},
+                      parent_session_id="sess-other", owner_pid=2 ** 22 + 17, owner_started_at=1)
+    off = ad.runtime()
+    off.ledger().enqueue_unit(row, time.time(), held=True)
+    monkeypatch.setattr(off.admission, "adopts", lambda r: r.parent_session_id == "sess-mine")
+    monkeypatch.setattr(off, "_queue_parent", lambda: FakeParent())
+    assert off.admission.pump(foreign=True) == 0 and state("deleg_notmine") == "queued"
+    monkeypatch.setattr(off.admission, "adopts", lambda r: True)
+    assert off.admission.pump(foreign=True) == 1
+    assert wait_event("deleg_notmine")["status"] == "completed"
