@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
 from offload.engine.loop import Clock, Loop
@@ -34,6 +33,7 @@ from offload.ledger.postgres_lease import OwnerLease
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.postgres_connections import MISSING as _MISSING, PostgresConnections
 from offload.ledger.postgres_side import PostgresSideTables
+from offload.ledger.postgres_work_queue import PostgresWorkQueue
 from offload.ledger.postgres_outbox import WriteOutbox, no_payload
 from offload.ledger import postgres_replay as replays
 from offload.ledger import postgres_capacity as capacity
@@ -55,7 +55,7 @@ def default_host_id() -> str:
     return socket.gethostname() or "localhost"
 
 
-class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads):
+class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, PostgresWorkQueue):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 
     _dialect, _owner_hosts = POSTGRES, True
@@ -210,57 +210,6 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads):
     def _notify(self, conn: Any, delegation_id: str, origin_session: str) -> None:
         if self._schema is not None:
             conn.execute("SELECT pg_notify(%s, %s)", (notify_channel(self._schema), delegation_id))
-
-    # -- the work queue of ``delegation.run_on: workers`` ----------------------------------
-    def enqueue_unit(self, row: DispatchRow, now: float, held: bool = False) -> bool:
-        """Queue a unit: for ``offload worker`` (any host), or ``held`` under this process's
-        lease (queued at capacity); False if the id already exists."""
-        queued_row = row if held else replace(row, owner_pid=None, owner_started_at=None)
-
-        def write(conn: Any) -> bool:
-            token = self.lease.token(conn, verify=True) if held else None
-            with conn.transaction():
-                queued = work_queue.enqueue(conn, queued_row, now, self.host_id, token)
-                self._notify(conn, row.delegation_id, row.origin_session)
-                return queued
-        return self._run(write, create=True)
-
-    def queued_rows(self) -> list[LedgerRow]:
-        return self._select(_SQL.queued_where, ())
-
-    def claim_queued(self, delegation_id: str, now: float, owner: tuple[int, int | None],
-                     max_running: int) -> LedgerRow | None:
-        def take(conn: Any) -> LedgerRow | None:
-            token = self.lease.token(conn, verify=True)
-            row = work_queue.claim_one(conn, delegation_id, now, self.host_id, owner, token, max_running)
-            if row is not None:  # its claim is its admission: starting it does not count it again
-                self._tokens[row.delegation_id] = token
-                self._claimed.add(row.delegation_id)
-            return row
-        return self._run(take, create=True)
-
-    def requeue_unit(self, row: DispatchRow, now: float) -> None:
-        self._claimed.discard(row.delegation_id)
-        self._tokens.pop(row.delegation_id, None)
-
-        def write(conn: Any) -> None:
-            token = self.lease.token(conn, verify=True)
-            with conn.transaction():
-                work_queue.requeue(conn, work_queue.queued_values(row, now, self.host_id, token), now,
-                                   row.delegation_id)
-        self._run(write, create=True)
-
-    def claim_queued_unit(self, now: float, max_running: int) -> LedgerRow | None:
-        """The oldest queued unit, now running under this process's lease, if fewer than
-        ``max_running`` units run on all hosts together; else None."""
-        def take(conn: Any) -> LedgerRow | None:
-            token = self.lease.token(conn, verify=True)
-            row = work_queue.claim(conn, now, self.host_id, self.owner(), token, max_running)
-            if row is not None:
-                self._tokens[row.delegation_id] = token
-                self._claimed.add(row.delegation_id)
-            return row
-        return self._run(take, create=True)
 
     def listen(self, on_ids: Callable[[list[str] | None], None]) -> CompletionListener:
         """A started listener calling ``on_ids`` for every notification of this ledger (results
