@@ -117,7 +117,9 @@ class PublicApi:
         if toolsets is not None:
             call["toolsets"] = list(toolsets)
         cap = self.config.delegation.max_concurrent_children
-        if len(self.engine.slots) >= cap:  # else the tool would run the call inline, in this thread
+        # At capacity the tool queues the call (delegation.at_capacity: queue, the default); with
+        # refuse or inline it would refuse or run it in this thread: refused here instead.
+        if self.config.delegation.at_capacity != "queue" and len(self.engine.slots) >= cap:
             raise RequestError(f"the background pool is full (delegation.max_concurrent_children={cap} "
                                "delegations running); take or stop some first, or raise that setting")
         reply = self._api_state().call_tool(self, session, call)
@@ -248,8 +250,10 @@ class _ApiState:
     def live_ids(self, off: Offload, inbox: SessionInbox) -> list[str]:
         from offload.engine.states import LIVE_STATES
 
-        return [str(u.get("delegation_id")) for u in off.engine.list()
+        queued = off.admission.items()  # first: a unit leaves the queue only once it is on the engine's roster
+        live = [str(u.get("delegation_id")) for u in off.engine.list()
                 if u.get("status") in LIVE_STATES and inbox.owns(u)]
+        return live + [str(u["delegation_id"]) for u in queued if u["delegation_id"] not in live and inbox.owns(u)]
 
     def pop_handed(self, delegation_id: str) -> tuple[SessionInbox, Delivery] | None:
         with self.lock:

@@ -126,7 +126,7 @@ class McpDelegations:
 
     # -- reads ------------------------------------------------------------------------------------
     def _rows(self, scope: Scope) -> list[LedgerRow]:
-        rows = [*self.view.running(), *self.view.pending(), *self.view.settled(LISTED_MAX)]
+        rows = [*self.view.queued(), *self.view.running(), *self.view.pending(), *self.view.settled(LISTED_MAX)]
         seen: dict[str, LedgerRow] = {}
         for row in rows:
             if scope.sees(row):

@@ -173,8 +173,19 @@ def test_unknown_ids_closed_instances_and_bad_settings_are_refused_clearly(tmp_p
     assert issubclass(RequestError, ValueError)
 
 
-def test_a_full_background_pool_refuses_the_call_instead_of_running_it_in_the_callers_thread(tmp_path, model):
+def test_a_full_background_pool_queues_the_call_and_results_wait_for_it(tmp_path, model):
     with open_offload(tmp_path / "home", model, delegation={"max_concurrent_children": 1}) as off:
+        running = off.delegate(SLOW, session="full")
+        queued = off.delegate(QUICK, session="full")  # delegation.at_capacity: queue (the default)
+        assert [item["state"] for item in off.list() if item["id"] == queued.id] == ["queued"]
+        off.stop(running.id)  # frees the slot: the queued call starts, and results() waits for it too
+        got = {result.id: result.state for result in drain(off, "full")}
+        assert got == {running.id: "interrupted", queued.id: "completed"}
+
+
+def test_a_full_background_pool_refuses_the_call_instead_of_running_it_in_the_callers_thread(tmp_path, model):
+    with open_offload(tmp_path / "home", model,
+                      delegation={"max_concurrent_children": 1, "at_capacity": "refuse"}) as off:
         running = off.delegate(SLOW, session="full")
         with pytest.raises(RequestError, match="max_concurrent_children=1"):
             off.delegate(QUICK, session="full")
