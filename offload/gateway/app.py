@@ -121,7 +121,9 @@ class GatewayApp:
         elif command == "/agents":
             self._agents(chat)
         elif command == "/stop":
-            stopped = self.runtime.engine.interrupt_session(session_key=key, reason="stopped from the chat (/stop)")
+            reason = "stopped from the chat (/stop)"
+            stopped = self.runtime.engine.interrupt_session(session_key=key, reason=reason)
+            stopped += self.runtime.admission.cancel(lambda row: row.origin_session == key, reason)  # never start
             chat.say(f"stopping {stopped} background delegation(s) of this chat; their partial results will arrive here")
         elif command == "/new":
             chat.new_session()
@@ -132,7 +134,10 @@ class GatewayApp:
 
     def _agents(self, chat: ChatSession) -> None:
         def units() -> list[dict]:
-            return [i for i in self.runtime.engine.list() if i.get("session_key") == chat.key]
+            queued = self.runtime.admission.items()  # first: a unit leaves it only once on the engine's roster
+            live = [i for i in self.runtime.engine.list() if i.get("session_key") == chat.key]
+            listed = {i.get("delegation_id") for i in live}
+            return live + [i for i in queued if i.get("session_key") == chat.key and i["delegation_id"] not in listed]
         if not self.cfg.live_roster:
             chat.say(roster_text(units()), header="Background agents")
             return

@@ -10,11 +10,12 @@ import logging
 import threading
 from typing import Any, Callable
 
-from offload.engine.states import COMPLETED, LIVE_STATES as LIVE, unit_state
+from offload.engine.states import COMPLETED, LIVE_STATES, QUEUED, unit_state
 from offload.gateway.platform import Platform, Route
 
 logger = logging.getLogger(__name__)
 HEADER = "Background agents"
+LIVE = LIVE_STATES | {QUEUED}  # still to report: the bubble keeps following them
 _PROGRESS = (("last_tool", "last"), ("last_text", "writing:"))  # what a child did last, as the chat's roster shows it
 
 
