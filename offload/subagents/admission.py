@@ -71,7 +71,7 @@ class Admission:
         self._held: dict[str, Held] = {}
         self._starting: dict[str, LedgerRow] = {}  # taken from the ledger, not yet on the engine's roster
         self._adopted: set[str] = set()  # rows of a dead owner this process took and had to put back
-        self._lock = threading.Lock()  # guards the two dicts
+        self._lock = threading.Lock()  # guards the dicts and the set
         self._pumping = threading.Lock()  # one pump at a time: rows are taken in order
         self._next_foreign_check = 0.0
         # Which rows of owners that died this process starts: all by default; a one-request
@@ -99,11 +99,12 @@ class Admission:
             now = time.time()
             spec = {**unit_spec(unit, origin), "run_on": "local", **({"slot_key": slot_key} if slot_key else {})}
             row = DispatchRow.of(unit_id, origin, now, spec, pid, started)
+            held = Held(unit, origin, slot_key, row)
             with self._lock:  # held before it is written: a pump that sees the row knows it as ours
-                self._held[unit_id] = Held(unit, origin, slot_key, row)
+                self._held[unit_id] = held
             try:
                 ledger.enqueue_unit(row, now, held=True)
-                self._held[unit_id].written_at = time.monotonic()
+                held.written_at = time.monotonic()
             except LedgerError as exc:
                 with self._lock:
                     self._held.pop(unit_id, None)
