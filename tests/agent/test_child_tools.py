@@ -30,7 +30,7 @@ class ScriptedLLM:
         self.turns = list(turns)
         self.requests: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
 
-    def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None) -> AssistantTurn:
+    def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None, on_text=None) -> AssistantTurn:
         self.requests.append((json.loads(json.dumps(messages)), tools))
         return self.turns.pop(0)
 
