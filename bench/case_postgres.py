@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
 
-from bench import case_cost, case_growth, harness
+from bench import case_cost, case_growth, harness, worker_probe
 from bench.case_fanout import REPO_ROOT, ServerProcess
 from bench.ledger_fill import _row, dead_pid
-from bench.stats import headline, median, spread, to_us
+from bench.stats import check, headline, median, spread, to_us
 from offload.ledger import sqlite_rows
 
 WORKER_CONCURRENCY = 4
@@ -38,6 +38,18 @@ WORKER_CONCURRENCY = 4
 
 def dsn() -> str | None:
     return (os.environ.get("OFFLOAD_BENCH_POSTGRES_DSN") or os.environ.get("OFFLOAD_TEST_POSTGRES_DSN") or "").strip() or None
+
+
+SETTINGS = ("fsync", "synchronous_commit", "server_version")
+
+
+def server_settings(base: str) -> dict[str, str]:
+    """The server settings a reader needs to compare case 5 with SQLite (which syncs every
+    commit): fsync and synchronous_commit as the bench's connections see them."""
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        return {name: conn.execute(f"SHOW {name}").fetchone()[0] for name in SETTINGS}
 
 
 class Schema:
@@ -157,28 +169,40 @@ def queue_and_drain(url: str, units: int, who: str) -> float:
     return elapsed
 
 
-def start_worker(url: str, server_url: str, home: Path, host_id: str, argv: list[str] | None = None
-                 ) -> subprocess.Popen:
-    """An ``offload worker -c WORKER_CONCURRENCY`` process (or ``argv``) on ``url``, listening."""
+def start_worker(url: str, server_url: str, home: Path, host_id: str, argv: list[str] | None = None,
+                 count_file: Path | None = None) -> subprocess.Popen:
+    """An ``offload worker -c WORKER_CONCURRENCY`` process (or ``argv``) on ``url``, listening;
+    with ``count_file`` it counts its round trips there (``bench.worker_probe``)."""
     (home / "config.yaml").write_text(f"model: bench-model\nbase_url: {server_url}\n"
                                       "delegation:\n  max_concurrent_children: 256\n")
     env = {**os.environ, "HERMES_HOME": str(home), "OFFLOAD_LEDGER_URL": url, "OFFLOAD_HOST_ID": host_id,
            "PYTHONPATH": str(REPO_ROOT)}
-    argv = argv or [sys.executable, "-m", "offload", "worker", "-c", str(WORKER_CONCURRENCY)]
+    module = "offload"
+    if count_file is not None:
+        env[worker_probe.COUNT_FILE_ENV], module = str(worker_probe.new_count_file(count_file)), "bench.worker_probe"
+    argv = argv or [sys.executable, "-m", module, "worker", "-c", str(WORKER_CONCURRENCY)]
     proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     proc.stdout.readline()  # "offload worker on ..." once it listens
     return proc
 
 
-def _workers_run(base: str, n_workers: int, units: int, server_url: str, root: Path) -> float:
-    """Units/s through ``n_workers`` worker processes draining ``units`` queued units."""
-    schema = Schema(base)
+def _workers_run(base: str, n_workers: int, units: int, server_url: str, root: Path) -> dict[str, float]:
+    """Units/s through ``n_workers`` worker processes draining ``units`` queued units; with one
+    worker also its CPU ms and round trips per unit (from before the first enqueue to after
+    the last terminal row: /proc and ``bench.worker_probe``'s counter)."""
+    schema = _filled(base, 0)  # the tables exist: a worker's first claim does not make them within the figures
     procs: list[subprocess.Popen] = []
+    count_file = root / f"round-trips-{schema.name}" if n_workers == 1 else None
     try:
         for k in range(n_workers):
             home = Path(tempfile.mkdtemp(prefix=f"worker{k}-", dir=root))
-            procs.append(start_worker(schema.url, server_url, home, f"bench-worker-{k}"))
-        return units / queue_and_drain(schema.url, units, f"{n_workers} workers")
+            procs.append(start_worker(schema.url, server_url, home, f"bench-worker-{k}", count_file=count_file))
+        cpu_s, trips = worker_probe.process_cpu_s(procs[0].pid), count_file and worker_probe.read_count(count_file)
+        figures = {f"units_per_s_{n_workers}": units / queue_and_drain(schema.url, units, f"{n_workers} workers")}
+        if count_file is not None:
+            figures["worker_cpu_ms_per_unit"] = (worker_probe.process_cpu_s(procs[0].pid) - cpu_s) * 1000 / units
+            figures["worker_round_trips_per_unit"] = (worker_probe.read_count(count_file) - trips) / units
+        return figures
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -196,24 +220,31 @@ def run(n: int, rows: int, burst: int, units: int, reply_s: float, rounds: int, 
     if base is None:
         return {"case": 5, "title": "PostgreSQL ledger", "metrics": {}, "headlines": [],
                 "skipped": "no PostgreSQL: set OFFLOAD_BENCH_POSTGRES_DSN or run `eval \"$(.ci/postgres-up)\"`"}
+    settings = server_settings(base)
+    if settings["fsync"] != "on" or settings["synchronous_commit"] != "on":
+        log(f"  case 5: the server runs with fsync={settings['fsync']}, synchronous_commit="
+            f"{settings['synchronous_commit']}: PostgreSQL is flattered against SQLite, which syncs every commit "
+            "(`eval \"$(.ci/postgres-bench-up)\"` starts one with both on)")
     server = model_server(reply_s, root)
     per_round: list[dict[str, float]] = []
     try:
         for r in range(rounds):
             figures = {**_cost_pair(base, n, root), **_growth_pair(base, rows, burst, root)}
             for n_workers in (1, 2, 4):
-                figures[f"units_per_s_{n_workers}"] = _workers_run(base, n_workers, units, server.url, root)
+                figures.update(_workers_run(base, n_workers, units, server.url, root))
             per_round.append(figures)
             log(f"  case 5 round {r + 1}/{rounds}: {figures['pg_wall_per_delegation_us']:.0f} us/deleg on PostgreSQL "
                 f"({figures['sqlite_wall_per_delegation_us']:.0f} on SQLite); workers "
-                + ", ".join(f"{k}: {figures[f'units_per_s_{k}']:.0f}/s" for k in (1, 2, 4)))
+                + ", ".join(f"{k}: {figures[f'units_per_s_{k}']:.0f}/s" for k in (1, 2, 4))
+                + f"; one worker {figures['worker_cpu_ms_per_unit']:.1f} ms CPU, "
+                  f"{figures['worker_round_trips_per_unit']:.1f} round trips per unit")
     finally:
         server.close()
-    return summarize(n, rows, burst, units, reply_s, rounds, per_round)
+    return summarize(n, rows, burst, units, reply_s, rounds, per_round, settings)
 
 
 def summarize(n: int, rows: int, burst: int, units: int, reply_s: float, rounds: int,
-              per_round: list[dict[str, float]]) -> dict[str, Any]:
+              per_round: list[dict[str, float]], settings: dict[str, str] | None = None) -> dict[str, Any]:
     s = lambda key: [figures[key] for figures in per_round]  # noqa: E731
     heads = [
         headline("1. per-delegation wall: PostgreSQL / SQLite", s("pg_wall_per_delegation_us"),
@@ -224,8 +255,12 @@ def summarize(n: int, rows: int, burst: int, units: int, reply_s: float, rounds:
                  target="(info; ideal 2)"),
         headline("workers: units/s, 4 workers / 1", s("units_per_s_4"), s("units_per_s_1"), target_max=None,
                  target="(info; ideal 4)"),
+        check("one worker: CPU per unit (its process, the child's agent turn included)",
+              s("worker_cpu_ms_per_unit"), unit="ms", target_max=4.0, target="<= 4 ms"),
+        check("one worker: round trips to PostgreSQL per unit", s("worker_round_trips_per_unit"),
+              unit="round trips", target_max=6.0, target="<= 6"),
     ]
     return {"case": 5, "title": "PostgreSQL ledger",
             "params": {"n": n, "rows": rows, "burst": burst, "units": units, "reply_s": reply_s,
-                       "worker_concurrency": WORKER_CONCURRENCY, "rounds": rounds},
+                       "worker_concurrency": WORKER_CONCURRENCY, "rounds": rounds, "server": settings or {}},
             "metrics": {key: spread(s(key)) for key in per_round[0]}, "headlines": heads, "skipped": None}

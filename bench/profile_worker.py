@@ -14,7 +14,6 @@ psycopg and httpx tenfold (it put 7 ms per unit in building an HTTP client that 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import subprocess
@@ -23,14 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.case_postgres import Schema, dsn, model_server, queue_and_drain, start_worker
-
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+from bench.worker_probe import process_cpu_s
 
 
 def drain_once(base: str, units: int, root: Path, reply_s: float, samples_to: Path | None) -> tuple[float, float]:
