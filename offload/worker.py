@@ -6,7 +6,8 @@ The loop claims queued units while this process has room (``--concurrency``, def
 ``delegation.max_concurrent_children`` (counted in the database across hosts), runs each through
 the engine (``offload.subagents.workers.start_claimed``), and wakes on a LISTEN/NOTIFY
 notification (a unit queued anywhere) or one of its own units finishing -- with a slow poll as
-the fallback for a missed notification. Every ``RECOVERY_INTERVAL`` it also recovers units of
+the fallback for a missed notification. A result settled elsewhere wakes it only while the
+fleet is full (its last claim found no slot free on all hosts): only then can it act on one. Every ``RECOVERY_INTERVAL`` it also recovers units of
 owners whose lease expired (a worker that died), so their results are reported even when no
 chat or gateway is running.
 
@@ -51,6 +52,7 @@ class Worker:
         self.running: set[str] = set()
         self.draining = threading.Event()
         self._next_recovery = 0.0
+        self._settled: Any = None  # the listener for results settled anywhere, once the fleet was full
 
     def serve(self) -> int:
         listener = self.ledger.listen(lambda _ids: self.bus.put(WAKE))
@@ -64,6 +66,8 @@ class Worker:
                 self._wait()
         finally:
             listener.stop()
+            if self._settled is not None:
+                self._settled.stop()
         self.say("offload worker: drained, exiting")
         return 0
 
@@ -80,6 +84,9 @@ class Worker:
                 logger.error("offload worker: cannot claim queued units: %s", exc)
                 return
             if row is None:
+                if getattr(self.ledger, "fleet_full", False) and self._settled is None:
+                    self._listen_for_free_slots()
+                    continue  # a slot freed before that listener was in place wakes nobody: ask once more
                 return
             handle = start_claimed(self.runtime.delegate_tool, row, self.parent, self.cfg.delegation, self.capacity)
             if handle.get("status") == "dispatched":
@@ -87,6 +94,16 @@ class Worker:
                 self.say(f"started {row.delegation_id}")
             else:
                 logger.error("offload worker: could not start %s: %s", row.delegation_id, handle.get("error"))
+
+    def _listen_for_free_slots(self) -> None:
+        """From now on a result settled on any host wakes this worker while the fleet is full."""
+        from offload.ledger.postgres import LISTEN_WAIT_S
+
+        def on_settled(_ids: list[str] | None) -> None:
+            if self.ledger.fleet_full:
+                self.bus.put(WAKE)
+        self._settled = self.ledger.listen(on_settled, settled=True)
+        self._settled.listening.wait(timeout=LISTEN_WAIT_S)
 
     def _recover_when_due(self) -> None:
         if time.monotonic() < self._next_recovery:

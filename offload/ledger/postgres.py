@@ -8,6 +8,8 @@ Invariants beyond the ledger contract:
 - every claim is one conditional ``UPDATE`` (PostgreSQL re-checks the condition after a row
   lock wait, so of N racing consumers exactly one wins); multi-row claims use
   ``FOR UPDATE SKIP LOCKED``; nothing is read-then-written without a row lock;
+- the hot writes (dispatch, work-queue claim, finished child, completion with its NOTIFY) are
+  one round trip each (``postgres_script``), fenced as below;
 - each process holds an owner lease (``postgres_lease``); terminal writes and
   per-child records are fenced by its token, recovery of another host's rows needs its lease
   to have expired on the database clock;
@@ -26,7 +28,7 @@ import socket
 from typing import Any, Callable, TypeVar
 
 from offload.engine.loop import Clock, Loop
-from offload.ledger.delivery_sql import POSTGRES, with_child
+from offload.ledger.delivery_sql import POSTGRES
 from offload.ledger.browse import BrowseReads
 from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
 from offload.ledger.postgres_lease import OwnerLease
@@ -36,15 +38,16 @@ from offload.ledger.postgres_side import PostgresSideTables
 from offload.ledger.postgres_work_queue import PostgresWorkQueue
 from offload.ledger.postgres_outbox import WriteOutbox, no_payload
 from offload.ledger import postgres_replay as replays
-from offload.ledger import postgres_capacity as capacity
 from offload.ledger import postgres_queue as work_queue
+from offload.ledger import postgres_script as script
 from offload.ledger.postgres_sql import (
-    CLAIM, COMPLETE_REPLAYED, DB_NOW, INSERT_COMPLETION, INSERT_DISPATCH, LOCK_LEASE, LOCK_RUNNING_RESULTS, SELECT,
-    SETTLE_ABANDONED, TABLE_EXISTS, UPDATE_COMPLETION, completion_values, decode, dispatch_values, notify_channel,
+    CLAIM, COMPLETE_REPLAYED, DB_NOW, SELECT, SETTLE_ABANDONED, TABLE_EXISTS, completion_values, decode,
+    dispatch_values, notify_channel, queue_channel,
 )
 from offload.ledger.postgres_sql import SQL as _SQL
 from offload.ledger.tally import POSTGRES_TALLY as _TALLY, prune_counted
 from offload.ledger.sqlite_rows import dumps
+from offload.ledger.unit_partials import UnitPartials
 
 logger = logging.getLogger("offload.engine")
 _T = TypeVar("_T")
@@ -72,6 +75,8 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
         self.lease = OwnerLease(self._run, self.host_id, lease_s, heartbeat_s, self.owner, clock)
         self._tokens: dict[str, int] = {}  # delegation id -> the lease token it was dispatched under
         self._claimed: set[str] = set()  # ids claimed from the work queue, not yet started here
+        self._partials = UnitPartials()  # finished children of the units running here
+        self.fleet_full = False  # the last work-queue claim found no slot free on all hosts
         self._listener: CompletionListener | None = None
         self.outbox = WriteOutbox(self.location, clock=clock)
 
@@ -120,9 +125,9 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
     # -- writes of the running engine ------------------------------------------------
     def persist_dispatch(self, row: DispatchRow, now: float, write: Callable[[Any], None] | None = None) -> None:
         def insert(conn: Any) -> None:
-            token = self.lease.token(conn, verify=True)  # never stamp a row with a revoked lease
-            conn.execute(INSERT_DISPATCH, dispatch_values(row, now, self.host_id, token))
-            self._tokens[row.delegation_id] = token
+            # never stamps a row with a revoked lease: the insert is gated on the lease row
+            self._tokens[row.delegation_id], _ = self._leased(conn, lambda token: script.dispatch(
+                conn, dispatch_values(row, now, self.host_id, token), token))
 
         def replay(conn: Any) -> None:
             # Never replaces a row: one that exists was written by this very dispatch before its
@@ -148,8 +153,8 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
         admitted = [True]
 
         def write(conn: Any) -> None:
-            token = self.lease.token(conn, verify=True)
-            admitted[0] = capacity.dispatch_within(conn, dispatch_values(row, now, self.host_id, token), max_running)
+            token, admitted[0] = self._leased(conn, lambda token: script.dispatch(
+                conn, dispatch_values(row, now, self.host_id, token), token, max_running))
             if admitted[0]:
                 self._tokens[row.delegation_id] = token
         self.persist_dispatch(row, now, write=write)
@@ -158,24 +163,19 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
     def forget(self, delegation_id: str) -> None:
         self._tokens.pop(delegation_id, None)
         self._claimed.discard(delegation_id)
+        self._partials.forget(delegation_id)
 
         def delete(conn: Any) -> None:
             conn.execute(_SQL.delete_row, (delegation_id,))
         self._write("forgetting an unscheduled unit", delegation_id, delete, delete, no_payload, missing=None)
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
-        def write(conn: Any) -> bool:
-            token = self._tokens.get(delegation_id)  # read when written: a replayed dispatch sets it
-            with conn.transaction():
-                if not self._lease_held(conn, token):
-                    return False
-                found = conn.execute(LOCK_RUNNING_RESULTS, (delegation_id, token)).fetchone()
-                if found is None:
-                    return False
-                conn.execute(_SQL.write_results, (with_child(found[0], entry), now, delegation_id))
-                return True
-        return self._write("recording a finished child", delegation_id, write, write, lambda: len(dumps(entry)),
-                           missing=False)
+        with self._partials.holding(delegation_id, entry) as result_json:
+            def write(conn: Any) -> bool:
+                token = self._tokens.get(delegation_id)  # read when written: a replayed dispatch sets it
+                return script.record_child(conn, result_json, now, delegation_id, token)
+            return self._write("recording a finished child", delegation_id, write, write,
+                               lambda: len(result_json), missing=False)
 
     def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
         state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
@@ -183,22 +183,28 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
 
         def write(conn: Any) -> None:
             token = self._tokens.get(row.delegation_id) or self.lease.token(conn)
-            with conn.transaction():
-                if not self._lease_held(conn, token):
-                    raise self._fenced(row.delegation_id, token)
-                moved = conn.execute(UPDATE_COMPLETION, (state, completed_at, now, event_json, result_json,
-                                                         row.delegation_id, token)).rowcount
-                if not moved:
-                    conn.execute(INSERT_COMPLETION, completion_values(
-                        row, state, completed_at, now, event_json, result_json, self.host_id, token))
-                self._notify(conn, row.delegation_id, row.origin_session)
+            # moves the row still running under our token (or writes a vanished one whole) and
+            # notifies, all only while our lease exists
+            update = (state, completed_at, now, event_json, result_json, row.delegation_id, token)
+            whole = completion_values(row, state, completed_at, now, event_json, result_json, self.host_id, token)
+            if not script.complete(conn, token, update, whole, notify_channel(self._schema), row.delegation_id):
+                raise self._fenced(row.delegation_id, token)
             self._tokens.pop(row.delegation_id, None)
+        self._partials.forget(row.delegation_id)  # its children are all in ``result``
         self._write("recording a completion", row.delegation_id, write, write,
                     lambda: len(event_json) + len(result_json), create=True)
 
-    def _lease_held(self, conn: Any, token: int | None) -> bool:
-        """Lock our lease row against revocation for this transaction; False if it is gone."""
-        return token is None or conn.execute(LOCK_LEASE, (token,)).fetchone() is not None
+    def _leased(self, conn: Any, attempt: Callable[[int], tuple[bool, _T]]) -> tuple[int, _T]:
+        """``attempt(token)`` under this process's lease: (held, value). Once more under a new
+        lease if ours was revoked (the heartbeat had not noticed yet); (token, value)."""
+        for _ in (1, 2):
+            token = self.lease.token(conn)
+            held, value = attempt(token)
+            if held:
+                return token, value
+            self.lease.revoked(token)
+        raise LedgerError(f"the lease this process just took on {self.location} was revoked at once; another host "
+                          "judges it expired: check the clocks and ledger.lease_seconds", kind="fenced")
 
     def _fenced(self, delegation_id: str, token: int) -> LedgerError:
         return LedgerError(
@@ -211,12 +217,15 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
         if self._schema is not None:
             conn.execute("SELECT pg_notify(%s, %s)", (notify_channel(self._schema), delegation_id))
 
-    def listen(self, on_ids: Callable[[list[str] | None], None]) -> CompletionListener:
-        """A started listener calling ``on_ids`` for every notification of this ledger (results
-        settled, units queued); the caller stops it."""
+    def listen(self, on_ids: Callable[[list[str] | None], None], *, settled: bool = False) -> CompletionListener:
+        """A started listener calling ``on_ids`` for every unit queued on any host (the work
+        queue's own channel: results settled do not wake it), or with ``settled`` for every
+        result settled (a slot freed: what a worker waits for while the fleet is full); the
+        caller stops it."""
         if self._bad_url is not None:
             raise self._bad_url
-        return CompletionListener(self.url, self.location, on_ids, clock=self.clock).start()
+        return CompletionListener(self.url, self.location, on_ids, channel=notify_channel if settled else queue_channel,
+                                  clock=self.clock).start()
 
     # -- recovery and replay ------------------------------------------------------------
     def running_rows(self) -> list[LedgerRow]:

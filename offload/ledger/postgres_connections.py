@@ -1,9 +1,11 @@
 """The PostgreSQL ledger's connections: one ``psycopg_pool`` pool of autocommit connections
-per ledger, each checked before use, and the schema made (or migrated) on the first write.
+per ledger, checked before use when they sat idle, and the schema made (or migrated) on the
+first write.
 
 Owns ``PostgresConnections._run(fn)``, the one way the ledger touches the server. Invariants:
 a server restart or a terminated backend costs one reconnect, not an error (an operation that
-lost its connection mid-flight is retried once on a fresh one); every failure is a
+lost its connection mid-flight is retried once, after the pool's idle connections were checked
+and the dead ones replaced); every failure is a
 ``LedgerError`` with one kind per cause; while the server is down, one direct connection
 attempt per ``PROBE_INTERVAL_S`` names the real cause and other callers fail at once instead of
 each waiting out the pool's timeout; a read never creates the tables.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Callable, TypeVar
 
 import psycopg
@@ -25,12 +28,29 @@ from offload.ledger.migrations import POSTGRES_LEDGER
 from offload.ledger.postgres_sql import SCHEMA_LOCK_KEY, TABLE_EXISTS
 from offload.ledger.versions import check_postgres, migrate_postgres
 
+logger = logging.getLogger("offload.engine")
 _T = TypeVar("_T")
 MISSING = object()  # "no ``missing`` value given": a read of absent tables raises
 POOL_TIMEOUT_S = 10.0  # a checkout waits this long: on a loaded host a SCRAM login alone takes seconds
 POOL_MAX_SIZE = 8
 PROBE_TIMEOUT_S = 10
 PROBE_INTERVAL_S = 1.0  # while the server is down, one connection attempt per interval; others fail fast
+# A connection back in the pool for less than this just worked: it is lent again without a
+# liveness round trip (busy ledgers reuse connections within milliseconds). One that dies
+# meanwhile fails its operation, which ``_run`` retries after checking the whole pool.
+CHECK_IDLE_S = 1.0
+_returned_at: "weakref.WeakKeyDictionary[Any, float]" = weakref.WeakKeyDictionary()
+
+
+def _returned(conn: Any) -> None:
+    """The pool's ``reset`` callback: when the connection came back."""
+    _returned_at[conn] = time.monotonic()
+
+
+def _check_if_idle(conn: Any) -> None:
+    """The pool's ``check`` callback: a round trip only for a connection that sat idle."""
+    if time.monotonic() - _returned_at.get(conn, 0.0) > CHECK_IDLE_S:
+        ConnectionPool.check_connection(conn)
 
 
 class PostgresConnections:
@@ -62,7 +82,7 @@ class PostgresConnections:
                 logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
                 self._pool = ConnectionPool(self.url, min_size=1, max_size=POOL_MAX_SIZE, open=False,
                                             timeout=POOL_TIMEOUT_S, kwargs={"autocommit": True},
-                                            check=ConnectionPool.check_connection, name="offload-ledger")
+                                            check=_check_if_idle, reset=_returned, name="offload-ledger")
                 self._pool.open(wait=False)
             return self._pool
 
@@ -93,11 +113,22 @@ class PostgresConnections:
                     if error.kind == "unreachable":
                         self._down, self._down_at = error, time.monotonic()
                     raise error from exc
+                self._drop_dead_connections()
             except (ValueError, OverflowError) as exc:
                 # a value PostgreSQL cannot store (a lone surrogate in a session key): a failed
                 # write like any other, never a crash of the caller
                 raise classify(self.location, exc) from exc
         raise AssertionError("unreachable")
+
+    def _drop_dead_connections(self) -> None:
+        """Check every idle pooled connection (replacing the dead ones): after a restart they
+        all died together, and recently used ones are lent without a check."""
+        pool = self._pool
+        if pool is not None:
+            try:
+                pool.check()
+            except Exception:  # the retry itself reports what is wrong
+                logger.debug("checking the pool's connections failed", exc_info=True)
 
     def _probe(self) -> None:
         """Connect once directly: a server that is down, or refuses us, fails here in

@@ -3,7 +3,8 @@
 A lease is a row in ``async_delegation_owners`` with a token from a sequence and an expiry on
 the database's clock (so hosts with skewed clocks agree). Every row this process dispatches
 carries the token; every terminal write locks the lease row ``FOR SHARE`` and is refused if it
-is gone. A recovering host deletes an expired lease (``FOR UPDATE``) before it settles the
+is gone. A dispatch or claim is gated on the lease row in the same statement; one that finds
+it gone calls ``revoked`` and retries under a new lease. A recovering host deletes an expired lease (``FOR UPDATE``) before it settles the
 owner's rows, so an owner that was paused or partitioned past its lease can never overwrite
 the recovery when it resumes: its token no longer exists, and it takes a new lease for new work.
 
@@ -55,6 +56,13 @@ class OwnerLease:
 
     def current(self) -> int | None:
         return self._token
+
+    def revoked(self, token: int) -> None:
+        """A write found ``token``'s lease gone (a recovering host took it): the next
+        ``token()`` takes a new one. A newer token is kept."""
+        with self._lock:
+            if self._token == token:
+                self._token = None
 
     def renew_once(self) -> bool | None:
         """Extend the lease. False if it was revoked (a recovering host took it; the next

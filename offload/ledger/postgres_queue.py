@@ -4,9 +4,10 @@ A parent that dispatches to workers only inserts a ``queued`` row (its task JSON
 spec a worker needs: goals, context, role, model, task indexes, routing) and notifies. An
 ``offload worker`` claims queued rows one at a time:
 
-- a claim takes a capacity slot (``postgres_capacity.admitting``: counted on ALL hosts under
-  one advisory lock, the same budget local dispatch draws from), so ``max_concurrent_children``
+- a claim takes a capacity slot (``postgres_capacity``: counted on ALL hosts under one
+  advisory lock, the same budget local dispatch draws from), so ``max_concurrent_children``
   holds across all hosts, not per process; the row itself is taken ``FOR UPDATE SKIP LOCKED``;
+  a worker's lock, lease check and claim are one round trip (``postgres_script``);
 - the claim moves the row to ``running`` under the worker's lease token in the same statement,
   so from then on it is recovered like any other running row if the worker dies (after its
   lease, finished children keep their real results).
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from offload.ledger.protocol import DispatchRow
-from offload.ledger.postgres_capacity import admitting
+from offload.ledger.protocol import DispatchRow, LedgerRow
+from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, admitting
+from offload.ledger.postgres_script import LEASE_LOCKED, LOCK_CAPACITY, ROOM, run
 from offload.ledger.postgres_sql import DB_NOW, INSERT_DISPATCH, decode, dispatch_values
 from offload.ledger.postgres_sql import _INSERT, _ROW_COLUMNS, _WRITE_COLUMNS  # the same columns as a dispatch
 
@@ -36,10 +38,15 @@ _RETURNING = f" RETURNING {', '.join(_ROW_COLUMNS)}, true, false"
 # A worker takes the oldest row nobody alive waits to start: one queued for the workers (no
 # owner), or one an owner queued at capacity (``delegation.at_capacity: queue``) whose lease is
 # gone -- that owner died, and any live owner of the ledger may start it.
-_CLAIM = (_TAKE + "(SELECT q.delegation_id FROM async_delegations q WHERE q.state='queued' AND (q.owner_token IS NULL"
+# After the capacity lock, one statement: whether this worker's lease is live (its row locked
+# FOR SHARE) and a slot is free on all hosts (counted now, after the lock), and that row moved
+# to running under the lease if both hold.
+_CLAIM = (f"WITH gate AS (SELECT{LEASE_LOCKED} AS held,{ROOM} AS room), taken AS ("
+          + _TAKE + "(SELECT q.delegation_id FROM async_delegations q WHERE q.state='queued' AND (q.owner_token IS NULL"
           " OR NOT EXISTS (SELECT 1 FROM async_delegation_owners o WHERE o.token = q.owner_token"
           f" AND o.expires_at > {DB_NOW})) ORDER BY q.dispatched_at, q.delegation_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
-          + _RETURNING)
+          " AND (SELECT held AND room FROM gate)" + _RETURNING + ")"
+          " SELECT gate.held, gate.room, taken.* FROM gate LEFT JOIN taken ON true")
 _CLAIM_ONE = _TAKE + "%s AND state='queued'" + _RETURNING
 _REQUEUE = ("UPDATE async_delegations SET state='queued', updated_at=%s WHERE delegation_id=%s AND state='running'"
             " AND event_json IS NULL")
@@ -80,14 +87,15 @@ def requeue(conn: Any, values: tuple[Any, ...], now: float, delegation_id: str) 
         conn.execute(_ENQUEUE, values)
 
 
-def claim(conn: Any, now: float, host_id: str, owner: tuple[int, int | None], token: int, max_running: int):
-    """Take the oldest queued row for this worker if fewer than ``max_running`` slots run on all
-    hosts; the claimed row (now ``running`` under ``token``), or None."""
-    with admitting(conn, max_running) as free:
-        if not free:
-            return None
-        taken = conn.execute(_CLAIM, (host_id, owner[0], owner[1], token, now)).fetchone()
-        return None if taken is None else decode(taken)
+def claim(conn: Any, now: float, host_id: str, owner: tuple[int, int | None], token: int, max_running: int
+          ) -> tuple[bool, tuple[LedgerRow | None, bool]]:
+    """Take the oldest queued row for this worker if ``token``'s lease is live and fewer than
+    ``max_running`` slots run on all hosts, in one round trip: (whether the lease is held,
+    (the claimed row now ``running`` under ``token`` or None, whether a slot was free))."""
+    _, (_, found) = run(conn, [(LOCK_CAPACITY, (CAPACITY_LOCK_KEY,)),
+                               (_CLAIM, (token, max_running, host_id, owner[0], owner[1], token, now))])
+    held, room, *taken = found[0]
+    return bool(held), (decode(tuple(taken)) if taken[0] is not None else None, bool(room))
 
 
 def start_claimed(conn: Any, values: tuple[Any, ...]) -> None:

@@ -79,7 +79,6 @@ SQL = DeliverySql.for_dialect(POSTGRES)  # the statements shared with SQLite
 FENCE = " AND owner_token IS NOT DISTINCT FROM %s"
 # The terminal write. A row that vanished is written whole again (the same upsert as SQLite's).
 UPDATE_COMPLETION = SQL.complete_row + " AND state='running'" + FENCE
-LOCK_RUNNING_RESULTS = SQL.running_results + FENCE + " FOR UPDATE"
 SETTLE_ABANDONED = SQL.settle_abandoned + FENCE + " RETURNING origin_session"
 # Completing a delivery on replay: the claim may never have reached the server (it was granted
 # in memory while the server was down), so a row nobody else has claimed is completed too.
@@ -92,7 +91,6 @@ INSERT_COMPLETION = _INSERT + " ON CONFLICT (delegation_id) DO NOTHING"
 _HOLDER = "delivery_claim_started_at=%s"
 assert _HOLDER in SQL.claim, "the shared claim statement must record its holder"
 CLAIM = SQL.claim.replace(_HOLDER, _HOLDER + ", delivery_claim_host=%s, delivery_claim_token=%s")
-LOCK_LEASE = "SELECT 1 FROM async_delegation_owners WHERE token=%s FOR SHARE"
 
 
 def dispatch_values(row: DispatchRow, now: float, host_id: str, token: int | None) -> tuple[Any, ...]:
@@ -118,3 +116,9 @@ def decode(values: tuple[Any, ...]) -> LedgerRow:
 def notify_channel(schema: str) -> str:
     """The NOTIFY channel of one ledger (one per schema, within PostgreSQL's 63-byte names)."""
     return f"offload_ledger_{schema}"[:63]
+
+
+def queue_channel(schema: str) -> str:
+    """The NOTIFY channel of one ledger's work queue (units queued for ``offload worker``): its
+    own, so a settled result wakes no worker and a queued unit no consumer."""
+    return f"offload_queue_{schema}"[:63]

@@ -13,6 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from offload.ledger import postgres_queue as work_queue
+from offload.ledger import postgres_script as script
+from offload.ledger.postgres_sql import queue_channel
 from offload.ledger.postgres_sql import SQL as _SQL
 from offload.ledger.protocol import DispatchRow, LedgerRow
 
@@ -25,10 +27,11 @@ class PostgresWorkQueue:
 
         def write(conn: Any) -> bool:
             token = self.lease.token(conn, verify=True) if held else None
-            with conn.transaction():
-                queued = work_queue.enqueue(conn, queued_row, now, self.host_id, token)
-                self._notify(conn, row.delegation_id, row.origin_session)
-                return queued
+            # one round trip: the row and the work queue's notification (workers listen there)
+            (inserted, _), _ = script.run(conn, [
+                (work_queue._ENQUEUE, work_queue.queued_values(queued_row, now, self.host_id, token)),
+                (script.NOTIFY_ANY, (queue_channel(self._schema), row.delegation_id))])
+            return inserted > 0
         return self._run(write, create=True)
 
     def queued_rows(self) -> list[LedgerRow]:
@@ -58,10 +61,12 @@ class PostgresWorkQueue:
 
     def claim_queued_unit(self, now: float, max_running: int) -> LedgerRow | None:
         """The oldest queued unit, now running under this process's lease, if fewer than
-        ``max_running`` units run on all hosts together; else None."""
+        ``max_running`` units run on all hosts together; else None (``fleet_full`` then says
+        whether it was for want of a slot). One round trip (``postgres_queue.claim``)."""
         def take(conn: Any) -> LedgerRow | None:
-            token = self.lease.token(conn, verify=True)
-            row = work_queue.claim(conn, now, self.host_id, self.owner(), token, max_running)
+            token, (row, room) = self._leased(conn, lambda token: work_queue.claim(
+                conn, now, self.host_id, self.owner(), token, max_running))
+            self.fleet_full = not room
             if row is not None:
                 self._tokens[row.delegation_id] = token
                 self._claimed.add(row.delegation_id)

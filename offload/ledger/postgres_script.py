@@ -1,0 +1,97 @@
+"""The PostgreSQL ledger's hot writes in one round trip each: a unit's dispatch (with the
+cross-host capacity check), a worker's claim, a finished child, the completion with its NOTIFY.
+
+Each is one simple-query string of a few statements (psycopg's ``ClientCursor`` binds the
+parameters on the client), which PostgreSQL runs as ONE implicit transaction:
+- every statement takes its own snapshot (READ COMMITTED), so a count after
+  ``pg_advisory_xact_lock`` sees every commit of the previous lock holder, as in the explicit
+  transaction it replaces;
+- a lock taken by one statement (the capacity lock, the lease row ``FOR SHARE``) holds until
+  the last has run, and an error in any rolls all of them back;
+- no ``BEGIN``/``COMMIT`` of their own and no round trip per statement.
+
+Fencing is unchanged: a write of a running row names the writer's lease token, and the lease
+row is locked ``FOR SHARE`` first (a recovering host deletes it ``FOR UPDATE`` before it
+settles the owner's rows), so once it is gone nothing of the script writes. Statements only;
+the caller runs them on a pooled connection.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from psycopg import ClientCursor
+
+from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, LIVE_SLOTS
+from offload.ledger.postgres_sql import (
+    _COLUMNS, _WRITE_COLUMNS, FENCE, INSERT_DISPATCH, UPDATE_COMPLETION, SQL,
+)
+
+Statement = tuple[str, Sequence[Any]]
+LOCK_CAPACITY = "SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))"
+LEASED = " EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s)"
+LEASE_LOCKED = " EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s FOR SHARE)"
+LEASE_HELD = "SELECT" + LEASE_LOCKED
+ROOM = f" ({LIVE_SLOTS}) < %s"
+
+
+
+def _type(declaration: str) -> str:
+    return next(t for t in ("double precision", "bigint", "text") if declaration.startswith(t))
+
+
+_TYPES = {name: _type(declaration) for name, declaration in _COLUMNS}
+# INSERT … SELECT, so a WHERE can gate it: each value cast to its column's type (an untyped
+# parameter in a select list would be text).
+_INSERT_SELECT = (f"INSERT INTO async_delegations ({', '.join(_WRITE_COLUMNS)}) SELECT "
+                  + ", ".join(f"%s::{_TYPES[c]}" for c in _WRITE_COLUMNS))
+_ON_CONFLICT = INSERT_DISPATCH[INSERT_DISPATCH.index(" ON CONFLICT"):]
+DISPATCH = _INSERT_SELECT + " WHERE" + LEASED + _ON_CONFLICT
+DISPATCH_WITHIN = _INSERT_SELECT + " WHERE" + LEASED + " AND" + ROOM + _ON_CONFLICT
+COMPLETE = UPDATE_COMPLETION + " AND" + LEASED
+INSERT_COMPLETION = _INSERT_SELECT + " WHERE" + LEASED + " ON CONFLICT (delegation_id) DO NOTHING"
+NOTIFY_ANY = "SELECT pg_notify(%s, %s)"
+NOTIFY = NOTIFY_ANY + " WHERE" + LEASED
+# A finished child: the unit's partial results written whole (the writer keeps them), fenced by
+# the row's token and the lease, locked FOR SHARE for the statement (token None: no lease).
+RECORD_CHILD = (SQL.write_results + " AND state='running'" + FENCE
+                + " AND (%s::bigint IS NULL OR EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s"
+                " FOR SHARE))")
+
+
+def run(conn: Any, statements: Sequence[Statement]) -> list[tuple[int, list[tuple[Any, ...]] | None]]:
+    """Run ``statements`` as one string, one implicit transaction, one round trip; each
+    statement's (rowcount, rows or None)."""
+    cur = ClientCursor(conn)
+    cur.execute(";\n".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
+    results = []
+    while True:
+        results.append((cur.rowcount, cur.fetchall() if cur.description is not None else None))
+        if not cur.nextset():
+            return results
+
+
+def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | None = None) -> tuple[bool, bool]:
+    """Write the ``running`` row (``INSERT_DISPATCH`` values) under ``token``; with
+    ``max_running`` only if a slot is free on all hosts (under the capacity lock).
+    (whether the lease is held, whether the row was written)."""
+    if max_running is None:
+        (_, held), (written, _) = run(conn, [(LEASE_HELD, (token,)), (DISPATCH, (*values, token))])
+    else:
+        _, (_, held), (written, _) = run(conn, [(LOCK_CAPACITY, (CAPACITY_LOCK_KEY,)), (LEASE_HELD, (token,)),
+                                                (DISPATCH_WITHIN, (*values, token, max_running))])
+    return bool(held[0][0]), written > 0
+
+
+def complete(conn: Any, token: int, update: Sequence[Any], insert: Sequence[Any], channel: str,
+             delegation_id: str) -> bool:
+    """The terminal write (``UPDATE_COMPLETION`` params, else the whole row inserted if it
+    vanished) and its NOTIFY, only while ``token``'s lease exists; whether it did."""
+    (_, held), *_ = run(conn, [(LEASE_HELD, (token,)), (COMPLETE, (*update, token)),
+                               (INSERT_COMPLETION, (*insert, token)), (NOTIFY, (channel, delegation_id, token))])
+    return bool(held[0][0])
+
+
+def record_child(conn: Any, result_json: str, now: float, delegation_id: str, token: int | None) -> bool:
+    """Write a running unit's partial results; False if it is not running under ``token``'s
+    live lease."""
+    return conn.execute(RECORD_CHILD, (result_json, now, delegation_id, token, token, token)).rowcount > 0
