@@ -36,8 +36,8 @@ def _imports() -> Any:
     except ImportError as exc:
         return f"the agent runtime or loopback model server is not available yet ({exc})"
     # An editable install of another checkout can serve a module this one lacks: refuse the mix.
-    if Path(model_server.__file__).resolve().parent != Path(offload.__file__).resolve().parent:
-        return f"offload/model_server.py is not in this checkout (found {model_server.__file__} instead)"
+    if Path(offload.__file__).resolve().parent not in Path(model_server.__file__).resolve().parents:
+        return f"offload/testing/model_server.py is not in this checkout (found {model_server.__file__} instead)"
     return AIAgent
 
 

@@ -68,11 +68,9 @@ def test_growth_case_replays_every_pending_row(tmp_path):
     assert result["metrics"]["replay_large_rows"]["min"] == 100
 
 
-def test_fanout_case_runs_or_says_why_it_is_skipped(tmp_path):
+def test_fanout_case_runs_in_this_checkout(tmp_path):
     result = case_fanout.run(3, 2, 0.05, 2, tmp_path, log=_quiet)
-    if result["skipped"]:
-        assert "not" in result["skipped"] and not result["headlines"]
-        return
+    assert result["skipped"] is None, result["skipped"]  # the agent and the model server are both here
     _assert_figures(result, case=4)
     stream_s = result["metrics"]["text_chunks_x_delay_s"]["median"]
     for mode in ("floor", "one_unit", "per_child_units"):
