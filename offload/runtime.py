@@ -49,6 +49,7 @@ from offload.owner_loop import OwnerLoop
 from offload.render.notification import format_event
 from offload.subagents.admission import Admission
 from offload.subagents.config import DelegationConfig
+from offload.subagents.budget import SpendStore
 from offload.subagents.tool import DelegateTool, Seams, resolve_delegation_credentials
 from offload.subagents.child import build_child_agent, finalize_child_results, run_single_child
 from offload.toolsets.child_tools import SETTING as CHILD_TOOLS
@@ -172,7 +173,7 @@ class Offload(PublicApi):
             load_config=hooks.delegation_config or (lambda: self.config.delegation),
             resolve_credentials=hooks.resolve_credentials or resolve_delegation_credentials,
             build_child=hooks.build_child or build_child_agent, run_child=hooks.run_child or run_single_child,
-            finalize_results=hooks.finalize_results or finalize_child_results))
+            finalize_results=hooks.finalize_results or finalize_child_results), spend=SpendStore(self.home / "state.db"))
         self.admission = self.delegate_tool.admission = Admission(
             tool=self.delegate_tool, ledger=self.ledger, config=self.delegate_tool.seams.load_config,
             parent=lambda: self._queue_parent(), owner_alive=self._owner_alive)

@@ -4,7 +4,8 @@ Owns one conversation run (model call → tool calls → model call ... → answ
 interrupt flag, its liveness record and how a child agent is derived from it. Invariants:
 
 * ``run_conversation`` always returns the result dict (exit_reason "completed",
-  "max_iterations", "truncated", "interrupted" or "error", with "error_kind" "model",
+  "max_iterations", "truncated", "interrupted", "token_budget" (a subagent's ``token_budget``
+  used up: no further model call, its notice in ``error``) or "error", with "error_kind" "model",
   "endpoint" or "internal" for an error); it never raises for a model or tool failure.
 * a reply the model did not finish (the server's output limit, a filter, a stream that ended
   without a finish_reason) ends the run as "truncated" with ``truncated`` set, never as
@@ -35,7 +36,7 @@ from offload.agent.prompts import default_system_prompt
 from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
 from offload.engine.observers import span
-from offload.render.truncation import CUT_OFF_EXIT_REASON, cut_off_reason
+from offload.render.truncation import BUDGET_EXIT_REASON, CUT_OFF_EXIT_REASON, cut_off_reason
 from offload.toolsets.child_tools import allowed_only, blocked_tool_message
 from offload.toolsets.toolspec import Tool, ToolContext
 
@@ -81,6 +82,7 @@ class _Run:
     tool_counts: Counter[str] = field(default_factory=Counter)
     usage: Counter[str] = field(default_factory=Counter)  # token counts, and cost_usd when reported
     usage_reported: bool = False  # some call's server reported usage; else the counts are unknown, not 0
+    budget_notice: str | None = None  # why the run stopped at its token budget
 
 
 class AIAgent:
@@ -132,6 +134,8 @@ class AIAgent:
         self._llm = llm
         self._owns_llm = llm is None
         self._tools: list[Tool] | None = None
+        # A subagent's token budget (``offload.subagents.budget.DelegationBudget``: charge, exhausted).
+        self.token_budget: Any = None
         # Session totals: this agent's runs plus what its subagents add (see add_usage).
         self.usage_totals: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
         self._usage_lock = threading.Lock()
@@ -245,6 +249,9 @@ class AIAgent:
         for _ in range(self.max_iterations):
             if self._interrupt_requested:
                 return "interrupted"
+            if self.token_budget is not None and (notice := self.token_budget.exhausted()):
+                run.budget_notice = notice
+                return BUDGET_EXIT_REASON
             turn = self._call_model(run)
             self._record_turn(run, turn)
             if turn.finish_reason == "interrupted":
@@ -284,6 +291,8 @@ class AIAgent:
         run.usage_reported = run.usage_reported or turn.usage is not None
         for key, value in (turn.usage or {}).items():
             run.usage[key] += value
+        if self.token_budget is not None:
+            self.token_budget.charge(turn.usage)
         if turn.content.strip():
             run.last_content = turn.content
         # An interrupted turn's tool calls may be cut off and will not run, so they are dropped.
@@ -339,7 +348,7 @@ class AIAgent:
             "finish_reason": run.finish_reason,
             "api_calls": run.api_calls,
             "messages": run.messages,
-            "error": error,
+            "error": error or run.budget_notice,
             "model": self.model,
             "interrupted": exit_reason == "interrupted",
             "usage": _usage_of(run),
@@ -407,6 +416,8 @@ def _progress_note(run: _Run, exit_reason: str, interrupt_message: str | None) -
         why = f"Interrupted ({interrupt_message})" if interrupt_message else "Interrupted"
     elif exit_reason == CUT_OFF_EXIT_REASON:
         why = f"The model's reply was cut off ({cut_off_reason(run.finish_reason)})"
+    elif exit_reason == BUDGET_EXIT_REASON:
+        why = "Stopped at the token budget"
     else:
         why = "Stopped at the iteration budget"
     if not run.tool_counts:

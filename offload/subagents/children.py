@@ -85,6 +85,8 @@ def _build(unit: Batch, pos: int, index: int, attach: bool) -> Any:
     child = unit.build_child(task_index=index, goal=task.goal, context=task.context or unit.context,
                              toolsets=task.toolsets, role=unit.role, creds=unit.creds,
                              max_iterations=unit.child_max_iterations, parent_agent=unit.parent)
+    if unit.budget is not None:
+        child.token_budget = unit.budget  # shared by the call's children; an agent checks it per model call
     unit.children[pos] = child
     if attach:
         _with_children_list(unit.parent, lambda kids: kids.append(child))

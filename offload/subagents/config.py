@@ -39,6 +39,13 @@ class DelegationConfig(BaseModel):
         "the tools an orchestrator subagent may use; delegate_task only within max_spawn_depth"))
     max_result_chain: int = Field(3, ge=0, le=100, description=(
         "how many times in a row a delivered background result may start new background work (0: never)"))
+    max_tokens_per_delegation: int | None = Field(None, ge=1, description=(
+        "tokens (prompt + completion, as servers report them) the subagents of one delegate_task call may use "
+        "together; a child at the budget stops with its partial result (null: no budget)"))
+    max_tokens_per_session: int | None = Field(None, ge=1, description=(
+        "tokens one parent session's subagents may use; past it delegate_task refuses (null: no budget)"))
+    max_tokens_per_day: int | None = Field(None, ge=1, description=(
+        "tokens all subagents of this home may use per UTC day; past it delegate_task refuses (null: no budget)"))
     max_summary_chars: int = Field(24_000, ge=200, description="cap on a subagent's summary")
     stream_idle_timeout_s: float | None = Field(None, gt=0, le=86_400, description=(
         "seconds a subagent's model call may receive nothing before it fails; default: the parent's "

@@ -9,7 +9,8 @@ credential failures and anything unexpected come back as ``{"status": "error", "
 JSON that says what to change, before anything is dispatched; routing identity is captured
 before any child is built (building a child may rebind session state); a child never gets a
 toolset its parent lacks; a child that raised is ``error``, one that ran and did not succeed
-``failed``. Where a call gets its config, credentials and children is ``Seams``: the runtime's
+``failed``; a session or day over its token budget is refused before anything is built, and a
+call's children share its delegation budget (``budget``). Where a call gets its config, credentials and children is ``Seams``: the runtime's
 own, or the hermes adapter's patchable names, each called per use.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 
 from offload.context import result_chain
 from offload.subagents.args import DELEGATE_TASK_SCHEMA, DelegateArgs, TaskArgs
+from offload.subagents.budget import DelegationBudget, SpendStore, over_budget
 from offload.subagents.child import Batch, build_child_agent, finalize_child_results, run_single_child
 from offload.subagents.child import str_attr as _str_attr
 from offload.subagents.config import ConfigError, DelegationConfig
@@ -91,9 +93,11 @@ def _credentials_or_error(seams: Seams, cfg: DelegationConfig, parent: Any) -> t
 class DelegateTool:
     """``delegate_task`` over one engine (``Delegations``) and its ledger (``ledger()``, per use)."""
 
-    def __init__(self, engine: Delegations, ledger: Callable[[], DelegationLedger], seams: Seams) -> None:
+    def __init__(self, engine: Delegations, ledger: Callable[[], DelegationLedger], seams: Seams,
+                 spend: SpendStore | None = None) -> None:
         self.engine, self.ledger, self.seams = engine, ledger, seams
         self.admission: Admission | None = None  # the runtime's admission queue (delegation.at_capacity: queue)
+        self.spend = spend  # where subagents' tokens are counted per session and day (None: not counted)
         self.tool = Tool(DELEGATE_TASK_SCHEMA["name"], "delegation", DELEGATE_TASK_SCHEMA["description"],
                          DELEGATE_TASK_SCHEMA["parameters"], self._handle)
 
@@ -144,6 +148,10 @@ class DelegateTool:
         if len(task_list) > cfg.max_concurrent_children:
             return {"status": "error", "error": f"{len(task_list)} tasks exceed delegation.max_concurrent_children="
                     f"{cfg.max_concurrent_children}; split the call or raise the key"}
+        session_key = _str_attr(parent, "session_id") or ""
+        refusal = over_budget(cfg.max_tokens_per_session, cfg.max_tokens_per_day, self.spend, session_key)
+        if refusal:
+            return {"status": "error", "error": refusal}
         creds, problem = _credentials_or_error(self.seams, cfg, parent)
         if problem:
             return {"status": "error", "error": problem}
@@ -155,7 +163,8 @@ class DelegateTool:
         # Children are built later, each on the worker that runs it (offload.subagents.children).
         batch = self.batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
                            context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
-                           child_max_iterations=args.max_iterations or cfg.max_iterations, result_hops=hops)
+                           child_max_iterations=args.max_iterations or cfg.max_iterations, result_hops=hops,
+                           budget=_budget(cfg, self.spend, session_key))
         if not background:
             return dispatch.run_sync(batch)
         if origin is None:
@@ -165,6 +174,15 @@ class DelegateTool:
             # an `offload worker` on any host runs it
             return queue_units(self.ledger(), self.engine.new_id, batch, dispatch.units_of(batch), origin)
         return dispatch.dispatch_background(self.engine, batch, origin, self.admission)
+
+
+def _budget(cfg: DelegationConfig, spend: SpendStore | None, session_key: str) -> DelegationBudget | None:
+    """The call's budget; tokens are counted in ``spend`` only while a session or day cap is set
+    (a write per model call is not paid for nothing)."""
+    counted = spend if (cfg.max_tokens_per_session or cfg.max_tokens_per_day) else None
+    if cfg.max_tokens_per_delegation is None and counted is None:
+        return None
+    return DelegationBudget(cfg.max_tokens_per_delegation, counted, session_key)
 
 
 def _describe_validation(exc: ValidationError) -> str:

@@ -5,6 +5,7 @@ tool error, and reports it; the landed result carries the child's report of the 
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,41 @@ def test_config_show_lists_what_each_role_may_use(_isolated_hermes_home: Path) -
     assert "  leaf_tools:\n  - read_file\n  - write_file\n" in shown.stdout and "fetch_url" in shown.stdout
     assert "orchestrator_tools:" in shown.stdout and "  - delegate_task\n" in shown.stdout
     assert "web:\n  allowed_hosts: []" in shown.stdout
+
+
+def _parent_tool_results(server: ScriptedModelServer) -> list[str]:
+    return [r["messages"][-1]["content"] for r in server.requests
+            if request_role(r) == "parent" and r["messages"][-1]["role"] == "tool"]
+
+
+def test_a_child_stops_at_its_delegations_token_budget_with_its_partial_result(
+        _isolated_hermes_home: Path, tmp_path: Path) -> None:
+    def child(request: dict[str, Any]):  # would work forever: one more command after each result
+        return tool_call_reply("run_command", {"command": "echo step"}, text="Found part one.")
+    script = scripted_parent(child=child, delegate={"goal": "count the words", "background": False})
+    with ScriptedModelServer(script) as server:
+        _config(_isolated_hermes_home, server, tmp_path, delegation={"max_tokens_per_delegation": 50})
+        done = offload("run", "count the words", HERMES_HOME=str(_isolated_hermes_home))
+        assert done.returncode == 0, done
+        child_calls = [r for r in server.requests if request_role(r) == "subagent"]
+        [result] = _parent_tool_results(server)
+    assert len(child_calls) == 1  # the call that crossed the budget completed; no further call was made
+    entry = json.loads(result)["results"][0]
+    assert (entry["status"], entry["exit_reason"], entry["summary"]) == ("interrupted", "token_budget", "Found part one.")
+    assert "stopped at its token budget" in entry["error"] and "delegation.max_tokens_per_delegation=50" in entry["error"]
+
+
+def test_a_session_over_the_daily_budget_is_refused_naming_it(_isolated_hermes_home: Path, tmp_path: Path) -> None:
+    script = scripted_parent(child=lambda request: text_reply("The notes say hello."),
+                             delegate={"goal": "read the notes", "background": False})
+    with ScriptedModelServer(script) as server:
+        _config(_isolated_hermes_home, server, tmp_path, delegation={"max_tokens_per_day": 100})
+        for _ in range(2):  # two sessions: the first spends the day's budget, the second is refused
+            done = offload("run", "read the notes", HERMES_HOME=str(_isolated_hermes_home))
+            assert done.returncode == 0, done
+        first, second = _parent_tool_results(server)
+        children = [r for r in server.requests if request_role(r) == "subagent"]
+    assert json.loads(first)["status"] == "completed" and len(children) == 1
+    refusal = json.loads(second)
+    assert refusal["status"] == "error" and "delegation.max_tokens_per_day=100" in refusal["error"]
+    assert "subagents have used" in refusal["error"] and "00:00 UTC" in refusal["error"]
