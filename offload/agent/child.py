@@ -60,8 +60,8 @@ def derive_child_settings(
 
 
 def _child_tool_settings(settings: Mapping[str, Any], workspace: Path) -> dict[str, Any]:
-    """The parent's tool settings, plus the home the child's tools must stay out of."""
-    derived = dict(settings)
+    """The parent's tool settings, marked as a subagent's, plus the home its tools stay out of."""
+    derived = {**settings, "subagent": True}  # e.g. its commands may leave no process running
     home = settings.get("offload_home")
     if home and Path(home).resolve() != Path(workspace).resolve():
         derived["protected_home"] = str(Path(home).resolve())

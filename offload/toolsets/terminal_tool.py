@@ -16,6 +16,8 @@ Invariants:
 * The command never sees the parent's secrets: environment variables whose names look like
   credentials (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*CREDENTIAL*``) are removed,
   so a model that runs ``env`` cannot print the API key it is running on.
+* A subagent's command leaves nothing running (``settings["subagent"]``): processes it started
+  in the background, still in its process group, are stopped when it returns.
 * A subagent's command may not name offload's home (``workspace_paths.home_mentions``) nor run
   in it, and its environment has no ``HERMES_HOME``: a check of the text, not a sandbox.
 """
@@ -248,6 +250,15 @@ def _release_pipe(proc: subprocess.Popen[bytes], reader: threading.Thread, grace
     )
 
 
+def _stop_leftovers(proc: subprocess.Popen[bytes], grace_s: float) -> str:
+    """A subagent's command may leave nothing running: what it started in the background is stopped."""
+    if not _group_has_live_members(proc.pid):
+        return ""
+    kill_process_group(proc, grace_s)
+    return ("\n[background processes started by the command were stopped: nothing a subagent starts may "
+            "outlive its command; run the work in the foreground instead]")
+
+
 def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     reject_unknown(args, ("command", "cwd", "timeout_s"), _TOOL)
     command = require_str(args, "command", _TOOL)
@@ -270,6 +281,8 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
             reader.join(_PIPE_RELEASE_S)
             raise _stopped_error(outcome, timeout_s, buffer.render())
         note = _release_pipe(proc, reader, grace_s)
+        if ctx.settings.get("subagent"):
+            note += _stop_leftovers(proc, grace_s)
     except BaseException:
         if proc.poll() is None:
             kill_process_group(proc, grace_s)

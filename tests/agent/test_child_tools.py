@@ -162,3 +162,11 @@ def test_the_parent_and_a_child_working_in_the_home_itself_may(home_in_workspace
     assert "secret-model" in run_tool(parent(workspace, home), "read_file", {"path": ".hermes/config.yaml"})
     in_home = child_of(parent(home, home))
     assert "secret-model" in run_tool(in_home, "read_file", {"path": "config.yaml"})
+
+
+def test_nothing_a_childs_command_starts_outlives_it(tmp_path: Path) -> None:
+    leaf = child_of(parent(tmp_path))
+    out = run_tool(leaf, "run_command", {"command": "sleep 300 > /dev/null 2>&1 & echo $! > pid"})
+    assert "background processes started by the command were stopped" in out, out
+    stat = Path(f"/proc/{int((tmp_path / 'pid').read_text())}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or a zombie of PID 1
