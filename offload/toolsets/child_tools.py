@@ -73,7 +73,8 @@ def allowed_only(tools: list[Any], allowed: Iterable[str]) -> list[Any]:
 def blocked_tool_message(name: str, role: str, tools: list[str]) -> str:
     """The tool error a subagent reads when it calls a tool it does not have."""
     have = ", ".join(tools) or "(none)"
-    return (f"Error: {name!r} is not available to a subagent (role {role}). A subagent may use only: {have} "
+    what = f"{name!r} is not available to a subagent" if name in known_tools() else f"unknown tool {name!r} for a subagent"
+    return (f"Error: {what} (role {role}). A subagent may use only: {have} "
             f"(the operator's list {ROLE_KEYS.get(role, ROLE_KEYS['leaf'])}, within the toolsets it was given). "
             "It cannot ask the user, message anyone or start work that outlives it. Continue with these tools, "
             "or say in your final answer what you could not do.")
