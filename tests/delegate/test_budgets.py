@@ -32,7 +32,7 @@ class ScriptedLLM:
     def __init__(self, *turns: AssistantTurn) -> None:
         self.turns = list(turns)
 
-    def stream_turn(self, messages, tools, *, on_activity=None, should_stop=None) -> AssistantTurn:
+    def stream_turn(self, messages, tools, **callbacks: Any) -> AssistantTurn:  # on_activity, on_text, ...
         return self.turns.pop(0)
 
 
