@@ -11,6 +11,8 @@ owns the conversation, between turns.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from typing import Any, Callable
 
@@ -253,24 +255,26 @@ class SessionDriver:
         else) and is acted on at the top of the loop, so one that arrives while the previous is
         acted on, or while ``announce`` prints, still counts.
         """
-        interrupts = acted = 0
-        while True:
-            try:
-                if interrupts > acted:
-                    acted = interrupts
-                    if not self._act_on_ctrl_c(interrupts):
-                        return False
-                live = self.outstanding_count()  # read BEFORE polling: a unit queues its event before it stops being live
-                if announce is not None:
-                    announce, say = None, announce
-                    say(live)
-                if not self.deliver_ready(on_wait) and not live:
-                    return True
-                if on_wait is not None:
-                    on_wait()
-                time.sleep(POLL_S)
-            except KeyboardInterrupt:
-                interrupts += 1
+        ctrl_c = _CtrlCCounter()
+        acted = 0
+        with ctrl_c:
+            while True:
+                try:
+                    if ctrl_c.count > acted:
+                        acted = ctrl_c.count
+                        if not self._act_on_ctrl_c(acted):
+                            return False
+                    live = self.outstanding_count()  # read BEFORE polling: a unit queues its event before it stops being live
+                    if announce is not None:
+                        announce, say = None, announce
+                        say(live)
+                    if not self.deliver_ready(on_wait) and not live:
+                        return True
+                    if on_wait is not None:
+                        on_wait()
+                    time.sleep(POLL_S)
+                except KeyboardInterrupt:  # the second Ctrl-C, or one that came before the counter was in place
+                    ctrl_c.count += 1
 
     def _act_on_ctrl_c(self, count: int) -> bool:
         """The first Ctrl-C stops this session's subagents; a later one leaves (False)."""
@@ -282,3 +286,29 @@ class SessionDriver:
         stopped = self.stop_background()
         self.ui.warn(f"stopping {stopped} background delegation(s); Ctrl-C again to leave at once")
         return True
+
+
+class _CtrlCCounter:
+    """While a wait runs (on the main thread), the first Ctrl-C only counts: no KeyboardInterrupt
+    cuts a ledger read or write in the middle (a PostgreSQL connection cut mid-query can hang the
+    next request for the pool's timeout), and the wait acts on it at the top of its loop. A second
+    one raises KeyboardInterrupt, so even a wait stuck in a call can be left at once."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._installed, self._previous = False, None
+
+    def __enter__(self) -> _CtrlCCounter:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.count >= 1:
+            raise KeyboardInterrupt
+        self.count += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._installed:  # a previous handler of None (installed outside Python) means the default
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 
 import pytest
@@ -121,6 +123,26 @@ def test_wait_for_background_returns_once_the_sessions_results_are_in(runtime, s
     assert driver.live_count() == 1
     assert driver.wait_for_background(on_wait=release.set) is True  # released once it is really waiting
     assert driver.live_count() == 0 and "late" in agent.seen[-1][0]
+
+
+def test_a_first_ctrl_c_while_waiting_cuts_no_call_short_and_stops_the_sessions_work(runtime, store):
+    """The Ctrl-C lands in the middle of a call of the wait loop (as it may in a ledger read): the
+    call finishes, and the wait then stops the session's subagents, whose partial result is in."""
+    release = threading.Event()
+    dispatch(runtime, lambda: (release.wait(10), {"status": "interrupted", "summary": None})[1],
+             session_key="s1", parent_session_id="s1", interrupt_fn=release.set)
+    calls_finished = []
+
+    def on_wait() -> None:
+        if not calls_finished:
+            os.kill(os.getpid(), signal.SIGINT)
+            calls_finished.append("after the Ctrl-C")  # not reached when the Ctrl-C raises in here
+
+    driver = SessionDriver(runtime, Conversation(FakeAgent("s1"), store), SessionInbox("s1", store, runtime), Ui())
+    assert driver.wait_for_background(on_wait=on_wait) is True
+    assert calls_finished == ["after the Ctrl-C"] and release.is_set()
+    assert driver.live_count() == 0
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back after the wait
 
 
 def test_new_messages_and_delegate_handles():
