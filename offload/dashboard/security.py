@@ -9,7 +9,6 @@ the buttons for you.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.datastructures import URL
@@ -17,30 +16,15 @@ from starlette.requests import HTTPConnection
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from offload.errors import CliError
+from offload import http_security
 
 COOKIE = "offload_dashboard_token"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-
-def is_loopback(host: str) -> bool:
-    if host.strip("[]").lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve to anything
-
-
 def check_bind(host: str, token: str | None) -> None:
     """Refuse a non-loopback bind without a token: the page can interrupt and drop work."""
-    if token is not None and not token.strip():
-        raise CliError("--token is empty; give a long random value, e.g. --token \"$(openssl rand -hex 16)\"")
-    if not is_loopback(host) and not token:
-        raise CliError(f"refusing to serve the dashboard on {host} without a token: anyone who can reach it could "
-                       "interrupt and drop delegations. Add --token SECRET (checked on every request), "
-                       "or bind 127.0.0.1 (the default)")
-
+    http_security.check_bind(host, token, serving="the dashboard", exposure="interrupt and drop delegations",
+                             token_use="checked on every request")
 
 class Guard:
     """ASGI middleware: token on every request (when set) and same-origin state changes."""
@@ -85,7 +69,6 @@ class Guard:
         response = RedirectResponse(clean.path + (f"?{clean.query}" if clean.query else ""), status_code=303)
         response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
         return response
-
 
 def _same_origin(conn: HTTPConnection) -> bool:
     origin = conn.headers.get("origin")

@@ -23,8 +23,8 @@ from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from offload.dashboard.security import is_loopback
 from offload.errors import CliError
+from offload import http_security
 from offload.http_security import HostCheck, HostGuard
 
 MCP_PATH = "/mcp"
@@ -33,12 +33,8 @@ LISTEN_BACKLOG = 2048  # uvicorn's own default
 
 def check_bind(host: str, token: str | None) -> None:
     """Refuse a bind off loopback without a token: anyone reaching it could start subagents."""
-    if token is not None and not token.strip():
-        raise CliError("--token is empty; give a long random value, e.g. --token \"$(openssl rand -hex 16)\"")
-    if not is_loopback(host) and not token:
-        raise CliError(f"refusing to serve MCP on {host} without a token: anyone who can reach it could start, read "
-                       "and stop subagents. Add --token SECRET (clients send Authorization: Bearer SECRET), or bind "
-                       "127.0.0.1 (the default)")
+    http_security.check_bind(host, token, serving="MCP", exposure="start, read and stop subagents",
+                             token_use="clients send Authorization: Bearer SECRET")
 
 
 class OriginGuard:

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from offload.ledger import open_ledger
 from offload import activity
 from offload.dashboard import model
+from tests.e2e.conftest import until
 
 pytestmark = pytest.mark.timeout(90)
 WAIT_S = 30.0
@@ -59,17 +59,6 @@ def other_owner():
     yield start
     for owner in owners:
         owner.kill()
-
-
-def until(check, what: str):
-    """Poll ``check()`` (another process writes on its own schedule: there is no event to wait on)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"{what} within {WAIT_S:g} s")
 
 
 def _roster_unit(off, delegation_id: str):

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from offload.dashboard.app import create_app, parse_age
-from offload.dashboard.security import check_bind, is_loopback
+from offload.dashboard.security import check_bind
+from offload.http_security import is_loopback
 from offload.errors import CliError
 
 pytestmark = pytest.mark.timeout(60)
