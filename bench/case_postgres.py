@@ -72,8 +72,10 @@ class Schema:
 
 
 def _on(url: str | None) -> None:
-    """Point the engine at ``url`` (None: the home's state.db)."""
+    """Point the engine at ``url`` (None: the home's state.db); the runtime on the previous
+    ledger is closed, so no connection of it is left in a schema about to be dropped."""
     harness.reset_engine()
+    harness.close_runtime()
     if url is None:
         os.environ.pop("OFFLOAD_LEDGER_URL", None)
     else:

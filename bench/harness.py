@@ -76,6 +76,15 @@ def drain_queue() -> int:
         drained += 1
 
 
+def close_runtime() -> None:
+    """Close the current runtime (its ledger connections included), e.g. before its PostgreSQL
+    schema is dropped: a connection still in the schema deadlocks the DROP."""
+    global _runtime
+    if _runtime is not None:
+        _runtime.close()
+        _runtime = None
+
+
 def reset_engine() -> None:
     """Between rounds and cases: no records, no pool, no leftover event."""
     if _runtime is not None:
