@@ -9,6 +9,9 @@ Invariants: only usage a server reported is counted (a server that reports none 
 nothing, see docs/delegate-task.md); a child stops before its next model call once its
 delegation's budget is used up (the call that crosses it completes), with its partial result
 and the notice ``exhausted()`` returns; a failing spend write is logged and never fails a child.
+A unit queued in the ledger (for ``offload worker``, or at capacity) carries its budget
+(``to_spec``), so the process that runs it -- a worker, or an owner that adopted it after its
+own died -- caps and counts it the same (``budget_from_spec``), in that process's home.
 """
 from __future__ import annotations
 
@@ -91,6 +94,10 @@ class DelegationBudget:
         if self.store is not None:
             self.store.add(self.session_key, tokens)
 
+    def to_spec(self) -> dict[str, Any]:
+        """What a queued unit's row carries of this budget, for the process that will run it."""
+        return {"max_tokens": self.cap, "session_key": self.session_key, "counted": self.store is not None}
+
     def exhausted(self) -> str | None:
         """The notice for a child that must stop now, or None while there is budget left."""
         with self._lock:
@@ -101,6 +108,19 @@ class DelegationBudget:
                 f"delegation.max_tokens_per_delegation={self.cap}, so no further model call was made; the output "
                 "below is what it had so far. Delegate the unfinished part again, or the operator raises the budget "
                 f"(offload config set delegation.max_tokens_per_delegation {self.cap * 2})")
+
+
+def budget_from_spec(spec: Any, store: SpendStore | None) -> DelegationBudget | None:
+    """The budget of a unit rebuilt from its ledger row (``DelegationBudget.to_spec``), counted in
+    ``store`` (the running process's) when the dispatching host counted; None: the row has none."""
+    if not isinstance(spec, Mapping):
+        return None  # queued before budgets travelled, or by a call without any
+    cap = spec.get("max_tokens")
+    cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
+    counted = store if spec.get("counted") else None
+    if cap is None and counted is None:
+        return None
+    return DelegationBudget(cap, counted, str(spec.get("session_key") or ""))
 
 
 def over_budget(max_per_session: int | None, max_per_day: int | None, store: SpendStore | None,

@@ -3,8 +3,8 @@
 (``offload.subagents.workers`` is the worker's side). Nothing runs here.
 
 A queued row's task JSON is the unit's spec -- goals, per-task context and toolsets, role,
-model, task indexes, group, the subagents' iteration budget and the routing that brings the
-result back to the parent's session. API keys never go through the database: a worker builds
+model, task indexes, group, the subagents' iteration and token budgets and the routing that
+brings the result back to the parent's session. API keys never go through the database: a worker builds
 children with its own credentials, using the spec's model name. Units are duck-typed
 ``delegate_tool.Batch`` objects, so this module imports nothing of delegate_tool (no cycle).
 """
@@ -39,6 +39,7 @@ def unit_spec(unit: Any, origin: Origin) -> dict[str, Any]:
             "task_indexes": list(unit.indexes), "group": unit.group, "max_iterations": unit.child_max_iterations,
             "is_batch": True, "run_on": "workers", "subagent_config": unit_stamp(unit),
             "routing": legacy_routing(origin),
+            **({"budget": unit.budget.to_spec()} if getattr(unit, "budget", None) is not None else {}),
             "trace_parent": trace_carrier()}  # the worker's unit span joins the dispatcher's trace
 
 

@@ -2,7 +2,8 @@
 
 ``start_claimed`` rebuilds a unit from the row an ``offload worker`` claimed and runs it through
 the engine exactly as an in-process unit (heartbeats, stall monitor, each finished child
-recorded durably at once, fenced terminal write), under the same delegation id. The result
+recorded durably at once, fenced terminal write, the token budget its row carries), under the
+same delegation id. The result
 reaches the parent's host through the ledger (LISTEN/NOTIFY), as a new turn there.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from offload.engine.observers import continuing
 from offload.engine.units import batch_spec
 from offload.ledger import LedgerRow
 from offload.subagents.args import TaskArgs
+from offload.subagents.budget import budget_from_spec
 from offload.subagents.child import Batch
 from offload.subagents.config import DelegationConfig
 from offload.origin import Origin
@@ -46,7 +48,7 @@ def _rebuild(tool: DelegateTool, spec: dict[str, Any], parent: Any, cfg: Delegat
     # The children are built by the unit runner, on the pool thread that runs each (as in-process).
     return tool.batch(tasks=tasks, children=[None] * len(indexes), parent=parent, cfg=cfg, creds=creds,
                       context=spec.get("context"), role=spec.get("role") or "leaf", indexes=indexes,
-                      group=spec.get("group"),
+                      group=spec.get("group"), budget=budget_from_spec(spec.get("budget"), tool.spend),
                       child_max_iterations=int(spec.get("max_iterations") or cfg.max_iterations))
 
 

@@ -147,6 +147,30 @@ def test_a_queued_row_of_an_owner_that_died_is_started_here_rebuilt_from_the_row
     assert off.ledger().get("deleg_orphanqueued").owner_pid == current_owner()[0]
 
 
+def test_a_queued_unit_carries_its_token_budget_to_the_process_that_adopts_it(monkeypatch):
+    """The call's budget is in the queued row; an owner that starts the row after the call's
+    process died caps the rebuilt children with it, under the dispatching session."""
+    cfg = {"max_concurrent_children": 1, "max_tokens_per_delegation": 40}
+    gate = Gate()
+    call(cfg, monkeypatch, goal="hold the only slot", parent_agent=FakeParent(gate))
+    queued = call(cfg, monkeypatch, goal="wait for the slot", parent_agent=FakeParent(session_id="sess-budget"))
+    off = ad.runtime()
+    spec = off.ledger().get(queued["delegation_id"]).task
+    assert spec["budget"] == {"max_tokens": 40, "session_key": "sess-budget", "counted": False}
+    gate.release.set()
+    wait_event(queued["delegation_id"])
+    dead_pid = 2 ** 22 + 17  # beyond pid_max on this machine: no such process
+    orphan = DispatchRow("deleg_budgetorphan", "sess-budget", time.time(), spec, parent_session_id="sess-budget",
+                         owner_pid=dead_pid, owner_started_at=1)
+    assert off.ledger().enqueue_unit(orphan, time.time(), held=True)
+    rebuilt = FakeParent(session_id="this-process")
+    monkeypatch.setattr(off, "_queue_parent", lambda: rebuilt)
+    assert off.admission.pump(foreign=True) == 1
+    assert wait_event("deleg_budgetorphan")["status"] == "completed"
+    [child] = rebuilt.built
+    assert (child.token_budget.cap, child.token_budget.session_key) == (40, "sess-budget")
+
+
 def test_a_queued_row_of_a_live_owner_is_left_to_it(monkeypatch):
     monkeypatch.setattr(dt, "_load_config", lambda: {"max_concurrent_children": 2})
     row = DispatchRow("deleg_heldelsewhere", "s", time.time(), {"goals": ["g"], "tasks": [{"goal": "g"}]},

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from offload.gateway.telegram.fake_api import FakeBotApi
+from offload.testing.demo_script import request_role
 from offload.testing.model_server import text_reply
 from tests.e2e.conftest import HANDLE_RE, SESSION_RE, parent_requests_with_results, scripted_parent
 from tests.e2e.gateway_harness import DM, TOKEN, chat_parent, echo_goal, shown, write_gateway_config
@@ -180,3 +181,35 @@ def test_a_python_consumer_on_the_workers_host_delivers_its_result(cli, model_se
     row = delivery.current_ledger().get(did)
     assert row.delivery_state == "delivered" and row.owner_pid == int(worker_pid)
     assert row.owner_pid != os.getpid()
+
+
+def test_a_unit_a_worker_runs_stops_at_its_token_budget_and_is_counted(cli, model_server, write_config, on_workers,
+                                                                      worker, _isolated_hermes_home):
+    """The budget travels in the queued row: the worker caps the unit (the child stops with its
+    partial result and the notice) and counts its tokens for the parent's session."""
+    import sqlite3
+    from offload.testing.model_server import tool_call_reply
+    from tools.async_delegation import get_durable_delegation
+
+    def child(request):  # would work forever: one more command after each result
+        return tool_call_reply("run_command", {"command": "echo step"}, text="Found part one.")
+    server = model_server(scripted_parent(child=child, delegate={"goal": "count the words"},
+                                          on_result=text_reply("The budget stopped it.")))
+    write_config(server, max_tokens_per_delegation=50, max_tokens_per_session=100_000)
+    on_workers()
+    worker_proc, _ = worker()
+    run = cli("run", "count the words")
+    did = run.wait_for(HANDLE_RE).group(1)
+    worker_proc.wait_for(rf"started {did}")
+    run.wait_for(rf"background result {did} landed")
+    run.wait_for(r"agent> The budget stopped it\.")
+    run.finish()
+    [entry] = get_durable_delegation(did)["result"]["results"]
+    assert (entry["status"], entry["exit_reason"], entry["summary"]) == ("interrupted", "token_budget", "Found part one.")
+    assert "delegation.max_tokens_per_delegation=50" in entry["error"]
+    assert len([r for r in server.requests if request_role(r) == "subagent"]) == 1  # no call after the budget
+    injected = parent_requests_with_results(server)[0]["messages"][-1]["content"]
+    assert "stopped at its token budget" in injected, injected
+    with sqlite3.connect(_isolated_hermes_home / "state.db") as db:
+        [(session, tokens)] = db.execute("SELECT session_key, tokens FROM subagent_spend").fetchall()
+    assert session.startswith("sess_") and tokens == entry["tokens"]["input"] + entry["tokens"]["output"] > 0
