@@ -21,8 +21,9 @@ ledger; a malformed ``origin`` falls back to the flat fields.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 # Only direct messages and threads carry a thread id in a gateway key's sixth part. For group and
 # channel keys the sixth part may be a per-user id, and routing a reply to it as a thread would
@@ -70,10 +71,10 @@ class Origin:
     def __post_init__(self) -> None:
         if self.parent_session_id == "":
             object.__setattr__(self, "parent_session_id", None)  # one form for "no parent"
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, str) and not (f.name == "parent_session_id" and value is None):
-                raise TypeError(f"Origin.{f.name} must be a string, got {type(value).__name__} {value!r}")
+        for name in _FIELD_NAMES:
+            value = getattr(self, name)
+            if not isinstance(value, str) and not (name == "parent_session_id" and value is None):
+                raise TypeError(f"Origin.{name} must be a string, got {type(value).__name__} {value!r}")
 
     @classmethod
     def capture(cls, session_key: str, parent_session_id: str | None = None, *, ui_session_id: str = "",
@@ -87,7 +88,7 @@ class Origin:
     # -- wire form --------------------------------------------------------------------------------
     def to_json(self) -> dict[str, str]:
         """The JSON object (only the fields that are set)."""
-        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) not in ("", None)}
+        return {name: value for name in _FIELD_NAMES if (value := getattr(self, name)) not in ("", None)}
 
     @classmethod
     def from_json(cls, obj: object) -> Origin:
@@ -95,9 +96,8 @@ class Origin:
         is not an object of string fields."""
         if not isinstance(obj, Mapping):
             raise ValueError(f"an origin must be a JSON object, got {type(obj).__name__}: {obj!r}")
-        known = {f.name for f in fields(cls)}
         try:
-            return cls(**{k: v for k, v in obj.items() if k in known})
+            return cls(**{k: v for k, v in obj.items() if k in _KNOWN})
         except TypeError as exc:
             raise ValueError(f"unreadable origin {dict(obj)!r}: {exc}") from None
 
@@ -162,6 +162,12 @@ class Origin:
     def belongs_to(self, session_id: str) -> bool:
         """Whether ``session_id`` is this origin's session (its key, parent or wake session)."""
         return bool(session_id) and session_id in (self.session_key, self.parent_session_id, self.wake_session_id)
+
+
+# Read once: ``dataclasses.fields`` rebuilds its tuple on every call, and an origin is built and
+# written several times per delegation on the dispatch hot path (bench case 1).
+_FIELD_NAMES = tuple(f.name for f in fields(Origin))
+_KNOWN = frozenset(_FIELD_NAMES)
 
 
 def _text(value: Any) -> str:
