@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from offload.ledger import sqlite_rows as sqlite_ledger
 from offload.ledger.codec import dumps
-from offload.ledger.sqlite import open_connection
+from offload.ledger.sqlite_files import open_connection
 
 SUMMARY = ("The subagent read the module, found the off-by-one in the pager and fixed it; "
            "tests pass. ") * 3

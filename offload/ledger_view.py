@@ -14,7 +14,8 @@ from typing import Callable, TypeVar
 
 from offload.ledger import DelegationLedger, LedgerError, LedgerRow
 from offload.ledger.select import MisconfiguredLedger
-from offload.ledger.sqlite import SqliteLedger, connect_read_only
+from offload.ledger.sqlite import SqliteLedger
+from offload.ledger.sqlite_files import connect_read_only
 
 T = TypeVar("T")
 READ_ONLY_NOTE = ("note: {home} is read-only, so this is a read-only listing (no crash recovery, nothing "

@@ -29,7 +29,7 @@ def describe(exc: BaseException) -> str | None:
     """The one-line message for a storage failure, or None if ``exc`` is not one."""
     from offload.agent.session_store import SessionStoreError
     from offload.ledger import LedgerError
-    from offload.ledger.sqlite import classify_error
+    from offload.ledger.sqlite_files import classify_error
 
     if isinstance(exc, LedgerError) and exc.kind == "too_new":
         return str(exc)  # names the store, both schema versions and the fix (upgrade offload)

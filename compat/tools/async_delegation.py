@@ -32,8 +32,8 @@ from offload.engine.units import UnitSpec, batch_spec
 from offload.origin import IDENTITY_KEYS, Origin
 from offload.home import state_db_path
 from offload.ledger import DispatchRow, LedgerError  # noqa: F401 - re-exported
-from offload.ledger.sqlite import initialize_schema as _initialize_schema  # noqa: F401 - re-exported
-from offload.ledger.sqlite import open_connection
+from offload.ledger.sqlite_files import initialize_schema as _initialize_schema  # noqa: F401 - re-exported
+from offload.ledger.sqlite_files import open_connection
 from offload.runtime import Hooks, Offload
 
 from tools import async_delegation_delivery as _delivery

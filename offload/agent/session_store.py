@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from offload.engine.errors import OffloadError
-from offload.ledger.sqlite import connect, connect_read_only, is_locked, retry_while_locked, secure_files
+from offload.ledger.sqlite_errors import is_locked
+from offload.ledger.sqlite_files import connect, connect_read_only, retry_while_locked, secure_files
 from offload.ledger.versions import Component, check_sqlite, migrate_sqlite
 from offload.home import state_db_path
 

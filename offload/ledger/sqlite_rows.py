@@ -1,6 +1,6 @@
 """The ``async_delegations`` table of the SQLite ledger as data: its columns, the statements
 that write and read rows, and the conversion between ``LedgerRow``/``DispatchRow`` and SQL
-values. No I/O here; the connection and its lock live in ``delegation/ledger/sqlite.py``.
+values. No I/O here; the connection and its lock live in ``offload/ledger/sqlite.py``.
 """
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ from typing import Callable, Iterator
 import pytest
 
 from offload.agent.session_store import SessionStore
-from offload.ledger import sqlite as sq
+from offload.ledger import sqlite_files as sq
+from offload.ledger.sqlite_errors import is_locked
 from offload.home import state_db_path
 
 pytestmark = pytest.mark.timeout(180)
@@ -75,7 +76,7 @@ def _thread_writer(path: Path, statement: str, name: str, stop: threading.Event,
             try:
                 write()
             except sqlite3.OperationalError as exc:  # the load generator waits its turn too
-                if not sq.is_locked(exc):
+                if not is_locked(exc):
                     raise
             i += 1
             time.sleep(WRITER_GAP_S)

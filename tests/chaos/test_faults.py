@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 
 import offload.ledger.sqlite as sq
+import offload.ledger.sqlite_files as sqlite_files
 from tests.chaos.support import drain_queue, engine_errors, report, wait_until
 from tests.engine.conftest import wait_event
 from tools import async_delegation as ad
@@ -130,7 +131,7 @@ class Locked(Fault):
     name = "locked"
 
     def start(self, tmp_path, monkeypatch):
-        monkeypatch.setattr(sq, "BUSY_TIMEOUT_S", 0.2)
+        monkeypatch.setattr(sqlite_files, "BUSY_TIMEOUT_S", 0.2)
         reopen_ledger()  # the busy timeout is a property of the connection
         code = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
                 "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); sys.stdin.read()")

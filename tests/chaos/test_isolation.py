@@ -21,7 +21,7 @@ from collections import Counter
 
 import pytest
 
-from offload.ledger.sqlite import retry_while_locked
+from offload.ledger.sqlite_files import retry_while_locked
 from tests.chaos.support import drain_queue, report, scaled, wait_until
 from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery

@@ -14,7 +14,8 @@ import pytest
 from offload.agent.session_store import SESSIONS, SessionStore
 from offload.ledger import DispatchRow, LedgerError
 from offload.ledger.migrations import POSTGRES_LEDGER, SQLITE_LEDGER
-from offload.ledger.sqlite import SqliteLedger, open_connection
+from offload.ledger.sqlite import SqliteLedger
+from offload.ledger.sqlite_files import open_connection
 from offload.ledger.versions import Component, SchemaTooNew, migrate_sqlite, sqlite_version
 from tests.e2e.conftest import offload
 

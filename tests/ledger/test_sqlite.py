@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 import offload.ledger.sqlite as sqlite_backend
+import offload.ledger.sqlite_files as sqlite_files
 from offload.ledger import DispatchRow, LedgerError
-from offload.ledger.sqlite import SqliteLedger, initialize_schema, open_connection
+from offload.ledger.sqlite import SqliteLedger
+from offload.ledger.sqlite_files import initialize_schema, open_connection
 
 T0 = 1_000_000.0
 
@@ -254,7 +256,7 @@ def test_a_database_held_by_another_writer_is_locked(db, monkeypatch):
     setup = SqliteLedger(db)
     setup.persist_dispatch(row(), T0)
     setup.close()
-    monkeypatch.setattr(sqlite_backend, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(sqlite_files, "BUSY_TIMEOUT_S", 0.2)
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     ledger = SqliteLedger(db)
@@ -307,7 +309,7 @@ def test_a_read_only_home_is_unwritable(tmp_path):
 @pytest.mark.parametrize("word", ["locked", "busy", "corrupt", "full", "malformed"])
 def test_the_kind_of_an_os_error_does_not_depend_on_words_in_the_path(tmp_path, word):
     path = tmp_path / f"{word}-home" / "state.db"
-    err = sqlite_backend.classify_error(path, PermissionError(13, "Permission denied", str(path)))
+    err = sqlite_files.classify_error(path, PermissionError(13, "Permission denied", str(path)))
     assert err.kind == "unwritable"
 
 
@@ -315,14 +317,14 @@ def test_a_full_database_is_reported_as_full(db, monkeypatch):
     ledger = SqliteLedger(db)
     ledger.persist_dispatch(row(), T0)
     ledger.close()
-    real_initialize = sqlite_backend.initialize_schema
+    real_initialize = sqlite_files.initialize_schema
 
     def capped(conn: sqlite3.Connection) -> None:
         real_initialize(conn)
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count={pages}")  # no room to grow
 
-    monkeypatch.setattr(sqlite_backend, "initialize_schema", capped)
+    monkeypatch.setattr(sqlite_files, "initialize_schema", capped)
     ledger = SqliteLedger(db)
     big = {"status": "completed", "summary": "x" * 200_000}
 
