@@ -24,8 +24,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
@@ -36,7 +34,8 @@ from offload.agent.prompts import default_system_prompt
 from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
 from offload.engine.observers import span
-from offload.render.truncation import BUDGET_EXIT_REASON, CUT_OFF_EXIT_REASON, cut_off_reason
+from offload.agent.run_state import Run, Stamped, run_result
+from offload.render.truncation import BUDGET_EXIT_REASON, CUT_OFF_EXIT_REASON
 from offload.toolsets.child_tools import allowed_only, blocked_tool_message
 from offload.toolsets.toolspec import Tool, ToolContext
 
@@ -55,34 +54,6 @@ class TurnStreamer(Protocol):
         should_stop: Callable[[], bool] | None = None,
         on_text: Callable[[str], None] | None = None,  # the answer so far (its tail), as it streams
     ) -> AssistantTurn: ...
-
-
-class _Stamped(list):
-    """A run's messages with the time each was added (``times``), for ``transcript``; the model
-    is sent the plain messages, as before."""
-
-    def __init__(self, messages: list[dict[str, Any]] = ()) -> None:
-        super().__init__(messages)
-        self.times = [time.time()] * len(self)
-
-    def append(self, message: dict[str, Any]) -> None:
-        self.times.append(time.time())  # before the message: a reader zips the two, never short of a time
-        super().append(message)
-
-
-@dataclass
-class _Run:
-    """Mutable state of one ``run_conversation`` call."""
-
-    messages: list[dict[str, Any]]
-    api_calls: int = 0
-    last_content: str | None = None  # latest non-blank assistant text, the partial answer
-    answer: str | None = None  # the final reply's text, set only when the run completes
-    finish_reason: str | None = None  # the provider's word for how the last reply ended
-    tool_counts: Counter[str] = field(default_factory=Counter)
-    usage: Counter[str] = field(default_factory=Counter)  # token counts, and cost_usd when reported
-    usage_reported: bool = False  # some call's server reported usage; else the counts are unknown, not 0
-    budget_notice: str | None = None  # why the run stopped at its token budget
 
 
 class AIAgent:
@@ -130,7 +101,7 @@ class AIAgent:
         self._interrupt_message: str | None = None
         self._interrupt_event = threading.Event()
         self._activity = ActivityTracker(clock)
-        self._messages: _Stamped = _Stamped()  # the current (or last) run's, for transcript()
+        self._messages: Stamped = Stamped()  # the current (or last) run's, for transcript()
         self._llm = llm
         self._owns_llm = llm is None
         self._tools: list[Tool] | None = None
@@ -214,7 +185,7 @@ class AIAgent:
 
     def run_conversation(self, user_message: str, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Run one user turn to an answer, the iteration budget, an interrupt or an error."""
-        run = _Run(_Stamped(self._opening_messages(user_message, history)))
+        run = Run(Stamped(self._opening_messages(user_message, history)))
         self._messages = run.messages
         self._activity.begin_run()
         error: str | None = None
@@ -230,7 +201,7 @@ class AIAgent:
         finally:
             interrupt_message = self._interrupt_message
             self._clear_interrupt()
-        result = self._result(run, exit_reason, error, interrupt_message)
+        result = run_result(run, self.model, exit_reason, error, interrupt_message, self._activity.trace())
         result["error_kind"] = error_kind
         usage = result["usage"]
         self.add_usage({"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
@@ -245,7 +216,7 @@ class AIAgent:
         messages.append({"role": "user", "content": user_message})
         return messages
 
-    def _loop(self, run: _Run) -> str:
+    def _loop(self, run: Run) -> str:
         for _ in range(self.max_iterations):
             if self._interrupt_requested:
                 return "interrupted"
@@ -266,7 +237,7 @@ class AIAgent:
                 return "interrupted"
         return "max_iterations"
 
-    def _call_model(self, run: _Run) -> AssistantTurn:
+    def _call_model(self, run: Run) -> AssistantTurn:
         run.api_calls += 1
         self._activity.api_call_started()
         try:
@@ -286,7 +257,7 @@ class AIAgent:
     def _should_stop(self) -> bool:
         return self._interrupt_requested
 
-    def _record_turn(self, run: _Run, turn: AssistantTurn) -> None:
+    def _record_turn(self, run: Run, turn: AssistantTurn) -> None:
         run.finish_reason = turn.finish_reason
         run.usage_reported = run.usage_reported or turn.usage is not None
         for key, value in (turn.usage or {}).items():
@@ -310,7 +281,7 @@ class AIAgent:
             ],
         })
 
-    def _run_tool_calls(self, run: _Run, calls: list[dict[str, str]]) -> None:
+    def _run_tool_calls(self, run: Run, calls: list[dict[str, str]]) -> None:
         ctx = ToolContext(
             workspace=self.workspace, interrupted=self._interrupt_event, settings=self.tool_settings, caller=self,
         )
@@ -332,28 +303,6 @@ class AIAgent:
         self._interrupt_requested = False
         self._interrupt_message = None
         self._interrupt_event.clear()
-
-    def _result(self, run: _Run, exit_reason: str, error: str | None, interrupt_message: str | None) -> dict[str, Any]:
-        if exit_reason == "completed":
-            final = run.answer
-        elif exit_reason == "error":
-            final = run.last_content
-        else:
-            final = run.last_content or _progress_note(run, exit_reason, interrupt_message)
-        return {
-            "final_response": final,
-            "completed": exit_reason == "completed",
-            "exit_reason": exit_reason,
-            "truncated": exit_reason == CUT_OFF_EXIT_REASON,
-            "finish_reason": run.finish_reason,
-            "api_calls": run.api_calls,
-            "messages": run.messages,
-            "error": error or run.budget_notice,
-            "model": self.model,
-            "interrupted": exit_reason == "interrupted",
-            "usage": _usage_of(run),
-            "tool_trace": self._activity.trace(),
-        }
 
     # --- children ---------------------------------------------------------------------------
 
@@ -396,31 +345,3 @@ class AIAgent:
         child._subagent_id = subagent_id or f"sa-{task_index}-{uuid.uuid4().hex[:8]}"
         child._delegate_role = derived.role
         return child
-
-
-def _usage_of(run: _Run) -> dict[str, Any]:
-    """Tokens (and cost) the server reported for the run; None when no call reported usage
-    (a server without usage reports), which is unknown, not zero."""
-    if not run.usage_reported:
-        return {"prompt_tokens": None, "completion_tokens": None}
-    usage: dict[str, Any] = {"prompt_tokens": run.usage["prompt_tokens"],
-                             "completion_tokens": run.usage["completion_tokens"]}
-    if "cost_usd" in run.usage:  # only when the provider reported one: unknown is not zero
-        usage["cost_usd"] = run.usage["cost_usd"]
-    return usage
-
-
-def _progress_note(run: _Run, exit_reason: str, interrupt_message: str | None) -> str:
-    """What was done, for a run that stopped before the model gave any text."""
-    if exit_reason == "interrupted":
-        why = f"Interrupted ({interrupt_message})" if interrupt_message else "Interrupted"
-    elif exit_reason == CUT_OFF_EXIT_REASON:
-        why = f"The model's reply was cut off ({cut_off_reason(run.finish_reason)})"
-    elif exit_reason == BUDGET_EXIT_REASON:
-        why = "Stopped at the token budget"
-    else:
-        why = "Stopped at the iteration budget"
-    if not run.tool_counts:
-        return f"{why} after {run.api_calls} model call(s), before any tool ran and without a final answer."
-    tools = ", ".join(f"{name} ×{count}" for name, count in run.tool_counts.items())
-    return f"{why} after {run.api_calls} model call(s) without a final answer; tool calls made: {tools}."
