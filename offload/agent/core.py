@@ -241,7 +241,8 @@ class AIAgent:
         run.api_calls += 1
         self._activity.api_call_started()
         try:
-            with span("offload.model_call", model=self.model, conversation_id=self.session_id) as traced:
+            with span("offload.model_call", model=self.model, base_url=self.base_url,
+                      conversation_id=self.session_id) as traced:
                 turn = self.llm.stream_turn(
                     run.messages,
                     [tool.schema() for tool in self.tools],

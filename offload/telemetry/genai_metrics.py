@@ -33,13 +33,13 @@ def uninstall() -> None:
     _instruments = None
 
 
-def record(model: str, duration_s: float, input_tokens: Any, output_tokens: Any) -> None:
+def record(model: str, provider: str, duration_s: float, input_tokens: Any, output_tokens: Any) -> None:
     """One finished model call (token counts the server did not report are left out)."""
     instruments = _instruments
     if instruments is None:
         return
     tokens, duration = instruments
-    attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.provider.name": "openai"}
+    attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.provider.name": provider}
     duration.record(max(0.0, duration_s), attributes)
     for kind, count in (("input", input_tokens), ("output", output_tokens)):
         if isinstance(count, int) and not isinstance(count, bool):

@@ -12,6 +12,7 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -23,6 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from offload.telemetry import genai_metrics
 
 PROPAGATOR = TraceContextTextMapPropagator()
+_CONVENTION_NAMESPACES = ("gen_ai.", "server.")
 
 
 class ForcedIds(RandomIdGenerator):
@@ -83,7 +85,8 @@ def ids_of(carrier: Any) -> tuple[int, int] | None:
 
 
 def clean(attributes: dict[str, Any], prefix: str = "offload.") -> dict[str, Any]:
-    """Attribute values OpenTelemetry takes, under ``prefix`` unless a key is already namespaced."""
+    """Attribute values OpenTelemetry takes, under ``prefix`` unless a key is already in a
+    semantic-convention namespace (``gen_ai.*``, ``server.*``)."""
     out = {}
     for key, value in attributes.items():
         if value is None:
@@ -91,7 +94,7 @@ def clean(attributes: dict[str, Any], prefix: str = "offload.") -> dict[str, Any
         if not isinstance(value, (str, bool, int, float)) and not (
                 isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
             value = str(value)
-        out[key if key.startswith("gen_ai.") else f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+        out[key if key.startswith(_CONVENTION_NAMESPACES) else f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
     return out
 
 
@@ -109,7 +112,8 @@ class Handle:
         self._span.set_attributes(translated)
         if "gen_ai.usage.input_tokens" in translated or "finish_reason" in attributes:  # the call's outcome
             started_ns = getattr(self._span, "start_time", None) or time.time_ns()
-            genai_metrics.record(str(getattr(self._span, "attributes", {}).get("gen_ai.request.model", "")),
+            opened = getattr(self._span, "attributes", {})
+            genai_metrics.record(str(opened.get("gen_ai.request.model", "")), str(opened.get("gen_ai.provider.name", "")),
                                  (time.time_ns() - started_ns) / 1e9, translated.get("gen_ai.usage.input_tokens"),
                                  translated.get("gen_ai.usage.output_tokens"))
 
@@ -132,12 +136,43 @@ def _translated(attributes: dict[str, Any]) -> dict[str, Any]:
     return clean(out)
 
 
+# gen_ai.provider.name's well-known values, by the API host that serves them. Any other host
+# (llama.cpp, vLLM, Ollama, LiteLLM, a company proxy) speaks the OpenAI API without being OpenAI:
+# it is named by what it speaks, and ``server.address`` says which server it was.
+_PROVIDER_BY_HOST = {
+    "api.openai.com": "openai", "openrouter.ai": "openrouter", "api.anthropic.com": "anthropic",
+    "api.groq.com": "groq", "api.deepseek.com": "deepseek", "api.mistral.ai": "mistral_ai",
+    "api.x.ai": "x_ai", "api.perplexity.ai": "perplexity", "api.cohere.com": "cohere",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+}
+OPENAI_COMPATIBLE = "openai_compatible"
+
+
+def provider_of(base_url: object) -> dict[str, Any]:
+    """``gen_ai.provider.name`` and ``server.address``/``server.port`` of a model endpoint."""
+    try:
+        parts = urlsplit(str(base_url or ""))
+        host = (parts.hostname or "").lower()
+    except ValueError:  # an unparseable URL: the client will say so; the span names no host
+        parts, host = None, ""
+    try:
+        port = parts.port if parts is not None else None
+    except ValueError:  # a malformed port: the host is still known
+        port = None
+    if host.endswith(".openai.azure.com"):
+        provider = "azure.ai.openai"
+    else:
+        provider = _PROVIDER_BY_HOST.get(host, "openai" if not host else OPENAI_COMPATIBLE)
+    return {"gen_ai.provider.name": provider, "server.address": host or None, "server.port": port}
+
+
 def start_kind(name: str, attributes: dict[str, Any]) -> tuple[str, SpanKind, dict[str, Any]]:
     """The name, kind and attributes a span site's ``observers.span(name, **attributes)`` becomes."""
     if name != MODEL_CALL:
         return name, SpanKind.INTERNAL, clean(attributes)
     model = str(attributes.get("model") or "")
-    genai = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-             "gen_ai.provider.name": attributes.get("provider") or "openai",
+    attributes = dict(attributes)
+    endpoint = provider_of(attributes.pop("base_url", None))  # the host, never the whole URL
+    genai = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, **endpoint,
              "gen_ai.conversation.id": attributes.get("conversation_id")}
     return f"chat {model}".strip(), SpanKind.CLIENT, clean({**attributes, **genai})

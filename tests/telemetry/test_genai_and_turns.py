@@ -43,6 +43,11 @@ def test_a_run_traces_its_turns_links_delivery_turns_and_reports_genai_tokens(re
     assert chats and all(s.kind == "client" and s.attributes["gen_ai.operation.name"] == "chat" for s in chats)
     assert all(s.attributes["gen_ai.request.model"] and s.attributes["gen_ai.usage.input_tokens"] > 0
                and s.attributes["gen_ai.usage.output_tokens"] > 0 for s in chats)
+    # the demo model is a loopback server speaking the OpenAI API, not OpenAI: named by what it
+    # speaks, with the server it was
+    assert {(s.attributes["gen_ai.provider.name"], s.attributes["server.address"]) for s in chats} \
+        == {("openai_compatible", "127.0.0.1")}
+    assert all(isinstance(s.attributes["server.port"], int) for s in chats)
     parent_chats = tree.children(first, None)
     session = next(s for s in parent_chats if s.name.startswith("chat ")).attributes["gen_ai.conversation.id"]
     assert session.startswith("sess_") and first.attributes["offload.session_id"] == session
@@ -54,3 +59,4 @@ def test_a_run_traces_its_turns_links_delivery_turns_and_reports_genai_tokens(re
     assert by_type == {"input": sum(s.attributes["gen_ai.usage.input_tokens"] for s in chats),
                        "output": sum(s.attributes["gen_ai.usage.output_tokens"] for s in chats)}
     assert sum(p.count for p in points if p.metric == "gen_ai.client.operation.duration") == len(chats)
+    assert {p.attributes["gen_ai.provider.name"] for p in tokens} == {"openai_compatible"}
