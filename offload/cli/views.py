@@ -281,7 +281,8 @@ class Ui:
 
         ``full`` prints exactly what the agent reads instead of the per-task lines."""
         delegation_id = event.get("delegation_id")
-        origin = " (replayed from the ledger)" if event.get("restored") else ""
+        origin = (" (from another process)" if event.get("settled_elsewhere")
+                  else " (replayed from the ledger)" if event.get("restored") else "")
         if event.get("type") != "async_delegation":
             self.say(f"⇠ background {event.get('type')} landed{origin}", style="bold green")
             self.console.print(Text(text, style="dim"), soft_wrap=True)

@@ -88,7 +88,9 @@ class Deliveries:
         """Recover abandoned rows, then put every deliverable pending event on ``target_queue``.
 
         Replayed events are stamped ``restored=True`` (in memory only), so a drain without an
-        ownership filter leaves them for a consumer that can prove it owns them.
+        ownership filter leaves them for a consumer that can prove it owns them; those offered
+        later, as another process settles them (a worker, a recovered owner), are also stamped
+        ``settled_elsewhere=True``, so a view does not call them replayed.
         """
         return self._offer_orphans(target_queue, time.time() if now is None else now, only_new=False)
 
@@ -173,6 +175,8 @@ class Deliveries:
                     self._listened[key] = target_queue
                 event = dict(row.event or {})
                 event["restored"] = True
+                if only_new:  # settled by another live process (a worker) or a recovered owner, not replayed
+                    event["settled_elsewhere"] = True
                 target_queue.put(event)
                 self._offered[key] = now
                 offered += 1

@@ -148,8 +148,9 @@ def test_offload_stop_of_a_queued_unit_reports_it_stopped_to_its_chat_and_it_nev
         stopped = offload("stop", second[len("deleg_"):len("deleg_") + 8])  # a prefix, as a user types it
         assert stopped.returncode == 0, stopped.stderr
         assert f"stopped {second}" in stopped.stdout + stopped.stderr
-        # another process stopped it: the chat reads the result from the ledger
-        chat.wait_for(rf"background result {second} landed \(replayed from the ledger\): Subagent Task Interrupted")
+        # another process stopped it: the chat reads the result from the ledger, as news from that
+        # process (not as a replay of an earlier one's)
+        chat.wait_for(rf"background result {second} landed \(from another process\): Subagent Task Interrupted")
     finally:
         release.set()
     chat.wait_for(rf"background result {first} landed")
