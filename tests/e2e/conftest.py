@@ -180,6 +180,17 @@ def scripted_parent(*, child: Callable[[dict[str, Any]], Reply], delegate: dict[
     return script
 
 
+def delegating_chat(cli: Callable[..., Cli], *, started: bool = True) -> tuple[Cli, str]:
+    """``offload chat`` told "go" by a ``scripted_parent`` (config already written): the chat and
+    the handle's delegation id, after the parent's "Started it" unless ``started`` is False."""
+    chat = cli("chat")
+    chat.send("go")
+    did = chat.wait_for(HANDLE_RE).group(1)
+    if started:
+        chat.wait_for(r"agent> Started it")
+    return chat, did
+
+
 INTERIM_HEADER = "[ASYNC DELEGATION TASK FAILED"
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from offload.agent.session_store import SessionStore
 from offload.testing.model_server import hang_reply, text_reply
-from tests.e2e.conftest import HANDLE_RE, SESSION_RE, parent_requests_with_results, scripted_parent
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, delegating_chat, parent_requests_with_results, scripted_parent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -55,9 +55,7 @@ def test_a_stalled_child_is_interrupted_and_reported(cli, model_server, write_co
     server = model_server(scripted_parent(child=lambda r: hang_reply("thinking…"), delegate={"goal": "slow work"},
                                           on_result=text_reply("The subagent stalled; I will retry later.")))
     write_config(server, stall_idle_seconds=1, stall_grace_seconds=1, stall_check_interval_seconds=0.2)
-    chat = cli("chat")
-    chat.send("go")
-    did = chat.wait_for(HANDLE_RE).group(1)
+    chat, did = delegating_chat(cli, started=False)
     mark = chat.mark()
     chat.wait_for(rf"background result {did} landed: Subagent Task Interrupted", start=mark)
     chat.wait_for(r"■ slow work \(interrupted, [\d.]+ s\)", start=mark)  # the user's one-line summary
@@ -72,9 +70,7 @@ def test_a_rejected_subagent_model_is_reported_once(cli, model_server, write_con
                                           on_result=text_reply("The subagent model is misconfigured.")),
                           model_ids=("demo-model",))
     write_config(server, model="no-such-model")
-    chat = cli("chat")
-    chat.send("go")
-    did = chat.wait_for(HANDLE_RE).group(1)
+    chat, did = delegating_chat(cli, started=False)
     landed = chat.wait_for(rf"background result {did} landed")
     chat.wait_for(r"agent> The subagent model is misconfigured\.", start=chat.lines.index(landed.string))
     chat.send("/quit")
@@ -95,10 +91,7 @@ def chat_with_an_endless_child(cli, model_server, write_config, on_result: str):
     server = model_server(scripted_parent(child=lambda r: hang_reply("working…"), delegate={"goal": "endless"},
                                           on_result=text_reply(on_result)))
     write_config(server)
-    chat = cli("chat")
-    chat.send("go")
-    did = chat.wait_for(HANDLE_RE).group(1)
-    chat.wait_for(r"agent> Started it")
+    chat, did = delegating_chat(cli)
     assert server.wait_for_requests(3, timeout_s=30)  # parent ×2 and the child, now hanging mid-stream
     return chat, did
 
@@ -148,10 +141,7 @@ def test_agents_shows_a_finished_child_as_done_not_idle(cli, model_server, write
     server = model_server(scripted_parent(child=child, delegate={"tasks": [{"goal": "quick"}, {"goal": "slow"}]},
                                           on_result=text_reply("Noted.")))
     write_config(server)
-    chat = cli("chat")
-    chat.send("go")
-    did = chat.wait_for(HANDLE_RE).group(1)
-    chat.wait_for(r"agent> Started it")
+    chat, did = delegating_chat(cli)
     wait_for_recorded_child(runtime, did)
     mark = chat.mark()
     chat.send("/agents")

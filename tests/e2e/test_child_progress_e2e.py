@@ -12,7 +12,7 @@ import pytest
 
 from offload.testing.demo_script import last_role
 from offload.testing.model_server import hang_reply, text_reply, tool_call_reply
-from tests.e2e.conftest import HANDLE_RE, offload, scripted_parent, until
+from tests.e2e.conftest import delegating_chat, offload, scripted_parent, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 THINKING = "Comparing the two outputs now"
@@ -30,10 +30,7 @@ def test_a_running_childs_last_tool_and_line_reach_every_roster_and_its_trace_th
     server = model_server(scripted_parent(child=child, delegate={"goal": "check the outputs"},
                                           on_result=text_reply("Noted.")))
     write_config(server)
-    chat = cli("chat")
-    chat.send("go")
-    did = chat.wait_for(HANDLE_RE).group(1)
-    chat.wait_for(r"agent> Started it")
+    chat, did = delegating_chat(cli)
     assert server.wait_for_requests(4, timeout_s=30)  # parent, tool result, child's tool call, child writing
 
     def roster_line():

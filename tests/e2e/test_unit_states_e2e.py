@@ -15,7 +15,7 @@ import pytest
 
 from offload.testing.demo_script import subagent_goal
 from offload.testing.model_server import hang_reply, text_reply
-from tests.e2e.conftest import HANDLE_RE, offload, scripted_parent
+from tests.e2e.conftest import delegating_chat, offload, scripted_parent
 from tests.e2e.test_chat_e2e import wait_for_recorded_child
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -30,10 +30,7 @@ def _stopped_chat(cli, model_server, write_config, goals: list[str], runtime=Non
     delegate = {"tasks": [{"goal": g} for g in goals]} if len(goals) > 1 else {"goal": goals[0]}
     server = model_server(scripted_parent(child=child, delegate=delegate, on_result=text_reply("Noted the stop.")))
     write_config(server)
-    chat = cli("chat")
-    chat.send("go")
-    did = chat.wait_for(HANDLE_RE).group(1)
-    chat.wait_for(r"agent> Started it")
+    chat, did = delegating_chat(cli)
     if "quick" in goals:
         wait_for_recorded_child(runtime, did)
     assert server.wait_for_requests(2 + len(goals), timeout_s=30)  # the slow child is mid-stream
