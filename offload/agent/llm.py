@@ -95,6 +95,16 @@ def _shared_ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def preload() -> None:
+    """Pay the HTTP stack's one-time costs now: the TLS context (the CA bundle) and the
+    transport's modules, which httpx imports only when its first client is built (httpcore,
+    and trio when that is installed: ~0.1-0.3 s of CPU under the GIL).
+
+    A long-lived process that will run children (``offload worker``) calls this before it
+    takes work, so its first units do not pay it while holding the GIL."""
+    httpx.HTTPTransport(verify=_shared_ssl_context()).close()
+
+
 class LLMClient:
     """Streams Chat Completions turns from one model at one endpoint."""
 

@@ -42,11 +42,6 @@ CHECK_IDLE_S = 1.0
 _returned_at: "weakref.WeakKeyDictionary[Any, float]" = weakref.WeakKeyDictionary()
 
 
-def _returned(conn: Any) -> None:
-    """The pool's ``reset`` callback: when the connection came back."""
-    _returned_at[conn] = time.monotonic()
-
-
 def _check_if_idle(conn: Any) -> None:
     """The pool's ``check`` callback: a round trip only for a connection that sat idle."""
     if time.monotonic() - _returned_at.get(conn, 0.0) > CHECK_IDLE_S:
@@ -82,7 +77,7 @@ class PostgresConnections:
                 logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
                 self._pool = ConnectionPool(self.url, min_size=1, max_size=POOL_MAX_SIZE, open=False,
                                             timeout=POOL_TIMEOUT_S, kwargs={"autocommit": True},
-                                            check=_check_if_idle, reset=_returned, name="offload-ledger")
+                                            check=_check_if_idle, name="offload-ledger")
                 self._pool.open(wait=False)
             return self._pool
 
@@ -96,7 +91,12 @@ class PostgresConnections:
                         self._ensure_schema(conn)
                     else:
                         self._check_version(conn)
-                    return fn(conn)
+                    result = fn(conn)
+                    # Not the pool's ``reset`` callback: with one, the pool hands every returned
+                    # connection to its worker thread (a thread switch per operation, and the
+                    # connection is lent again only once that thread ran).
+                    _returned_at[conn] = time.monotonic()
+                    return result
             except psycopg.errors.UndefinedTable as exc:
                 self._schema = None
                 if not create and missing is not MISSING:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from psycopg import ClientCursor
+from psycopg.pq import ExecStatus
 
 from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, LIVE_SLOTS
 from offload.ledger.postgres_sql import (
@@ -27,6 +28,7 @@ from offload.ledger.postgres_sql import (
 )
 
 Statement = tuple[str, Sequence[Any]]
+TUPLES_OK = ExecStatus.TUPLES_OK
 LOCK_CAPACITY = "SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))"
 LEASED = " EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s)"
 LEASE_LOCKED = " EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s FOR SHARE)"
@@ -65,7 +67,9 @@ def run(conn: Any, statements: Sequence[Statement]) -> list[tuple[int, list[tupl
     cur.execute(";\n".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
     results = []
     while True:
-        results.append((cur.rowcount, cur.fetchall() if cur.description is not None else None))
+        # the result's status, not ``cur.description`` (which builds a Column per column)
+        rows = cur.fetchall() if cur.pgresult.status == TUPLES_OK else None
+        results.append((cur.rowcount, rows))
         if not cur.nextset():
             return results
 

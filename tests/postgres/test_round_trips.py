@@ -74,6 +74,27 @@ def test_a_connection_idle_past_check_idle_s_is_checked_before_it_is_lent(pg_sch
         ledger.close()
 
 
+def test_a_connection_goes_back_to_the_pool_on_the_callers_thread(pg_schema, monkeypatch):
+    """No task for the pool's worker threads per operation (a pool ``reset`` callback makes
+    every return one: a thread switch each, and the connection lent again only after it)."""
+    from psycopg_pool import ConnectionPool
+
+    tasks: list[str] = []
+    run_task = ConnectionPool.run_task
+    monkeypatch.setattr(ConnectionPool, "run_task", lambda pool, task: (tasks.append(type(task).__name__),
+                                                                         run_task(pool, task))[1])
+    ledger = PostgresLedger(pg_schema.url, host_id="host-a")
+    try:
+        ledger.persist_dispatch(row("deleg_warm"), 1.0)
+        tasks.clear()  # opening the pool adds its connections through tasks
+        for i in range(5):
+            ledger.persist_dispatch(row(f"deleg_{i}"), 1.0)
+            ledger.get(f"deleg_{i}")
+        assert tasks == []
+    finally:
+        ledger.close()
+
+
 def test_finished_children_are_kept_whole_in_the_row_in_the_order_recorded(pg_schema):
     ledger = PostgresLedger(pg_schema.url, host_id="host-a")
     try:
