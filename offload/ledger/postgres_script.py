@@ -22,6 +22,7 @@ from typing import Any, Sequence
 from psycopg import ClientCursor
 from psycopg.pq import ExecStatus
 
+from offload.ledger import postgres_prepared as prepared
 from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, LIVE_SLOTS
 from offload.ledger.postgres_sql import (
     _COLUMNS, _WRITE_COLUMNS, FENCE, INSERT_DISPATCH, UPDATE_COMPLETION, SQL,
@@ -61,10 +62,19 @@ RECORD_CHILD = (SQL.write_results + " AND state='running'" + FENCE
 
 
 def run(conn: Any, statements: Sequence[Statement]) -> list[tuple[int, list[tuple[Any, ...]] | None]]:
-    """Run ``statements`` as one string, one implicit transaction, one round trip; each
-    statement's (rowcount, rows or None)."""
+    """Run ``statements`` as one string, one implicit transaction, one round trip, each as a
+    prepared statement of this connection (``postgres_prepared``); each statement's
+    (rowcount, rows or None)."""
     cur = ClientCursor(conn)
-    cur.execute(";\n".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
+    text, new, skip = prepared.script(conn, [sql for sql, _ in statements])
+    try:
+        cur.execute(text, [p for _, params in statements for p in params])
+    except BaseException:
+        prepared.ran(conn, new, ok=False)
+        raise
+    prepared.ran(conn, new, ok=True)
+    for _ in range(skip):  # the PREPAREs' own results
+        cur.nextset()
     results = []
     while True:
         # the result's status, not ``cur.description`` (which builds a Column per column)
