@@ -4,7 +4,7 @@ Owns one conversation run (model call → tool calls → model call ... → answ
 interrupt flag, its liveness record and how a child agent is derived from it. Invariants:
 
 * ``run_conversation`` always returns the result dict (exit_reason "completed",
-  "max_iterations", "truncated", "interrupted", "token_budget" (a subagent's ``token_budget``
+  "max_iterations", "truncated", "interrupted", "token_budget" / "cost_budget" (a subagent's ``token_budget``
   used up: no further model call, its notice in ``error``) or "error", with "error_kind" "model",
   "endpoint" or "internal" for an error); it never raises for a model or tool failure.
 * a reply the model did not finish (the server's output limit, a filter, a stream that ended
@@ -35,7 +35,7 @@ from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
 from offload.engine.observers import span
 from offload.agent.run_state import Run, Stamped, run_result
-from offload.render.truncation import BUDGET_EXIT_REASON, CUT_OFF_EXIT_REASON
+from offload.render.truncation import CUT_OFF_EXIT_REASON
 from offload.toolsets.child_tools import allowed_only, blocked_tool_message
 from offload.toolsets.toolspec import Tool, ToolContext
 
@@ -220,9 +220,9 @@ class AIAgent:
         for _ in range(self.max_iterations):
             if self._interrupt_requested:
                 return "interrupted"
-            if self.token_budget is not None and (notice := self.token_budget.exhausted()):
-                run.budget_notice = notice
-                return BUDGET_EXIT_REASON
+            if self.token_budget is not None and (stop := self.token_budget.stop()):
+                exit_reason, run.budget_notice = stop
+                return exit_reason
             turn = self._call_model(run)
             self._record_turn(run, turn)
             if turn.finish_reason == "interrupted":
@@ -264,7 +264,7 @@ class AIAgent:
         for key, value in (turn.usage or {}).items():
             run.usage[key] += value
         if self.token_budget is not None:
-            self.token_budget.charge(turn.usage)
+            self.token_budget.charge(turn.usage, interrupted=turn.finish_reason == "interrupted")
         if turn.content.strip():
             run.last_content = turn.content
         # An interrupted turn's tool calls may be cut off and will not run, so they are dropped.

@@ -198,7 +198,9 @@ class LLMClient:
     ) -> AssistantTurn:
         while True:
             try:
-                return self._read_stream(self._open(messages, tools), on_activity, should_stop, on_text)
+                assembler = TurnAssembler()
+                return self._read_stream(self._open(messages, tools, assembler), assembler, on_activity, should_stop,
+                                         on_text)
             except HTTPStatusFailure as exc:
                 refused = [name for name in self._optional if exc.status_code == 400 and name in exc.text]
                 if not refused:
@@ -207,20 +209,21 @@ class LLMClient:
                 logger.info("%s refuses %s; asking again without it", self.base_url, refused[0])
                 del self._optional[refused[0]]
 
-    def _open(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StreamPump:
+    def _open(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+              assembler: TurnAssembler) -> StreamPump:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
         if tools:  # OpenAI rejects an empty tools array
             body["tools"] = tools
         body.update(self._optional)
         body.update(self._extra_body)
         return StreamPump(lambda alive: stream_chunks(self._http_client, self._url, headers=self._headers,
-                                                      body=body, timeout=self._timeout, on_alive=alive)).start()
+                                                      body=body, timeout=self._timeout, on_alive=alive,
+                                                      on_headers=assembler.read_headers)).start()
 
     def _read_stream(
-        self, pump: StreamPump, on_activity: Callable[[], None] | None, should_stop: Callable[[], bool],
-        on_text: Callable[[str], None] | None = None,
+        self, pump: StreamPump, assembler: TurnAssembler, on_activity: Callable[[], None] | None,
+        should_stop: Callable[[], bool], on_text: Callable[[str], None] | None = None,
     ) -> AssistantTurn:
-        assembler = TurnAssembler()
         last_data_at = self._clock()
         try:
             while True:

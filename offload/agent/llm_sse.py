@@ -43,11 +43,13 @@ class StreamErrorEvent(Exception):
 
 
 def stream_chunks(client: httpx.Client, url: str, *, headers: dict[str, str], body: dict[str, Any],
-                  timeout: httpx.Timeout, on_alive: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
+                  timeout: httpx.Timeout, on_alive: Callable[[], None] | None = None,
+                  on_headers: Callable[[httpx.Headers], None] | None = None) -> Iterator[dict[str, Any]]:
     """POST ``body`` and yield each streamed JSON payload; closes the response when done or closed.
 
     ``on_alive`` is called for each SSE comment (``: keep-alive``, OpenRouter's ``: PROCESSING``):
-    no payload, but the server is alive."""
+    no payload, but the server is alive. ``on_headers`` gets a successful response's headers
+    before its first payload (a gateway's cost header)."""
     request = client.build_request("POST", url, headers=headers, content=json.dumps(body).encode(),
                                    timeout=timeout)
     try:
@@ -57,6 +59,8 @@ def stream_chunks(client: httpx.Client, url: str, *, headers: dict[str, str], bo
     try:
         if response.status_code >= 400:
             raise _status_failure(response)
+        if on_headers is not None:
+            on_headers(response.headers)
         for event, data in iter_sse(response.iter_bytes(), on_comment=on_alive):
             if data.startswith(b"[DONE]"):
                 return

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 # How long a stream may stay silent (no chunk, keep-alive or progress) before the call fails;
 # `stream_idle_timeout_s` in config.yaml. Here, not in llm.py, so reading the config does not
@@ -67,8 +68,13 @@ class TurnAssembler:
         self._slot_by_index: dict[int, int] = {}
         self._finish_reason: str | None = None
         self._usage: dict[str, int] | None = None
+        self._header_cost_usd: float | None = None  # a gateway's cost header (LiteLLM's), if it sent one
         self.text_chars = 0  # characters of answer text so far
         self.text_tail = ""  # its last TAIL_CHARS, kept as it grows (a roster line shows it)
+
+    def read_headers(self, headers: Mapping[str, str]) -> None:
+        """Note the call's cost from a gateway's response header (before the first chunk)."""
+        self._header_cost_usd = header_cost_usd(headers)
 
     def add(self, chunk: Any) -> None:
         """Fold one streamed chunk (the server's JSON object) in. Raises TypeError on odd shapes."""
@@ -133,15 +139,18 @@ class TurnAssembler:
 
     def result(self, *, interrupted: bool = False) -> AssistantTurn:
         content = "".join(self._content)
+        usage = self._usage
+        if usage is not None and "cost_usd" not in usage and self._header_cost_usd is not None:
+            usage = {**usage, "cost_usd": self._header_cost_usd}  # the body's usage.cost wins
         if interrupted:
-            return AssistantTurn(content, [], "interrupted", self._usage)
+            return AssistantTurn(content, [], "interrupted", usage)
         finish = self._finish_reason or MISSING_FINISH
         if finish in CUT_OFF_REASONS:  # a cut-off call's arguments may be cut mid-JSON: never run them
-            return AssistantTurn(content, [], finish, self._usage)
+            return AssistantTurn(content, [], finish, usage)
         calls = [dict(slot) for slot in self._slots if slot["name"]]
         for call in calls:
             call["id"] = call["id"] or f"call_{uuid.uuid4().hex[:12]}"
-        return AssistantTurn(content, calls, finish, self._usage)
+        return AssistantTurn(content, calls, finish, usage)
 
 
 def _field(obj: Any, key: str) -> Any:
@@ -153,10 +162,25 @@ def _field(obj: Any, key: str) -> Any:
 def _usage_dict(usage: Any) -> dict[str, Any]:
     keys = ("prompt_tokens", "completion_tokens", "total_tokens")
     out: dict[str, Any] = {key: int(_field(usage, key) or 0) for key in keys}
-    cost = usage.get("cost")  # reported by some providers (e.g. OpenRouter), in USD
-    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+    # The call's price in USD: OpenRouter's usage.cost (credits, 1 credit = 1 USD), and a LiteLLM
+    # proxy's with ``include_cost_in_streaming_usage``. Absent: unknown (never taken as 0).
+    cost = usage.get("cost")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
         out["cost_usd"] = float(cost)
     return out
+
+
+COST_HEADER = "x-litellm-response-cost"  # a LiteLLM proxy's price of the call, when known as headers go out
+
+
+def header_cost_usd(headers: Mapping[str, str]) -> float | None:
+    """The call's cost from a gateway header, or None (absent, empty, "None", negative, not a number)."""
+    raw = headers.get(COST_HEADER)
+    try:
+        cost = float(raw) if raw else None
+    except ValueError:
+        return None
+    return cost if cost is not None and math.isfinite(cost) and cost >= 0 else None
 
 
 class StreamPump:

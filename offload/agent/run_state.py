@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from offload.render.truncation import BUDGET_EXIT_REASON, CUT_OFF_EXIT_REASON, cut_off_reason
+from offload.render.truncation import BUDGET_EXIT_REASON, COST_BUDGET_EXIT_REASON, CUT_OFF_EXIT_REASON, cut_off_reason
 
 
 class Stamped(list):
@@ -41,7 +41,7 @@ class Run:
     tool_counts: Counter[str] = field(default_factory=Counter)
     usage: Counter[str] = field(default_factory=Counter)  # token counts, and cost_usd when reported
     usage_reported: bool = False  # some call's server reported usage; else the counts are unknown, not 0
-    budget_notice: str | None = None  # why the run stopped at its token budget
+    budget_notice: str | None = None  # why the run stopped at its token or cost budget
 
 
 def run_result(run: Run, model: str, exit_reason: str, error: str | None, interrupt_message: str | None,
@@ -89,6 +89,8 @@ def _progress_note(run: Run, exit_reason: str, interrupt_message: str | None) ->
         why = f"The model's reply was cut off ({cut_off_reason(run.finish_reason)})"
     elif exit_reason == BUDGET_EXIT_REASON:
         why = "Stopped at the token budget"
+    elif exit_reason == COST_BUDGET_EXIT_REASON:
+        why = "Stopped at the cost budget"
     else:
         why = "Stopped at the iteration budget"
     if not run.tool_counts:

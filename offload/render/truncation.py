@@ -18,9 +18,12 @@ MAX_ITERATIONS_NOTE = (
 )
 CUT_OFF_EXIT_REASON = "truncated"
 UNFINISHED_EXIT_REASONS = ("max_iterations", CUT_OFF_EXIT_REASON)  # a run that stopped before it was done
-# A subagent stopped at its delegation's token budget: state ``interrupted``, its text so far kept
-# as partial output, its ``error`` the notice (offload.subagents.budget). Not "truncated": not completed.
+# A subagent stopped at its delegation's token budget (or its cost budget, or a cost that was not
+# reported under a cost cap): state ``interrupted``, its text so far kept as partial output, its
+# ``error`` the notice (offload.subagents.budget). Not "truncated": not completed.
 BUDGET_EXIT_REASON = "token_budget"
+COST_BUDGET_EXIT_REASON = "cost_budget"
+BUDGET_EXIT_REASONS = (BUDGET_EXIT_REASON, COST_BUDGET_EXIT_REASON)
 
 
 def cut_off_reason(finish_reason: Any) -> str:

@@ -1,25 +1,31 @@
-"""Token budgets of subagents: per delegation, per session and per day (``delegation.max_tokens_*``).
+"""Spend caps of subagents: tokens and US dollars, per delegation, per session and per day
+(``delegation.max_tokens_*``, ``delegation.max_cost_usd_*``).
 
-Owns ``SpendStore`` (the tokens subagents used, per parent session and UTC day, in the guest
-table ``subagent_spend`` of ``state.db``), ``DelegationBudget`` (the budget the children of
-one delegate_task call share, which charges the store as they go) and the refusal text of
-``delegate_task`` for a session or a day over its budget.
+Owns ``SpendStore`` (what subagents used, per parent session and UTC day, in the guest table
+``subagent_spend`` of ``state.db``: tokens, the reported cost, and the model calls whose cost was
+not reported), ``DelegationBudget`` (the budget the children of one delegate_task call share,
+which charges the store as they go), ``call_budget`` (a call's budget from its config) and the
+refusal text of ``delegate_task`` for a session or a day over its budget.
 
-Invariants: only usage a server reported is counted (a server that reports none spends
-nothing, see docs/delegate-task.md); a child stops before its next model call once its
-delegation's budget is used up (the call that crosses it completes), with its partial result
-and the notice ``exhausted()`` returns; a failing spend write is logged and never fails a child.
-A unit queued in the ledger (for ``offload worker``, or at capacity) carries its budget
+Invariants: only usage a server reported is counted as tokens (a server that reports none spends
+no tokens, see docs/delegate-task.md); a cost that was not reported is unknown, never 0: while
+any cost cap is set, such a call stops its child before its next model call, and a session or
+day with such calls is refused by its cost cap. A child stops before its next model call once
+its delegation's budget is used up (the call that crosses it completes), with its partial
+result and the notice ``exhausted()`` returns; a failing spend write is logged and never fails
+a child. A unit queued in the ledger (for ``offload worker``, or at capacity) carries its budget
 (``to_spec``), so the process that runs it -- a worker, or an owner that adopted it after its
 own died -- caps and counts it the same (``budget_from_spec``), in that process's home.
 """
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import threading
 import time
 from contextlib import closing
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -27,9 +33,15 @@ from typing import Any, Callable, Mapping
 logger = logging.getLogger(__name__)
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS subagent_spend (day TEXT NOT NULL, session_key TEXT NOT NULL, "
-           "tokens INTEGER NOT NULL, PRIMARY KEY (day, session_key))")
-_ADD = ("INSERT INTO subagent_spend (day, session_key, tokens) VALUES (?, ?, ?) "
-        "ON CONFLICT (day, session_key) DO UPDATE SET tokens = tokens + excluded.tokens")
+           "tokens INTEGER NOT NULL, cost_usd REAL NOT NULL DEFAULT 0, "
+           "cost_unknown_calls INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (day, session_key))")
+# Columns a state.db written before cost caps lacks; added in place (the rows keep their tokens).
+_ADDED_COLUMNS = (("cost_usd", "REAL NOT NULL DEFAULT 0"), ("cost_unknown_calls", "INTEGER NOT NULL DEFAULT 0"))
+_ADD = ("INSERT INTO subagent_spend (day, session_key, tokens, cost_usd, cost_unknown_calls) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (day, session_key) DO UPDATE SET tokens = tokens + excluded.tokens, "
+        "cost_usd = cost_usd + excluded.cost_usd, cost_unknown_calls = cost_unknown_calls + excluded.cost_unknown_calls")
+_SUM = "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(cost_unknown_calls), 0) FROM subagent_spend"
+COST_KEYS = ("max_cost_usd_per_delegation", "max_cost_usd_per_session", "max_cost_usd_per_day")
 
 
 def reported_tokens(usage: Mapping[str, Any] | None) -> int:
@@ -42,72 +54,152 @@ def reported_tokens(usage: Mapping[str, Any] | None) -> int:
     return total
 
 
+def reported_cost(usage: Mapping[str, Any] | None) -> float | None:
+    """One model call's cost in USD as its provider reported it, or None: unknown (not 0)."""
+    cost = (usage or {}).get("cost_usd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+        return float(cost)
+    return None
+
+
+def usd(amount: float) -> str:
+    return f"${amount:.6f}".rstrip("0").rstrip(".")
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What subagents used in one scope (a session, or a day)."""
+
+    tokens: int = 0
+    cost_usd: float = 0.0
+    cost_unknown_calls: int = 0  # model calls whose provider reported no cost
+
+
 class SpendStore:
-    """Tokens used by subagents, per parent session and UTC day, in ``path`` (state.db)."""
+    """What subagents used, per parent session and UTC day, in ``path`` (state.db)."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
         self.path, self.clock = Path(path), clock
         self._lock = threading.Lock()
+        self._migrated = False
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=10)
-        conn.execute(_SCHEMA)
+        if not self._migrated:
+            conn.execute(_SCHEMA)
+            have = {row[1] for row in conn.execute("PRAGMA table_info(subagent_spend)")}
+            for name, kind in _ADDED_COLUMNS:
+                if name not in have:
+                    try:
+                        conn.execute(f"ALTER TABLE subagent_spend ADD COLUMN {name} {kind}")
+                    except sqlite3.OperationalError as exc:  # another process added it first
+                        if "duplicate column" not in str(exc):
+                            raise
+            self._migrated = True
         return conn
 
     def today(self) -> str:
         return datetime.fromtimestamp(self.clock(), tz=timezone.utc).strftime("%Y-%m-%d")
 
-    def add(self, session_key: str, tokens: int) -> None:
-        if tokens <= 0:
+    def add(self, session_key: str, tokens: int, cost_usd: float = 0.0, cost_unknown_calls: int = 0) -> None:
+        if tokens <= 0 and cost_usd <= 0 and cost_unknown_calls <= 0:
             return
         try:
             with self._lock, closing(self._connect()) as conn, conn:
-                conn.execute(_ADD, (self.today(), session_key, tokens))
+                conn.execute(_ADD, (self.today(), session_key, max(tokens, 0), max(cost_usd, 0.0),
+                                    max(cost_unknown_calls, 0)))
         except sqlite3.Error:
-            logger.warning("could not record %d subagent tokens in %s", tokens, self.path, exc_info=True)
+            logger.warning("could not record subagent spend (%d tokens, cost %s) in %s", tokens, usd(cost_usd),
+                           self.path, exc_info=True)
+
+    def spend(self, session_key: str) -> tuple[Spend, Spend]:
+        """(what this session's subagents used, what all subagents used today)."""
+        if not self.path.exists():
+            return Spend(), Spend()
+        with self._lock, closing(self._connect()) as conn:
+            session = conn.execute(f"{_SUM} WHERE session_key = ?", (session_key,)).fetchone()
+            day = conn.execute(f"{_SUM} WHERE day = ?", (self.today(),)).fetchone()
+        return Spend(int(session[0]), float(session[1]), int(session[2])), Spend(int(day[0]), float(day[1]), int(day[2]))
 
     def totals(self, session_key: str) -> tuple[int, int]:
         """(tokens this session's subagents used, tokens all subagents used today)."""
-        if not self.path.exists():
-            return 0, 0
-        with self._lock, closing(self._connect()) as conn:
-            session = conn.execute("SELECT COALESCE(SUM(tokens), 0) FROM subagent_spend WHERE session_key = ?",
-                                   (session_key,)).fetchone()[0]
-            day = conn.execute("SELECT COALESCE(SUM(tokens), 0) FROM subagent_spend WHERE day = ?",
-                               (self.today(),)).fetchone()[0]
-        return int(session), int(day)
+        session, day = self.spend(session_key)
+        return session.tokens, day.tokens
 
 
 class DelegationBudget:
-    """The token budget the children of one delegate_task call share (``cap`` None: no cap);
-    every charge also goes to the session's and the day's totals. Thread-safe."""
+    """The budget the children of one delegate_task call share: ``cap`` tokens and ``cost_cap``
+    USD (None: no cap); ``cost_guard`` names the cost caps in force (any of them makes a call of
+    unknown cost stop the children). Every charge also goes to the session's and the day's
+    totals in ``store``. Thread-safe."""
 
-    def __init__(self, cap: int | None, store: SpendStore | None, session_key: str) -> None:
+    def __init__(self, cap: int | None, store: SpendStore | None, session_key: str, *,
+                 cost_cap: float | None = None, cost_guard: str | None = None) -> None:
         self.cap, self.store, self.session_key = cap, store, session_key
-        self.used = 0
+        self.cost_cap = cost_cap
+        self.cost_guard = cost_guard or ("delegation.max_cost_usd_per_delegation" if cost_cap is not None else None)
+        self.used, self.cost_usd, self.cost_unknown_calls = 0, 0.0, 0
         self._lock = threading.Lock()
 
-    def charge(self, usage: Mapping[str, Any] | None) -> None:
-        tokens = reported_tokens(usage)
+    def charge(self, usage: Mapping[str, Any] | None, interrupted: bool = False) -> None:
+        """Count one model call. ``interrupted``: this side cut the call short (an interrupt, a
+        stop) before its server could send usage; a missing cost there says nothing about the
+        provider, and the child is stopping anyway, so it is not counted as unknown."""
+        tokens, cost = reported_tokens(usage), reported_cost(usage)
+        unknown = 1 if cost is None and not interrupted else 0
         with self._lock:
             self.used += tokens
+            self.cost_unknown_calls += unknown
+            self.cost_usd += cost or 0.0
         if self.store is not None:
-            self.store.add(self.session_key, tokens)
+            self.store.add(self.session_key, tokens, cost or 0.0, unknown)
 
     def to_spec(self) -> dict[str, Any]:
         """What a queued unit's row carries of this budget, for the process that will run it."""
-        return {"max_tokens": self.cap, "session_key": self.session_key, "counted": self.store is not None}
+        return {"max_tokens": self.cap, "max_cost_usd": self.cost_cap, "cost_guard": self.cost_guard,
+                "session_key": self.session_key, "counted": self.store is not None}
 
     def exhausted(self) -> str | None:
         """The notice for a child that must stop now, or None while there is budget left."""
+        stop = self.stop()
+        return stop[1] if stop else None
+
+    def stop(self) -> tuple[str, str] | None:
+        """(exit reason, notice) for a child that must stop now -- ``token_budget``, or
+        ``cost_budget`` (also for a cost that was not reported) -- or None."""
         with self._lock:
-            used = self.used
-        if self.cap is None or used < self.cap:
-            return None
-        return (f"stopped at its token budget: this delegation's subagents used {used} tokens of "
-                f"delegation.max_tokens_per_delegation={self.cap}, so no further model call was made; the output "
-                "below is what it had so far. Delegate the unfinished part again, or the operator raises the budget "
-                f"(offload config set delegation.max_tokens_per_delegation {self.cap * 2})")
+            used, cost, unknown = self.used, self.cost_usd, self.cost_unknown_calls
+        stop = "so no further model call was made; the output below is what it had so far."
+        if self.cap is not None and used >= self.cap:
+            return "token_budget", (f"stopped at its token budget: this delegation's subagents used {used} tokens of "
+                    f"delegation.max_tokens_per_delegation={self.cap}, {stop} Delegate the unfinished part again, "
+                    "or the operator raises the budget "
+                    f"(offload config set delegation.max_tokens_per_delegation {self.cap * 2})")
+        if self.cost_guard and unknown:
+            return "cost_budget", (f"stopped: a cost cap is set ({self.cost_guard}) but the provider did not report the cost of "
+                    f"{unknown} of this delegation's model calls, so the spend cannot be checked against it and "
+                    f"is never taken as 0; {stop} The operator must use a provider that reports cost (OpenRouter, "
+                    "or a LiteLLM proxy with include_cost_in_streaming_usage) or remove the cost caps "
+                    "(offload config set delegation.max_cost_usd_per_... null)")
+        if self.cost_cap is not None and cost >= self.cost_cap:
+            return "cost_budget", (f"stopped at its cost budget: this delegation's subagents spent {usd(cost)} of "
+                    f"delegation.max_cost_usd_per_delegation={usd(self.cost_cap)}, {stop} Delegate the unfinished "
+                    "part again, or the operator raises the budget "
+                    f"(offload config set delegation.max_cost_usd_per_delegation {self.cost_cap * 2:g})")
+        return None
+
+
+def call_budget(cfg: Any, spend: SpendStore | None, session_key: str) -> DelegationBudget | None:
+    """The budget of one delegate_task call under ``cfg`` (a ``DelegationConfig``), or None when
+    nothing is capped. Spend is counted in ``spend`` only while a session or day cap is set (a
+    write per model call is not paid for nothing)."""
+    scoped = (cfg.max_tokens_per_session, cfg.max_tokens_per_day, cfg.max_cost_usd_per_session, cfg.max_cost_usd_per_day)
+    counted = spend if any(v is not None for v in scoped) else None
+    guard = ", ".join(f"delegation.{key}={getattr(cfg, key):g}" for key in COST_KEYS if getattr(cfg, key) is not None)
+    if cfg.max_tokens_per_delegation is None and counted is None and not guard:
+        return None
+    return DelegationBudget(cfg.max_tokens_per_delegation, counted, session_key,
+                            cost_cap=cfg.max_cost_usd_per_delegation, cost_guard=guard or None)
 
 
 def budget_from_spec(spec: Any, store: SpendStore | None) -> DelegationBudget | None:
@@ -117,26 +209,46 @@ def budget_from_spec(spec: Any, store: SpendStore | None) -> DelegationBudget | 
         return None  # queued before budgets travelled, or by a call without any
     cap = spec.get("max_tokens")
     cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
+    cost_cap = reported_cost({"cost_usd": spec.get("max_cost_usd")})
+    guard = spec.get("cost_guard") if isinstance(spec.get("cost_guard"), str) else None
     counted = store if spec.get("counted") else None
-    if cap is None and counted is None:
+    if cap is None and counted is None and cost_cap is None and not guard:
         return None
-    return DelegationBudget(cap, counted, str(spec.get("session_key") or ""))
+    return DelegationBudget(cap, counted, str(spec.get("session_key") or ""), cost_cap=cost_cap, cost_guard=guard)
 
 
-def over_budget(max_per_session: int | None, max_per_day: int | None, store: SpendStore | None,
-                session_key: str) -> str | None:
-    """Why delegate_task refuses this session now (its budget or the day's is used up), or None."""
-    if store is None or (max_per_session is None and max_per_day is None):
+def over_budget(cfg: Any, store: SpendStore | None, session_key: str) -> str | None:
+    """Why delegate_task refuses this session now (its budget or the day's is used up, or its
+    cost is unknown under a cost cap), or None. ``cfg``: a ``DelegationConfig``."""
+    limits = (cfg.max_tokens_per_session, cfg.max_tokens_per_day, cfg.max_cost_usd_per_session, cfg.max_cost_usd_per_day)
+    if store is None or all(v is None for v in limits):
         return None
-    session, day = store.totals(session_key)
-    if max_per_session is not None and session >= max_per_session:
-        return (f"not dispatched: this session's subagents have used {session} tokens, its budget "
-                f"delegation.max_tokens_per_session={max_per_session}. Do the rest of the work yourself and tell "
-                "the user; the operator can raise it (offload config set delegation.max_tokens_per_session N) "
-                "or start a new session")
-    if max_per_day is not None and day >= max_per_day:
-        return (f"not dispatched: subagents have used {day} tokens today (UTC {store.today()}), the daily budget "
-                f"delegation.max_tokens_per_day={max_per_day}. Do the rest of the work yourself and tell the user; "
-                "the budget renews at 00:00 UTC, and the operator can raise it "
-                "(offload config set delegation.max_tokens_per_day N)")
+    session, day = store.spend(session_key)
+    for scope, spent, whose, when in (("session", session, "this session's subagents have", ""),
+                                      ("day", day, "subagents have", f" today (UTC {store.today()})")):
+        refusal = _over(cfg, scope, spent, whose, when)
+        if refusal:
+            return refusal
+    return None
+
+
+def _over(cfg: Any, scope: str, spent: Spend, whose: str, when: str) -> str | None:
+    tokens_key, cost_key = f"max_tokens_per_{scope}", f"max_cost_usd_per_{scope}"
+    tokens_cap, cost_cap = getattr(cfg, tokens_key), getattr(cfg, cost_key)
+    after = ("Do the rest of the work yourself and tell the user; "
+             + ("the budget renews at 00:00 UTC, and " if scope == "day" else "")
+             + "the operator can raise it (offload config set delegation.{key} N)"
+             + (" or start a new session" if scope == "session" else ""))
+    if tokens_cap is not None and spent.tokens >= tokens_cap:
+        return (f"not dispatched: {whose} used {spent.tokens} tokens{when}, the budget delegation.{tokens_key}="
+                f"{tokens_cap}. " + after.format(key=tokens_key))
+    if cost_cap is not None and spent.cost_unknown_calls:
+        return (f"not dispatched: {whose} made {spent.cost_unknown_calls} model call(s){when} whose cost the provider did "
+                f"not report, so their spend cannot be checked against delegation.{cost_key}={usd(cost_cap)} (an "
+                "unknown cost is never taken as 0). Do the rest of the work yourself and tell the user; the operator "
+                "must use a provider that reports cost or remove the cap "
+                f"(offload config set delegation.{cost_key} null)")
+    if cost_cap is not None and spent.cost_usd >= cost_cap:
+        return (f"not dispatched: {whose} spent {usd(spent.cost_usd)}{when}, the budget delegation.{cost_key}="
+                f"{usd(cost_cap)}. " + after.format(key=cost_key))
     return None

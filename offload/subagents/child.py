@@ -21,7 +21,7 @@ from typing import Any, Callable
 from offload.subagents.args import TaskArgs
 from offload.subagents.config import DelegationConfig
 from offload.render.model_rejection import subagent_stamp
-from offload.render.truncation import BUDGET_EXIT_REASON, CUT_OFF_EXIT_REASON, UNFINISHED_EXIT_REASONS
+from offload.render.truncation import BUDGET_EXIT_REASONS, CUT_OFF_EXIT_REASON, UNFINISHED_EXIT_REASONS
 from offload.subagents.usage import entry_usage_fields
 
 
@@ -57,8 +57,8 @@ def run_single_child(task_index: int, goal: str, child: Any = None, parent_agent
     usable = isinstance(summary, str) and summary.strip() not in ("", "(empty)")
     if out.get("interrupted") or out.get("exit_reason") == "interrupted":
         status, exit_reason = "interrupted", "interrupted"
-    elif out.get("exit_reason") == BUDGET_EXIT_REASON:  # stopped, with what it had: shown as partial output
-        status, exit_reason = "interrupted", BUDGET_EXIT_REASON
+    elif out.get("exit_reason") in BUDGET_EXIT_REASONS:  # stopped, with what it had: shown as partial output
+        status, exit_reason = "interrupted", out["exit_reason"]
     elif out.get("error") or out.get("exit_reason") == "error":
         status, exit_reason = "failed", "error"
     else:

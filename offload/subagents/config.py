@@ -46,6 +46,17 @@ class DelegationConfig(BaseModel):
         "tokens one parent session's subagents may use; past it delegate_task refuses (null: no budget)"))
     max_tokens_per_day: int | None = Field(None, ge=1, description=(
         "tokens all subagents of this home may use per UTC day; past it delegate_task refuses (null: no budget)"))
+    max_cost_usd_per_delegation: float | None = Field(None, gt=0, le=1_000_000, description=(
+        "US dollars the subagents of one delegate_task call may spend together, as the provider reports the cost "
+        "(OpenRouter's usage.cost); a child at the cap stops with its partial result. While any max_cost_usd_* "
+        "is set, a model call whose cost is not reported stops its child too: unknown is never taken as 0 "
+        "(null: no cap)"))
+    max_cost_usd_per_session: float | None = Field(None, gt=0, le=1_000_000, description=(
+        "US dollars one parent session's subagents may spend; past it (or with a cost not reported) delegate_task "
+        "refuses (null: no cap)"))
+    max_cost_usd_per_day: float | None = Field(None, gt=0, le=1_000_000, description=(
+        "US dollars all subagents of this home may spend per UTC day; past it (or with a cost not reported) "
+        "delegate_task refuses (null: no cap)"))
     max_summary_chars: int = Field(24_000, ge=200, description="cap on a subagent's summary")
     stream_idle_timeout_s: float | None = Field(None, gt=0, le=86_400, description=(
         "seconds a subagent's model call may receive nothing before it fails; default: the parent's "

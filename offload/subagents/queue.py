@@ -3,7 +3,7 @@
 (``offload.subagents.workers`` is the worker's side). Nothing runs here.
 
 A queued row's task JSON is the unit's spec -- goals, per-task context and toolsets, role,
-model, task indexes, group, the subagents' iteration and token budgets and the routing that
+model, task indexes, group, the subagents' iteration budget and spend caps and the routing that
 brings the result back to the parent's session. API keys never go through the database: a worker builds
 children with its own credentials, using the spec's model name. Units are duck-typed
 ``delegate_tool.Batch`` objects, so this module imports nothing of delegate_tool (no cycle).

@@ -9,7 +9,7 @@ credential failures and anything unexpected come back as ``{"status": "error", "
 JSON that says what to change, before anything is dispatched; routing identity is captured
 before any child is built (building a child may rebind session state); a child never gets a
 toolset its parent lacks; a child that raised is ``error``, one that ran and did not succeed
-``failed``; a session or day over its token budget is refused before anything is built, and a
+``failed``; a session or day over its token or cost budget is refused before anything is built, and a
 call's children share its delegation budget (``budget``). Where a call gets its config, credentials and children is ``Seams``: the runtime's
 own, or the hermes adapter's patchable names, each called per use.
 """
@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from offload.context import result_chain
 from offload.subagents.args import DELEGATE_TASK_SCHEMA, DelegateArgs, TaskArgs
-from offload.subagents.budget import DelegationBudget, SpendStore, over_budget
+from offload.subagents.budget import SpendStore, call_budget, over_budget
 from offload.subagents.child import Batch, build_child_agent, finalize_child_results, run_single_child
 from offload.subagents.child import str_attr as _str_attr
 from offload.subagents.config import ConfigError, DelegationConfig
@@ -149,7 +149,7 @@ class DelegateTool:
             return {"status": "error", "error": f"{len(task_list)} tasks exceed delegation.max_concurrent_children="
                     f"{cfg.max_concurrent_children}; split the call or raise the key"}
         session_key = _str_attr(parent, "session_id") or ""
-        refusal = over_budget(cfg.max_tokens_per_session, cfg.max_tokens_per_day, self.spend, session_key)
+        refusal = over_budget(cfg, self.spend, session_key)
         if refusal:
             return {"status": "error", "error": refusal}
         creds, problem = _credentials_or_error(self.seams, cfg, parent)
@@ -164,7 +164,7 @@ class DelegateTool:
         batch = self.batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
                            context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
                            child_max_iterations=args.max_iterations or cfg.max_iterations, result_hops=hops,
-                           budget=_budget(cfg, self.spend, session_key))
+                           budget=call_budget(cfg, self.spend, session_key))
         if not background:
             return dispatch.run_sync(batch)
         if origin is None:
@@ -174,15 +174,6 @@ class DelegateTool:
             # an `offload worker` on any host runs it
             return queue_units(self.ledger(), self.engine.new_id, batch, dispatch.units_of(batch), origin)
         return dispatch.dispatch_background(self.engine, batch, origin, self.admission)
-
-
-def _budget(cfg: DelegationConfig, spend: SpendStore | None, session_key: str) -> DelegationBudget | None:
-    """The call's budget; tokens are counted in ``spend`` only while a session or day cap is set
-    (a write per model call is not paid for nothing)."""
-    counted = spend if (cfg.max_tokens_per_session or cfg.max_tokens_per_day) else None
-    if cfg.max_tokens_per_delegation is None and counted is None:
-        return None
-    return DelegationBudget(cfg.max_tokens_per_delegation, counted, session_key)
 
 
 def _describe_validation(exc: ValidationError) -> str:

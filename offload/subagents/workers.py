@@ -2,7 +2,7 @@
 
 ``start_claimed`` rebuilds a unit from the row an ``offload worker`` claimed and runs it through
 the engine exactly as an in-process unit (heartbeats, stall monitor, each finished child
-recorded durably at once, fenced terminal write, the token budget its row carries), under the
+recorded durably at once, fenced terminal write, the spend budget its row carries), under the
 same delegation id. The result
 reaches the parent's host through the ledger (LISTEN/NOTIFY), as a new turn there.
 """

@@ -188,11 +188,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._start_chunked("application/json")
             self._hang()
             return
-        self._send_json(200, wire.chat_completion(request, reply, completion_id, int(time.time()), call_ids))
+        self._send_json(200, wire.chat_completion(request, reply, completion_id, int(time.time()), call_ids),
+                        reply.headers)
 
     def _stream(self, request: dict[str, Any], reply: Reply) -> None:
         completion_id, call_ids = self.server.owner._new_ids(len(reply.tool_calls))
-        self._start_chunked("text/event-stream; charset=utf-8")
+        self._start_chunked("text/event-stream; charset=utf-8", reply.headers)
         stop_event = self.server.owner.stop_event
         chunks = wire.stream_chunks(request, reply, completion_id, int(time.time()), call_ids)
         for index, chunk in enumerate(chunks):
@@ -206,11 +207,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._write_chunk(wire.sse("[DONE]"))
         self.wfile.write(b"0\r\n\r\n")  # end of the chunked body
 
-    def _start_chunked(self, content_type: str) -> None:
+    def _start_chunked(self, content_type: str, headers: Sequence[tuple[str, str]] = ()) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        for name, value in headers:
+            self.send_header(name, value)
         self.end_headers()
 
     def _write_chunk(self, data: bytes) -> None:

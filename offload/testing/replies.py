@@ -34,6 +34,9 @@ class Reply:
       finish; the handler waits until the server stops, then drops the connection.
     * ``delay_s``: wait this long before the first byte (cut short if the server stops).
     * ``finish_reason``: defaults to ``"tool_calls"`` when there are tool calls, else ``"stop"``.
+    * ``cost_usd``: the call's price in ``usage.cost`` (as OpenRouter, or a LiteLLM proxy with
+      ``include_cost_in_streaming_usage``, send it); None: no cost, as most servers.
+    * ``headers``: extra ``(name, value)`` response headers (e.g. ``x-litellm-response-cost``).
     """
 
     text: str = ""
@@ -48,6 +51,8 @@ class Reply:
     chunk_chars: int = 16
     chunk_delay_s: float = 0.0
     finish_reason: str | None = None
+    cost_usd: float | None = None
+    headers: Sequence[tuple[str, str]] = ()
 
     def __post_init__(self) -> None:
         if not (self.status == 200 or 400 <= self.status <= 599):

@@ -67,11 +67,14 @@ def _pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def estimate_usage(request: Mapping[str, Any], reply: Reply) -> dict[str, int]:
+def estimate_usage(request: Mapping[str, Any], reply: Reply) -> dict[str, Any]:
     prompt_chars = len(json.dumps(request.get("messages") or [], ensure_ascii=False))
     completion_chars = len(reply.text) + sum(len(n) + len(_arguments_json(a)) for n, a in reply.tool_calls)
     prompt, completion = math.ceil(prompt_chars / 4), math.ceil(completion_chars / 4)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if reply.cost_usd is not None:
+        usage["cost"] = reply.cost_usd  # OpenRouter's field (and a LiteLLM proxy's, when it is asked to)
+    return usage
 
 
 def chat_completion(

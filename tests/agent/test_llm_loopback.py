@@ -44,6 +44,20 @@ def test_tool_call_deltas_split_over_chunks_done_and_usage_in_the_final_chunk(mo
     assert turn.usage["total_tokens"] == turn.usage["prompt_tokens"] + turn.usage["completion_tokens"]
 
 
+@pytest.mark.parametrize("reply,cost", [
+    (Reply(text="ok", cost_usd=0.00042), 0.00042),  # OpenRouter's usage.cost in the final chunk
+    (Reply(text="ok", cost_usd=0.0), 0.0),  # a free model: a known 0
+    (Reply(text="ok", headers=[("x-litellm-response-cost", "0.0031")]), 0.0031),  # a LiteLLM proxy's header
+    (Reply(text="ok", cost_usd=0.002, headers=[("x-litellm-response-cost", "0.9")]), 0.002),  # the body wins
+    (Reply(text="ok", headers=[("x-litellm-response-cost", "None")]), None),  # what a proxy sends when it has none
+    (Reply(text="ok", headers=[("x-litellm-response-cost", "-1")]), None),
+    (Reply(text="ok"), None),  # most servers: unknown, never 0
+])
+def test_the_cost_a_provider_reports_is_read_and_an_unreported_one_stays_unknown(model_server, reply, cost):
+    turn = _turn(_client(model_server(reply).url))
+    assert turn.usage is not None and turn.usage.get("cost_usd") == cost and ("cost_usd" in turn.usage) == (cost is not None)
+
+
 def test_retryable_statuses_are_retried_honouring_retry_after_then_succeed(model_server):
     failures = [error_reply(429, "slow down", retry_after_s=7), error_reply(503, "overloaded"), error_reply(500, "boom")]
     server = model_server(sequence_script([*failures, text_reply("done")]))

@@ -156,7 +156,8 @@ def test_a_queued_unit_carries_its_token_budget_to_the_process_that_adopts_it(mo
     queued = call(cfg, monkeypatch, goal="wait for the slot", parent_agent=FakeParent(session_id="sess-budget"))
     off = ad.runtime()
     spec = off.ledger().get(queued["delegation_id"]).task
-    assert spec["budget"] == {"max_tokens": 40, "session_key": "sess-budget", "counted": False}
+    assert spec["budget"] == {"max_tokens": 40, "max_cost_usd": None, "cost_guard": None, "session_key": "sess-budget",
+                              "counted": False}
     gate.release.set()
     wait_event(queued["delegation_id"])
     dead_pid = 2 ** 22 + 17  # beyond pid_max on this machine: no such process

@@ -13,7 +13,9 @@ import pytest
 from offload.agent.core import AIAgent
 from offload.agent.llm import AssistantTurn
 from offload.config import ConfigError, set_value
-from offload.subagents.budget import DelegationBudget, SpendStore, over_budget, reported_tokens
+from offload.subagents.budget import (DelegationBudget, SpendStore, budget_from_spec, call_budget, over_budget,
+                                      reported_tokens)
+from offload.subagents.config import DelegationConfig
 from offload.subagents.child import run_single_child
 
 pytestmark = pytest.mark.timeout(60)
@@ -59,17 +61,92 @@ def test_the_store_counts_per_session_and_per_utc_day(tmp_path: Path) -> None:
     assert store.totals("s1") == (320, 20)  # the session keeps its total, the day starts again
 
 
+def caps(**keys: Any) -> DelegationConfig:
+    return DelegationConfig.model_validate(keys)
+
+
 def test_delegate_task_refuses_a_session_or_a_day_over_budget(tmp_path: Path) -> None:
     store = SpendStore(tmp_path / "state.db", Clock())
-    assert over_budget(1000, 1000, store, "s1") is None
+    assert over_budget(caps(max_tokens_per_session=1000, max_tokens_per_day=1000), store, "s1") is None
     store.add("s1", 600)
     store.add("s2", 500)
-    refusal = over_budget(600, None, store, "s1")
+    refusal = over_budget(caps(max_tokens_per_session=600), store, "s1")
     assert refusal and "600 tokens" in refusal and "delegation.max_tokens_per_session=600" in refusal
-    assert over_budget(601, None, store, "s1") is None
-    refusal = over_budget(None, 1100, store, "s3")
+    assert over_budget(caps(max_tokens_per_session=601), store, "s1") is None
+    refusal = over_budget(caps(max_tokens_per_day=1100), store, "s3")
     assert refusal and "1100 tokens today" in refusal and "delegation.max_tokens_per_day=1100" in refusal
-    assert over_budget(None, None, store, "s1") is None
+    assert over_budget(caps(), store, "s1") is None
+
+
+def test_the_store_counts_reported_cost_and_calls_of_unknown_cost_apart(tmp_path: Path) -> None:
+    store = SpendStore(tmp_path / "state.db", Clock())
+    budget = DelegationBudget(None, store, "s1")
+    budget.charge({**usage(100), "cost_usd": 0.25})
+    budget.charge(usage(100))  # the provider reported no cost: unknown, not 0
+    budget.charge({**usage(50), "cost_usd": 0.0})  # a free model: a known 0
+    session, day = store.spend("s1")
+    assert (session.tokens, session.cost_usd, session.cost_unknown_calls) == (250, 0.25, 1) and day == session
+
+
+def test_a_spend_table_written_before_cost_caps_gains_its_columns_and_keeps_its_tokens(tmp_path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        db.execute("CREATE TABLE subagent_spend (day TEXT NOT NULL, session_key TEXT NOT NULL, "
+                   "tokens INTEGER NOT NULL, PRIMARY KEY (day, session_key))")
+        db.execute("INSERT INTO subagent_spend VALUES ('2026-05-28', 's1', 70)")
+    store = SpendStore(tmp_path / "state.db", Clock())
+    store.add("s1", 30, 0.5)
+    session, _ = store.spend("s1")
+    assert (session.tokens, session.cost_usd, session.cost_unknown_calls) == (100, 0.5, 0)
+
+
+def test_the_cost_caps_refuse_a_session_or_a_day_over_them_or_of_unknown_cost(tmp_path: Path) -> None:
+    store = SpendStore(tmp_path / "state.db", Clock())
+    store.add("s1", 10, 1.5)
+    assert over_budget(caps(max_cost_usd_per_session=2), store, "s1") is None
+    refusal = over_budget(caps(max_cost_usd_per_session=1.5), store, "s1")
+    assert refusal and "spent $1.5" in refusal and "delegation.max_cost_usd_per_session=$1.5" in refusal
+    store.add("s2", 10, 1.0)
+    refusal = over_budget(caps(max_cost_usd_per_day=2.5), store, "s3")
+    assert refusal and "spent $2.5 today" in refusal and "renews at 00:00 UTC" in refusal
+    store.add("s4", 10, 0.0, cost_unknown_calls=1)
+    refusal = over_budget(caps(max_cost_usd_per_session=100), store, "s4")
+    assert refusal and "1 model call(s) whose cost the provider did not report" in refusal
+    assert "never taken as 0" in refusal and "delegation.max_cost_usd_per_session null" in refusal
+    assert over_budget(caps(max_cost_usd_per_session=100), store, "s1") is None  # s4's unknown is not s1's
+    assert "whose cost the provider did not report" in over_budget(caps(max_cost_usd_per_day=100), store, "s1")
+
+
+def test_a_delegations_cost_budget_stops_its_children_and_an_unknown_cost_stops_them_too() -> None:
+    budget = DelegationBudget(None, None, "s1", cost_cap=0.5)
+    budget.charge({**usage(10), "cost_usd": 0.3})
+    assert budget.stop() is None
+    budget.charge({**usage(10), "cost_usd": 0.2})
+    reason, notice = budget.stop()
+    assert reason == "cost_budget" and "spent $0.5 of delegation.max_cost_usd_per_delegation=$0.5" in notice
+    guarded = call_budget(caps(max_cost_usd_per_day=5), None, "s1")
+    guarded.charge({**usage(10), "cost_usd": 0.1})
+    assert guarded.stop() is None
+    guarded.charge(usage(10))  # a call whose cost was not reported, under a day cap
+    reason, notice = guarded.stop()
+    assert reason == "cost_budget" and "delegation.max_cost_usd_per_day=5" in notice
+    assert "did not report the cost of 1 of this delegation's model calls" in notice
+    cut = call_budget(caps(max_cost_usd_per_day=5), None, "s1")
+    cut.charge(None, interrupted=True)  # stopped by this side before the server sent usage: says nothing of it
+    assert cut.stop() is None and cut.cost_unknown_calls == 0
+    assert call_budget(caps(), None, "s1") is None
+    assert DelegationBudget(None, None, "s1").stop() is None  # no cost cap: an unknown cost stops nothing
+
+
+def test_a_budget_travels_whole_in_a_queued_row(tmp_path: Path) -> None:
+    store = SpendStore(tmp_path / "state.db", Clock())
+    sent = call_budget(caps(max_tokens_per_delegation=900, max_cost_usd_per_delegation=0.75,
+                            max_cost_usd_per_session=3), store, "s1")
+    got = budget_from_spec(json.loads(json.dumps(sent.to_spec())), store)
+    assert (got.cap, got.cost_cap, got.cost_guard, got.session_key, got.store) == (
+        900, 0.75, "delegation.max_cost_usd_per_delegation=0.75, delegation.max_cost_usd_per_session=3", "s1", store)
+    assert budget_from_spec(None, store) is None and budget_from_spec({"counted": False}, store) is None
 
 
 def test_the_budget_is_shared_and_charges_the_store(tmp_path: Path) -> None:
@@ -117,4 +194,13 @@ def test_the_budgets_are_validated_config_keys(key: str) -> None:
     with pytest.raises(ConfigError, match=f"delegation.{key}.*greater than or equal to 1"):
         set_value(f"delegation.{key}", "0")
     assert set_value(f"delegation.{key}", "5000")[0] == 5000
+    assert set_value(f"delegation.{key}", "null")[0] is None
+
+
+@pytest.mark.parametrize("key", ["max_cost_usd_per_delegation", "max_cost_usd_per_session", "max_cost_usd_per_day"])
+def test_the_cost_caps_are_validated_config_keys(key: str) -> None:
+    for bad, why in (("0", "greater than 0"), ("-1", "greater than 0"), ("ten", "valid number")):
+        with pytest.raises(ConfigError, match=f"delegation.{key}.*{why}"):
+            set_value(f"delegation.{key}", bad)
+    assert set_value(f"delegation.{key}", "2.5")[0] == 2.5
     assert set_value(f"delegation.{key}", "null")[0] is None

@@ -97,34 +97,77 @@ def _parent_tool_results(server: ScriptedModelServer) -> list[str]:
             if request_role(r) == "parent" and r["messages"][-1]["role"] == "tool"]
 
 
-def test_a_child_stops_at_its_delegations_token_budget_with_its_partial_result(
-        _isolated_hermes_home: Path, tmp_path: Path) -> None:
-    def child(request: dict[str, Any]):  # would work forever: one more command after each result
-        return tool_call_reply("run_command", {"command": "echo step"}, text="Found part one.")
+def _run_inline(home: Path, tmp_path: Path, child, delegation: dict[str, Any], runs: int = 1) -> tuple[list[str], int]:
+    """``offload run`` ``runs`` times (a new session each) with a parent that delegates inline to
+    ``child`` under the ``delegation`` keys: the parent's tool results, and the children's model calls."""
     script = scripted_parent(child=child, delegate={"goal": "count the words", "background": False})
     with ScriptedModelServer(script) as server:
-        _config(_isolated_hermes_home, server, tmp_path, delegation={"max_tokens_per_delegation": 50})
-        done = offload("run", "count the words", HERMES_HOME=str(_isolated_hermes_home))
-        assert done.returncode == 0, done
-        child_calls = [r for r in server.requests if request_role(r) == "subagent"]
-        [result] = _parent_tool_results(server)
-    assert len(child_calls) == 1  # the call that crossed the budget completed; no further call was made
+        _config(home, server, tmp_path, delegation=delegation)
+        for _ in range(runs):
+            done = offload("run", "count the words", HERMES_HOME=str(home))
+            assert done.returncode == 0, done
+        return _parent_tool_results(server), len([r for r in server.requests if request_role(r) == "subagent"])
+
+
+def _working_child(**reply: Any):
+    def child(request: dict[str, Any]):  # would work forever: one more command after each result
+        return tool_call_reply("run_command", {"command": "echo step"}, text="Found part one.", **reply)
+    return child
+
+
+def test_a_child_stops_at_its_delegations_token_budget_with_its_partial_result(
+        _isolated_hermes_home: Path, tmp_path: Path) -> None:
+    [result], calls = _run_inline(_isolated_hermes_home, tmp_path, _working_child(), {"max_tokens_per_delegation": 50})
+    assert calls == 1  # the call that crossed the budget completed; no further call was made
     entry = json.loads(result)["results"][0]
     assert (entry["status"], entry["exit_reason"], entry["summary"]) == ("interrupted", "token_budget", "Found part one.")
     assert "stopped at its token budget" in entry["error"] and "delegation.max_tokens_per_delegation=50" in entry["error"]
 
 
 def test_a_session_over_the_daily_budget_is_refused_naming_it(_isolated_hermes_home: Path, tmp_path: Path) -> None:
-    script = scripted_parent(child=lambda request: text_reply("The notes say hello."),
-                             delegate={"goal": "read the notes", "background": False})
-    with ScriptedModelServer(script) as server:
-        _config(_isolated_hermes_home, server, tmp_path, delegation={"max_tokens_per_day": 100})
-        for _ in range(2):  # two sessions: the first spends the day's budget, the second is refused
-            done = offload("run", "read the notes", HERMES_HOME=str(_isolated_hermes_home))
-            assert done.returncode == 0, done
-        first, second = _parent_tool_results(server)
-        children = [r for r in server.requests if request_role(r) == "subagent"]
-    assert json.loads(first)["status"] == "completed" and len(children) == 1
+    # two sessions: the first spends the day's budget, the second is refused
+    (first, second), calls = _run_inline(_isolated_hermes_home, tmp_path, lambda r: text_reply("The notes say hello."),
+                                         {"max_tokens_per_day": 100}, runs=2)
+    assert json.loads(first)["status"] == "completed" and calls == 1
     refusal = json.loads(second)
     assert refusal["status"] == "error" and "delegation.max_tokens_per_day=100" in refusal["error"]
     assert "subagents have used" in refusal["error"] and "00:00 UTC" in refusal["error"]
+
+
+def test_a_child_stops_at_its_delegations_cost_budget_as_the_provider_reports_it(
+        _isolated_hermes_home: Path, tmp_path: Path) -> None:
+    # each call costs $0.03, reported as OpenRouter does (usage.cost)
+    [result], calls = _run_inline(_isolated_hermes_home, tmp_path, _working_child(cost_usd=0.03),
+                                  {"max_cost_usd_per_delegation": 0.05})
+    assert calls == 2  # $0.03, then $0.06: the call that crossed the cap completed, no third
+    entry = json.loads(result)["results"][0]
+    assert (entry["status"], entry["exit_reason"], entry["summary"]) == ("interrupted", "cost_budget", "Found part one.")
+    assert "spent $0.06 of delegation.max_cost_usd_per_delegation=$0.05" in entry["error"]
+    assert entry["cost_usd"] == pytest.approx(0.06)
+
+
+def test_under_a_cost_cap_a_cost_the_provider_does_not_report_stops_the_child_and_then_the_session(
+        _isolated_hermes_home: Path, tmp_path: Path) -> None:
+    """Unknown is never taken as 0: the child stops after its first call, and the next
+    delegation of the day is refused, each naming the cap and the fix."""
+    # a server that reports tokens but no cost (most do)
+    (first, second), calls = _run_inline(_isolated_hermes_home, tmp_path, _working_child(),
+                                         {"max_cost_usd_per_day": 5}, runs=2)
+    assert calls == 1
+    entry = json.loads(first)["results"][0]
+    assert (entry["status"], entry["exit_reason"]) == ("interrupted", "cost_budget") and entry["cost_usd"] is None
+    assert "did not report the cost of 1 of this delegation's model calls" in entry["error"]
+    assert "delegation.max_cost_usd_per_day=5" in entry["error"]
+    refusal = json.loads(second)
+    assert refusal["status"] == "error" and "whose cost the provider did not report" in refusal["error"]
+    assert "offload config set delegation.max_cost_usd_per_day null" in refusal["error"]
+
+
+def test_a_session_over_the_daily_cost_budget_is_refused_naming_it(_isolated_hermes_home: Path, tmp_path: Path) -> None:
+    (first, second), _ = _run_inline(_isolated_hermes_home, tmp_path,
+                                     lambda r: text_reply("The notes say hello.", cost_usd=0.6),
+                                     {"max_cost_usd_per_day": 0.5}, runs=2)
+    assert json.loads(first)["status"] == "completed"
+    refusal = json.loads(second)
+    assert refusal["status"] == "error" and "subagents have spent $0.6 today" in refusal["error"]
+    assert "delegation.max_cost_usd_per_day=$0.5" in refusal["error"] and "00:00 UTC" in refusal["error"]
