@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from offload.context import result_chain
 from offload.engine.events import is_interim
-from offload.engine.states import event_state
+from offload.engine.states import QUEUED, event_state
 from offload.gateway.platform import ChatGone, Incoming, Platform, Route
 from offload.gateway.runner import BATCH_PREFIX
 from offload.gateway.session_context import clear_session_vars, set_session_vars
@@ -159,11 +159,16 @@ class ChatSession:
 
     def _answer(self, result: TurnResult) -> None:
         for handle in result.dispatched:
-            self.say(f"{handle.get('delegation_id') or ''}: the result will arrive in this chat; "
-                     "/agents shows progress.", header="Background work started")
+            queued = handle.get("state") == QUEUED
+            self.say(f"{handle.get('delegation_id') or ''}: "
+                     + ("queued, every background slot is busy; it starts when one frees. " if queued else "")
+                     + "The result will arrive in this chat; /agents shows progress.",
+                     header="Background work queued" if queued else "Background work started")
         for handle in result.handles:
             if handle.get("mode") == "sync" and handle.get("note"):
                 self.say(str(handle["note"]), header="Subagents ran inline")
+            elif handle.get("status") == "error" and handle.get("error"):  # the user sees why, not only the model
+                self.say(str(handle["error"]), header="delegate_task refused")
         if result.exit_reason == "error":
             self.say(f"agent error: {result.error}")
         if result.answer:
