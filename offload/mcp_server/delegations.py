@@ -25,7 +25,7 @@ from typing import Any, Callable
 from offload import control_requests, ledger_rows, result as result_doc
 from offload.context.approval import reset_current_session_key, set_current_session_key
 from offload.context.session_env import clear_session_env, reset_session_env, set_async_delivery
-from offload.engine.states import ACTIVE_STATES, RUNNING, UNFINISHED, unit_state
+from offload.engine.states import ACTIVE_STATES, QUEUED, RUNNING, UNFINISHED, unit_state
 from offload.errors import CliError
 from offload.ids import resolve
 from offload.ledger import LedgerRow
@@ -40,7 +40,10 @@ COLLECT_NOTE = ("Running in the background; nothing is pushed to you over MCP. C
                 "early when the subagents finish), or check progress with delegation_status. Carry on with "
                 "other work meanwhile.")
 
-Progress = Callable[[int, int], None]  # (children done, children total)
+# (progress, total, message): starting is one step and each child done one more, so the value
+# only grows (MCP's rule) from a queued unit (0) through its start (1) to its last child.
+Progress = Callable[[int, int, str], None]
+QUEUED_NOTE = "queued: every background slot is busy; it starts by itself when one frees"
 
 
 class McpInputError(ValueError):
@@ -172,15 +175,15 @@ class McpDelegations:
 
     def wait(self, scope: Scope, wanted: Any, wait_s: float, progress: Progress | None = None) -> LedgerRow:
         """The row, once it left the live states or ``wait_s`` passed; ``progress`` is told
-        each change of the children done."""
+        each change: queued, started, and each child done (``wait_step``)."""
         row = self.find(scope, wanted)
         deadline = time.monotonic() + max(0.0, wait_s)
         last = None
         while row.state in UNFINISHED:
-            counts = _progress(self.status(row))
-            if progress is not None and counts != last:
-                progress(*counts)
-                last = counts
+            step = wait_step(self.status(row))
+            if progress is not None and step != last:
+                progress(*step)
+                last = step
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -219,7 +222,20 @@ class McpDelegations:
 
 def _progress(doc: dict[str, Any]) -> tuple[int, int]:
     kids = doc["children"]
-    return sum(1 for c in kids if c["state"] != RUNNING), len(kids)
+    return sum(1 for c in kids if c["state"] not in (RUNNING, QUEUED)), len(kids)
+
+
+def wait_step(doc: dict[str, Any]) -> tuple[int, int, str]:
+    """A live delegation's progress as a wait reports it: (step, steps, message)."""
+    done, total = _progress(doc)
+    if doc["state"] == QUEUED:
+        return 0, total + 1, QUEUED_NOTE
+    return 1 + done, total + 1, f"running: {done}/{total} subagents done"
+
+
+def status_message(doc: dict[str, Any]) -> str:
+    """A live delegation in one line (a task's ``statusMessage``)."""
+    return QUEUED_NOTE if doc["state"] == QUEUED else f"{doc['children_done']}/{doc['children_total']} subagents done"
 
 
 def _no_text(event: dict[str, Any]) -> None:

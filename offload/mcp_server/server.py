@@ -5,7 +5,7 @@ Invariants: a tool never raises to the client — bad input comes back as a tool
 (``isError``) whose text names the fix, and the server keeps serving; ``delegation_status`` and
 ``delegation_result`` return structured content with a ``state`` field beside the text; the
 ledger work runs on worker threads, so a long ``delegation_result`` wait never blocks the
-event loop (it sends progress notifications: children done / total).
+event loop (it sends progress notifications: queued, started, each child done).
 """
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ class Tools:
                                "wait_s=60 and call again while it runs")
         scope = self.scope(ctx)
 
-        def progress(done: int, total: int) -> None:
-            anyio.from_thread.run(ctx.report_progress, done, total, f"{done}/{total} subagents done")
+        def progress(step: int, steps: int, message: str) -> None:
+            anyio.from_thread.run(ctx.report_progress, step, steps, message)
 
         def work() -> CallToolResult:
             out = self.service.result(self.service.wait(scope, delegation_id, wait_s, progress))

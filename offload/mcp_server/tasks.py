@@ -9,7 +9,8 @@ Invariants:
 - the tool dispatches as for any client (its checks, the client's roots); its handle becomes a
   ``CreateTaskResult`` only for a client that declared the extension on that request, and only
   once the row is written, so a ``tasks/get`` for it resolves at once;
-- statuses: a live delegation is ``working`` (its message says how many subagents are done);
+- statuses: a live delegation is ``working`` (its message says it is queued, or how many
+  subagents are done);
   a finished one is ``completed`` with the ``delegation_result`` tool result inline (a failed
   or stopped delegation is a tool result too, with ``isError`` when it did not complete), and
   reading it acknowledges it; ``failed`` is left to JSON-RPC errors, as the SEP says;
@@ -32,7 +33,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 
 from offload.engine.states import COMPLETED, UNFINISHED
 from offload.ledger import LedgerRow
-from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope
+from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, status_message
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS = 1000  # subagents take seconds to minutes; a ledger read per second per client is cheap
@@ -125,8 +126,7 @@ class TasksExtension(Extension):
             "lastUpdatedAt": iso(row.updated_at or row.completed_at or row.dispatched_at), "ttlSeconds": None,
             "pollIntervalMilliseconds": POLL_INTERVAL_MS}
         if not finished:
-            return {**task, "status": "working", "statusMessage": (
-                f"{status['children_done']}/{status['children_total']} subagents done")}
+            return {**task, "status": "working", "statusMessage": status_message(status)}
         out = self.tool_result(row)
         return {**task, "status": "completed", "statusMessage": f"delegation {out['state']}",
                 "result": {"content": [{"type": "text", "text": out["text"] or ""}], "structuredContent": out,

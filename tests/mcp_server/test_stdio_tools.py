@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 
 import anyio
 import pytest
 from mcp_types import ListRootsResult, Root
 
-from tests.mcp_server.mcp_support import OFFLOAD, HOLD, call, mcp_client, server_env, tool_error
+from tests.mcp_server.mcp_support import (GATE_TIMEOUT_S, HOLD, OFFLOAD, GatedModel, call, mcp_client, server_env,
+                                          tool_error)
 
 pytestmark = pytest.mark.timeout(120)
 TOOLS = {"delegate_task", "delegation_status", "delegation_result", "list_delegations", "stop_delegation"}
@@ -47,8 +49,8 @@ def test_a_long_wait_reports_children_done_as_progress(tmp_path, model):
 
     async def on_progress(progress, total, message):
         seen.append((progress, total))
-        if progress == 1:
-            model.gate.set()  # the quick child is in: let the held one finish
+        if progress == 2:  # started (1), and the quick child is in (2): let the held one finish
+            model.gate.set()
 
     async def body():
         async with mcp_client(tmp_path, model=model) as client:
@@ -59,7 +61,54 @@ def test_a_long_wait_reports_children_done_as_progress(tmp_path, model):
             assert not result.is_error and result.structured_content["state"] == "completed"
             assert result.structured_content["children_done"] == 2
     anyio.run(body)
-    assert (1, 2) in seen and all(total == 2 for _, total in seen)
+    assert (2, 3) in seen and all(total == 3 for _, total in seen)  # steps: started, then each of 2 children
+
+
+class SecondGate(GatedModel):
+    """Also holds goals saying SECOND, until ``second`` opens."""
+
+    def __init__(self) -> None:
+        self.second = threading.Event()
+        super().__init__()
+
+    def script(self, request):
+        if "SECOND" in " ".join(str(m.get("content")) for m in request.get("messages") or []):
+            self.second.wait(GATE_TIMEOUT_S)
+        return super().script(request)
+
+
+def test_a_queued_delegation_reports_queued_progress_then_running_progress(tmp_path):
+    """At capacity the second delegation is queued: a wait on it says so, then says it runs
+    once the slot frees and it starts (issue 29 items 3 and 4 over MCP)."""
+    (tmp_path / "config.yaml").write_text("delegation:\n  max_concurrent_children: 1\n", encoding="utf-8")
+    model = SecondGate()
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+        if message.startswith("queued"):
+            model.gate.set()  # the first delegation finishes and frees the slot
+        elif message.startswith("running"):
+            model.second.set()
+
+    async def body():
+        async with mcp_client(tmp_path, model=model) as client:
+            await call(client, "delegate_task", goal=f"{HOLD} hold the only slot")
+            handle = (await call(client, "delegate_task", goal="SECOND wait for the slot")).structured_content
+            assert handle["state"] == "queued", handle
+            status = (await call(client, "delegation_status", delegation_id=handle["delegation_id"])).structured_content
+            assert (status["state"], status["children_done"], status["children_total"]) == ("queued", 0, 1)
+            result = await client.call_tool("delegation_result", {"delegation_id": handle["delegation_id"], "wait_s": 60},
+                                            progress_callback=on_progress)
+            assert result.structured_content["state"] == "completed", result.structured_content
+    try:
+        with model.server:
+            anyio.run(body)
+    finally:
+        model.gate.set()
+        model.second.set()
+    assert seen[0] == (0, 2, "queued: every background slot is busy; it starts by itself when one frees"), seen
+    assert (1, 2, "running: 0/1 subagents done") in seen, seen
 
 
 def test_a_short_wait_returns_the_state_and_stop_delivers_the_partial_result(tmp_path, model):
