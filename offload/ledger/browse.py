@@ -5,8 +5,8 @@ charts are drawn from. Statements are written once and rendered per dialect (``d
 A page is the rows dispatched before the last one shown (``(dispatched_at, delegation_id)``,
 newest first), so page N costs what page 1 does: an index range, never an OFFSET. Goal search
 and the model filter match the task's stored JSON (case-insensitive, ``%`` and ``_`` taken
-literally). The two indexes are created on the first browse of a ledger (``IF NOT EXISTS``:
-extra indexes change no row and no older reader, so no schema version is needed). The
+literally). The two indexes are part of the ledger's schema (migration 4 in
+``offload.ledger.migrations``), so a browse never writes. The
 overview's counters (``count_units``) are here too: the other read of the whole ledger.
 Invariant: nothing here writes a row.
 """
@@ -97,16 +97,12 @@ class BrowseReads:
     """Mixed into the SQL ledgers: ``browse``, ``finished_since`` and ``count_units`` written once.
     A backend names its ``_dialect`` and whether its rows carry the owner's host
     (``_owner_hosts``), and gives ``_select(tail, params)`` (rows), ``_read(sql, params)``
-    (tuples; [] without a store) and ``_execute_all(statements)``."""
+    (tuples; [] without a store)."""
 
-    _browse_ready = False  # the indexes were made, once per instance
     _dialect: Dialect
     _owner_hosts = False
 
     def browse(self, query: Browse) -> list[LedgerRow]:
-        if not self._browse_ready:
-            self._execute_all(INDEXES)
-            self._browse_ready = True
         return self._select(*browse_where(query, self._dialect, self._owner_hosts))
 
     def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:

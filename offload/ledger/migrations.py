@@ -10,6 +10,9 @@
    ``delivery_claim_started_at``; on PostgreSQL also ``delivery_claim_host`` and
    ``delivery_claim_token``), the parts of a split result already shown (``delivery_progress``,
    0) and why a result was dropped (``drop_reason``); added empty, rows untouched.
+4. the side tables (control requests, activity snapshots, the pruned-unit tally, the journal:
+   ``sqlite_side`` / ``postgres_side``) and the history's indexes (``browse.INDEXES``), which
+   earlier versions made on first use; created if missing, rows untouched.
 
 Invariant: every step is idempotent and runs inside the migration's one transaction.
 """
@@ -19,7 +22,9 @@ import sqlite3
 from typing import Any, Iterable
 
 from offload.engine.states import event_state
+from offload.ledger.browse import INDEXES as BROWSE_INDEXES
 from offload.ledger.protocol import parse_json
+from offload.ledger.sqlite_side import SIDE_TABLES as SQLITE_SIDE_TABLES
 from offload.ledger.sqlite_rows import _COLUMNS as _SQLITE_COLUMNS, _SCHEMA as _SQLITE_SCHEMA
 from offload.ledger.versions import Component
 
@@ -57,7 +62,12 @@ def _sqlite_delivery_columns(conn: sqlite3.Connection) -> None:
     _sqlite_tables(conn)  # adds exactly the columns this layout has and the store lacks
 
 
-SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_delivery_columns))
+def _sqlite_side_tables(conn: sqlite3.Connection) -> None:
+    for statement in (*SQLITE_SIDE_TABLES, *BROWSE_INDEXES):
+        conn.execute(statement)
+
+
+SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_delivery_columns, _sqlite_side_tables))
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -79,4 +89,12 @@ def _postgres_delivery_columns(conn: Any) -> None:
     _postgres_tables(conn)  # ADD COLUMN IF NOT EXISTS for every column this layout has
 
 
-POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states, _postgres_delivery_columns))
+def _postgres_side_tables(conn: Any) -> None:
+    from offload.ledger.postgres_side import SIDE_TABLES
+
+    for statement in (*SIDE_TABLES, *BROWSE_INDEXES):
+        conn.execute(statement)
+
+
+POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states, _postgres_delivery_columns,
+                                       _postgres_side_tables))

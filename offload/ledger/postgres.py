@@ -234,8 +234,6 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self._run(lambda conn: conn.execute(sql, params).fetchall(), missing=[])
 
-    def _execute_all(self, statements: tuple[str, ...]) -> None:
-        self._run(lambda conn: [conn.execute(statement) for statement in statements])
 
     def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
         """Whether ``row``'s owner is gone: its lease expired or was revoked, or it ran on this
@@ -363,7 +361,6 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
     # -- housekeeping -----------------------------------------------------------------------
     def prune(self, now: float, retention_s: float, max_settled: int) -> int:
         def prune_rows(conn: Any) -> int:
-            self._side_tables(conn)  # the pruned-unit tally among them
             with conn.transaction():
                 deleted = prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
                                         now - retention_s, max_settled)

@@ -4,8 +4,9 @@ of pruned units and the journal, shared by every host (the same contract as ``sq
 A control request is one upsert plus ``pg_notify`` on the ledger's control channel in the
 same transaction, so an owner on any host that LISTENs there wakes at once (a missed
 notification is caught by its slow poll). Taking a request is one ``DELETE … RETURNING``,
-so of two processes that race for it exactly one gets it. The tables are created on first
-write under the schema's advisory lock; reads of a database without them return nothing.
+so of two processes that race for it exactly one gets it. The tables are part of the
+ledger's schema (migration 4 in ``offload.ledger.migrations``, under the schema's advisory
+lock): a write makes the schema first; reads of a database without them return nothing.
 """
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ from offload.engine.loop import Clock
 from offload.ledger.codec import dumps, loads
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.protocol import JournalEntry
-from offload.ledger.postgres_sql import SCHEMA_LOCK_KEY
 from offload.ledger.tally import POSTGRES_TALLY, PRUNED_TABLE, UnitCounts, counts
 
-_TABLES = (
+SIDE_TABLES = (
     "CREATE TABLE IF NOT EXISTS async_delegation_controls (delegation_id text PRIMARY KEY,"
     " action text NOT NULL, requested_at double precision NOT NULL, expires_at double precision NOT NULL)",
     "CREATE TABLE IF NOT EXISTS async_delegation_activity (delegation_id text PRIMARY KEY,"
@@ -47,26 +47,15 @@ class PostgresSideTables:
     """Mixed into ``PostgresLedger``: uses its ``_run`` (pooled connection, one retry),
     ``url``, ``location`` and ``clock``."""
 
-    _side_ready = False
     clock: Clock | None = None
-
-    def _side_tables(self, conn: Any) -> None:
-        if self._side_ready:
-            return
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))", (SCHEMA_LOCK_KEY,))
-            for statement in _TABLES:
-                conn.execute(statement)
-        self._side_ready = True
 
     def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:
         def write(conn: Any) -> None:
-            self._side_tables(conn)
             with conn.transaction():
                 conn.execute(_UPSERT_CONTROL, (delegation_id, action, now, expires_at))
                 conn.execute("SELECT pg_notify(left('offload_control_' || current_schema(), 63), %s)",
                              (delegation_id,))
-        self._run(write)
+        self._run(write, create=True)
 
     def withdraw_control(self, delegation_id: str) -> None:
         self._run(lambda conn: conn.execute("DELETE FROM async_delegation_controls WHERE delegation_id=%s",
@@ -89,7 +78,6 @@ class PostgresSideTables:
 
     def write_activity(self, snapshots: dict[str, dict[str, Any]], gone: list[str], now: float) -> None:
         def write(conn: Any) -> None:
-            self._side_tables(conn)
             with conn.transaction():
                 if snapshots:
                     with conn.cursor() as cur:
@@ -98,7 +86,7 @@ class PostgresSideTables:
                     conn.execute("DELETE FROM async_delegation_activity WHERE delegation_id = ANY(%s)", (gone,))
                     conn.execute("DELETE FROM async_delegation_activity a WHERE NOT EXISTS (SELECT 1 FROM"
                                  " async_delegations d WHERE d.delegation_id = a.delegation_id AND d.state='running')")
-        self._run(write)
+        self._run(write, create=True)
 
     def read_activity(self, delegation_ids: list[str]) -> dict[str, tuple[float, dict[str, Any]]]:
         if not delegation_ids:
@@ -115,15 +103,15 @@ class PostgresSideTables:
             return counts(by_state, conn.execute(POSTGRES_TALLY.pruned).fetchall() if tallied else [])
         self._catch_up()
         return self._run(read, missing=UnitCounts())
+
     def append_journal(self, entries: list[JournalEntry]) -> None:
         def write(conn: Any) -> None:
-            self._side_tables(conn)
             with conn.transaction(), conn.cursor() as cur:
                 cur.executemany("INSERT INTO async_delegation_journal (delegation_id, at, kind, child, data_json)"
                                 " VALUES (%s,%s,%s,%s,%s)",
                                 [(e.delegation_id, e.at, e.kind, e.child, dumps(e.data)) for e in entries])
         if entries:
-            self._run(write)
+            self._run(write, create=True)
 
     def read_journal(self, delegation_id: str) -> list[JournalEntry]:
         found = self._run(lambda conn: conn.execute(

@@ -244,8 +244,6 @@ class SqliteLedger(SqliteSideTables, BrowseReads, SingleHostOwners):
         with self._use() as conn:
             return conn.execute(sql, params).fetchall() if conn is not None else []
 
-    def _execute_all(self, statements: tuple[str, ...]) -> None:
-        self._write(lambda conn: conn and [conn.execute(statement) for statement in statements])
 
     def undelivered_rows(self, session_id: str) -> list[LedgerRow]:
         return self._select(_SQL.session_where, (session_id, session_id, session_id))

@@ -14,8 +14,9 @@ pruned units and the journal.
 - ``offload_pruned_units``: the units prune deleted, by state (``offload.ledger.tally``), so
   ``unit_counts`` counts every unit the ledger ever held.
 
-The tables are created on first write (a ledger written by an older version has none);
-reads of a ledger without them return nothing and never create them. Invariant: a poll by
+The tables are part of the ledger's schema (migration 4 in ``offload.ledger.migrations``
+creates them with the rest, under its version row); reads of a store without them (opened
+read-only, before it was migrated) return nothing and never create them. Invariant: a poll by
 an owner with nothing requested is one indexed read, never a write.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from offload.ledger.codec import dumps, loads
 from offload.ledger.protocol import JournalEntry
 from offload.ledger.tally import SQLITE_TALLY, UnitCounts, counts
 
-_TABLES = (
+SIDE_TABLES = (
     "CREATE TABLE IF NOT EXISTS async_delegation_controls (delegation_id TEXT PRIMARY KEY,"
     " action TEXT NOT NULL, requested_at REAL NOT NULL, expires_at REAL NOT NULL)",
     "CREATE TABLE IF NOT EXISTS async_delegation_activity (delegation_id TEXT PRIMARY KEY,"
@@ -49,11 +50,6 @@ def _missing_table(exc: sqlite3.OperationalError) -> bool:
     return "no such table" in str(exc)
 
 
-def _create(conn: sqlite3.Connection) -> None:
-    for statement in _TABLES:
-        conn.execute(statement)
-
-
 def _marks(ids: list[str]) -> str:
     return ",".join("?" * len(ids))
 
@@ -63,7 +59,6 @@ class SqliteSideTables:
 
     def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:
         def write(conn: sqlite3.Connection | None) -> None:
-            _create(conn)
             conn.execute("INSERT OR REPLACE INTO async_delegation_controls VALUES (?,?,?,?)",
                          (delegation_id, action, now, expires_at))
         self._write(write, create=True)
@@ -97,7 +92,6 @@ class SqliteSideTables:
         def write(conn: sqlite3.Connection | None) -> None:
             if conn is None:
                 return  # no ledger file: nothing to describe the units to
-            _create(conn)
             conn.executemany("INSERT OR REPLACE INTO async_delegation_activity VALUES (?,?,?)",
                              [(did, now, dumps(snap)) for did, snap in snapshots.items()])
             if gone:
@@ -123,7 +117,6 @@ class SqliteSideTables:
         def write(conn: sqlite3.Connection | None) -> None:
             if conn is None:
                 return  # no ledger file: no rows to describe
-            _create(conn)
             conn.executemany("INSERT INTO async_delegation_journal (delegation_id, at, kind, child, data_json)"
                              " VALUES (?,?,?,?,?)",
                              [(e.delegation_id, e.at, e.kind, e.child, dumps(e.data)) for e in entries])

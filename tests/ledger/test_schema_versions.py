@@ -92,7 +92,7 @@ def test_a_state_db_of_the_previous_layout_is_migrated_and_every_row_stays_reada
     finally:
         ledger.close()
     assert _versions(db) == {"sessions": SESSIONS.version, "ledger": SQLITE_LEDGER.version} == {"sessions": 1,
-                                                                                                 "ledger": 3}
+                                                                                                 "ledger": 4}
 
 
 def test_the_cli_lists_a_migrated_row_in_todays_words():
@@ -295,7 +295,7 @@ def test_a_version_2_sqlite_ledger_gains_the_delivery_columns_and_keeps_its_rows
         assert (got.delivery_claim_pid, got.delivery_claim_started_at, got.delivery_progress) == (4242, 7, 2)
     finally:
         ledger.close()
-    assert _versions(db)["ledger"] == 3
+    assert _versions(db)["ledger"] == SQLITE_LEDGER.version
 
 
 def test_a_version_2_postgres_ledger_is_brought_to_version_3_by_a_read(pg):
@@ -321,4 +321,4 @@ def test_a_version_2_postgres_ledger_is_brought_to_version_3_by_a_read(pg):
     finally:
         ledger.close()
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM offload_schema").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM offload_schema").fetchall() == [(POSTGRES_LEDGER.version,)]
