@@ -6,7 +6,7 @@
 Fills a SQLite ledger with ``--rows`` finished rows (``bench.ledger_fill``: real-sized task,
 event and result JSON; every row finished in the last hour, so the charts read all of them),
 then times ``GET /history`` through the real Starlette app: the first page (after the first
-call, which also creates the browse indexes once), a page deep in the history by its keyset
+call, which opens the ledger), a page deep in the history by its keyset
 link, a state filter, a goal search (a scan of the task JSON), the charts' window of one
 hour, and the overview's counters (``/roster``: what every open overview re-reads each second). Prints the median and worst of ``--rounds`` per page, in milliseconds.
 """
@@ -51,7 +51,7 @@ def main() -> int:
     with Offload(home=home) as off, TestClient(create_app(off), base_url=LOOPBACK) as client:
         started = time.perf_counter()
         first = client.get("/history").text
-        print(f"first call (creates the browse indexes): {(time.perf_counter() - started) * 1000:.0f} ms")
+        print(f"first call (opens the ledger): {(time.perf_counter() - started) * 1000:.0f} ms")
         deep = re.findall(r'data-id="(deleg_fill\d+)"', first)[-1]
         middle = f"{time.time() - 3600 + args.rows / 2 * 1e-3!r}~{deep}"
         pages = {"first page": "/history", "page in the middle (keyset)": f"/history?before={middle}",

@@ -1,6 +1,7 @@
 """The overview at the top of the roster: counters and the owner processes, as plain dicts.
 
-Counters come from one grouped read of the ledger (``count_units``), so they cost the same at
+Counters come from one grouped read of the ledger (``unit_counts``, the read ``/metrics``
+makes too), so they cost the same at
 100,000 rows as at ten, except ``running``, which counts the roster's own units (live status
 of this process's units and published activity of others', so a stalling unit counts as
 running and is named). Owners are the distinct owner processes of the roster's units.
@@ -12,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from offload.engine.states import LIVE_STATES, NOT_COMPLETED, QUEUED, STALLED, STALLING, UNFINISHED
-from offload.ledger import UnitCount
 from offload.ledger import queries as ledger_queries
+from offload.ledger.tally import UnitCounts
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
@@ -22,26 +23,27 @@ RECENT_FAILURES_S = 3600.0  # "failed / stalled in the last hour"
 FAILED_STATES = tuple(sorted(NOT_COMPLETED - {STALLED}))  # not completed, for a reason other than a stall
 
 
-def counters(counts: list[UnitCount], units: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The overview's counters: name, number, tone, the history link, and a breakdown title."""
-    def total(keep) -> int:
-        return sum(c.count for c in counts if keep(c))
+def counters(counts: UnitCounts, units: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The overview's counters: name, number, tone, the history link, and a breakdown title;
+    ``counts`` asked with ``since`` = the start of the last hour."""
+    def total(keep, of: dict[tuple[str, str], int] = counts.rows) -> int:
+        return sum(n for (state, delivery), n in of.items() if keep(state, delivery))
     running = [u for u in units if u["status"] in LIVE_STATES]
     stalling = sum(1 for u in running if u["status"] == STALLING)
-    failed = {s: total(lambda c, s=s: c.recent and c.state == s) for s in FAILED_STATES}
+    failed = {s: total(lambda state, _d, s=s: state == s, counts.recent) for s in FAILED_STATES}
     return [
         {"key": "running", "label": "running", "value": len(running), "tone": "active", "href": "/history?state=running",
          "note": f"{stalling} stalling" if stalling else ""},
-        {"key": "queued", "label": "queued", "value": total(lambda c: c.state == QUEUED), "tone": "waiting",
+        {"key": "queued", "label": "queued", "value": total(lambda state, _d: state == QUEUED), "tone": "waiting",
          "href": "/history?state=queued", "note": "waiting for an offload worker"},
         {"key": "pending", "label": "awaiting delivery", "tone": "warn", "href": "/history?delivery=pending",
-         "value": total(lambda c: c.delivery_state == "pending" and c.state not in UNFINISHED),
+         "value": total(lambda state, delivery: delivery == "pending" and state not in UNFINISHED),
          "note": "finished, not yet acknowledged"},
         {"key": "failed", "label": "failed, last hour", "value": sum(failed.values()), "tone": "bad",
          "href": "/history?age=1h&state=" + ",".join(FAILED_STATES),
          "note": ", ".join(f"{n} {s}" for s, n in failed.items() if n)},
         {"key": "stalled", "label": "stalled, last hour", "tone": "bad", "href": "/history?age=1h&state=stalled",
-         "value": total(lambda c: c.recent and c.state == STALLED), "note": "given up by the stall monitor"},
+         "value": total(lambda state, _d: state == STALLED, counts.recent), "note": "given up by the stall monitor"},
     ]
 
 
@@ -62,5 +64,5 @@ def owners(units: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def overview(off: Offload, units: list[dict[str, Any]], now: float) -> dict[str, Any]:
-    counts = ledger_queries.counts_since(off.ledger(), now - RECENT_FAILURES_S)
+    counts = ledger_queries.unit_counts(off.ledger(), since=now - RECENT_FAILURES_S)
     return {"counters": counters(counts, units), "owners": owners(units)}

@@ -7,6 +7,6 @@ import ``offload.ledger.sqlite``, ``.postgres`` or ``.memory`` directly only to 
 specifics. ``offload.ledger.select`` picks the backend from the ``ledger:`` settings.
 """
 from offload.ledger.factory import open_ledger, redact
-from offload.ledger.protocol import DelegationLedger, DispatchRow, JournalEntry, LedgerError, LedgerRow, UnitCount
+from offload.ledger.protocol import DelegationLedger, DispatchRow, JournalEntry, LedgerError, LedgerRow
 
-__all__ = ["DelegationLedger", "DispatchRow", "JournalEntry", "LedgerError", "LedgerRow", "UnitCount", "open_ledger", "redact"]
+__all__ = ["DelegationLedger", "DispatchRow", "JournalEntry", "LedgerError", "LedgerRow", "open_ledger", "redact"]

@@ -6,8 +6,7 @@ A page is the rows dispatched before the last one shown (``(dispatched_at, deleg
 newest first), so page N costs what page 1 does: an index range, never an OFFSET. Goal search
 and the model filter match the task's stored JSON (case-insensitive, ``%`` and ``_`` taken
 literally). The two indexes are part of the ledger's schema (migration 4 in
-``offload.ledger.migrations``), so a browse never writes. The
-overview's counters (``count_units``) are here too: the other read of the whole ledger.
+``offload.ledger.migrations``), so a browse never writes.
 Invariant: nothing here writes a row.
 """
 from __future__ import annotations
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from offload.ledger.delivery_sql import Dialect
-from offload.ledger.protocol import LedgerRow, UnitCount
+from offload.ledger.protocol import LedgerRow
 
 PAGE_ROWS = 50
 INDEXES = (
@@ -28,10 +27,6 @@ INDEXES = (
 )
 FINISHED_SINCE = ("SELECT dispatched_at, completed_at, delivered_at, state FROM async_delegations"
                   " WHERE completed_at >= ? ORDER BY completed_at")
-# The overview's counters: one scan, grouped, whatever the number of rows.
-COUNT_UNITS = ("SELECT state, delivery_state, recent, COUNT(*) FROM (SELECT state, delivery_state,"
-               " CASE WHEN completed_at >= ? THEN 1 ELSE 0 END AS recent FROM async_delegations) AS g"
-               " GROUP BY state, delivery_state, recent")
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,7 @@ def browse_where(query: Browse, dialect: Dialect, owner_host: bool) -> tuple[str
 
 
 class BrowseReads:
-    """Mixed into the SQL ledgers: ``browse``, ``finished_since`` and ``count_units`` written once.
+    """Mixed into the SQL ledgers: ``browse`` and ``finished_since`` written once.
     A backend names its ``_dialect`` and whether its rows carry the owner's host
     (``_owner_hosts``), and gives ``_select(tail, params)`` (rows), ``_read(sql, params)``
     (tuples; [] without a store)."""
@@ -107,10 +102,6 @@ class BrowseReads:
 
     def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
         return [tuple(r) for r in self._read(self._dialect.render(FINISHED_SINCE), (since,))]
-
-    def count_units(self, since: float) -> list[UnitCount]:
-        found = self._read(self._dialect.render(COUNT_UNITS), (since,))
-        return [UnitCount(state, delivery, bool(recent), count) for state, delivery, recent, count in found]
 
 
 def keeps(query: Browse, row: dict[str, Any]) -> bool:

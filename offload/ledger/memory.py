@@ -12,7 +12,6 @@ exactly as it would from disk.
 from __future__ import annotations
 
 import threading
-from collections import Counter
 import weakref
 from collections import Counter
 from dataclasses import replace
@@ -22,7 +21,7 @@ from offload.ledger.codec import decode_row, dumps, loads
 from offload.ledger.memory_side import MemorySideTables
 from offload.ledger import browse as browse_sql
 from offload.ledger.browse import Browse
-from offload.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners, UnitCount
+from offload.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners
 
 Row = dict[str, Any]  # column name -> stored value, as in the SQLite table
 _SETTLED = ("delivered", "dropped")
@@ -174,12 +173,6 @@ class MemoryLedger(MemorySideTables, SingleHostOwners):
             found = [(r["dispatched_at"], r["completed_at"], r["delivered_at"], r["state"])
                      for r in self.store.rows.values() if r["completed_at"] is not None and r["completed_at"] >= since]
         return sorted(found, key=lambda t: t[1])
-
-    def count_units(self, since: float) -> list[UnitCount]:
-        with self.store.lock:
-            groups = Counter((r["state"], r["delivery_state"], (r["completed_at"] or float("-inf")) >= since)
-                             for r in self.store.rows.values())
-        return [UnitCount(state, delivery, recent, count) for (state, delivery, recent), count in groups.items()]
 
     def get(self, delegation_id: str) -> LedgerRow | None:
         with self.store.lock:

@@ -49,12 +49,14 @@ class MemorySideTables:
             return {did: copy.deepcopy(self.store.activity[did]) for did in delegation_ids
                     if did in self.store.activity}
 
-    def unit_counts(self) -> UnitCounts:
+    def unit_counts(self, since: float | None = None) -> UnitCounts:
         with self.store.lock:
             rows = list(self.store.rows.values())
             pruned = dict(self.store.pruned)
         by_state = Counter((r["state"], r["delivery_state"]) for r in rows)
-        return UnitCounts(dict(by_state), pruned, sum(r["delivery_attempts"] for r in rows))
+        recent = Counter((r["state"], r["delivery_state"]) for r in rows
+                         if since is not None and r["completed_at"] is not None and r["completed_at"] >= since)
+        return UnitCounts(dict(by_state), pruned, sum(r["delivery_attempts"] for r in rows), dict(recent))
 
     def append_journal(self, entries: list[JournalEntry]) -> None:
         with self.store.lock:

@@ -17,7 +17,7 @@ from offload.engine.loop import Clock
 from offload.ledger.codec import dumps, loads
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.protocol import JournalEntry
-from offload.ledger.tally import POSTGRES_TALLY, PRUNED_TABLE, UnitCounts, counts
+from offload.ledger.tally import POSTGRES_TALLY, PRUNED_TABLE, UnitCounts, counts, grouped
 
 SIDE_TABLES = (
     "CREATE TABLE IF NOT EXISTS async_delegation_controls (delegation_id text PRIMARY KEY,"
@@ -96,9 +96,9 @@ class PostgresSideTables:
             " WHERE delegation_id = ANY(%s)", (list(delegation_ids),)).fetchall(), missing=[])
         return {did: (written_at, loads(snapshot) or {}) for did, written_at, snapshot in found}
 
-    def unit_counts(self) -> UnitCounts:
+    def unit_counts(self, since: float | None = None) -> UnitCounts:
         def read(conn: Any) -> UnitCounts:
-            by_state = conn.execute(POSTGRES_TALLY.by_state).fetchall()
+            by_state = conn.execute(*grouped(POSTGRES_TALLY, since)).fetchall()
             tallied = conn.execute(f"SELECT to_regclass('{PRUNED_TABLE}') IS NOT NULL").fetchone()[0]
             return counts(by_state, conn.execute(POSTGRES_TALLY.pruned).fetchall() if tallied else [])
         self._catch_up()

@@ -153,17 +153,6 @@ class LedgerRow:
 
 
 @dataclass(frozen=True)
-class UnitCount:
-    """One group of ``count_units``: ``count`` rows in ``state`` and ``delivery_state``;
-    ``recent``: they finished at or after the ``since`` asked for."""
-
-    state: str
-    delivery_state: str
-    recent: bool
-    count: int
-
-
-@dataclass(frozen=True)
 class JournalEntry:
     """One thing that happened to a unit, beyond its row: a stall warning, an interrupt, a message
     or tool call of one of its children. ``child``: the child's task index (None: the unit);
@@ -279,21 +268,19 @@ class DelegationLedger(Protocol):
 
     def get(self, delegation_id: str) -> LedgerRow | None: ...
 
-    def unit_counts(self) -> UnitCounts:
-        """Units by (state, delivery_state): the rows now and those ``prune`` deleted over the
-        ledger's life (``offload.ledger.tally``), from aggregate reads; empty without a store."""
+    def unit_counts(self, since: float | None = None) -> UnitCounts:
+        """Units by (state, delivery_state): the rows now, those of them finished at or after
+        ``since`` (if given), and those ``prune`` deleted over the ledger's life
+        (``offload.ledger.tally``), from aggregate reads (one scan of the rows however many
+        there are); empty without a store. ``/metrics`` and the dashboard's overview read this."""
 
     def browse(self, query: Browse) -> list[LedgerRow]:
         """One page of every row (``offload.ledger.browse``): the filters of ``query``, newest
-        dispatch first, starting after its keyset; the first call creates the indexes it uses."""
+        dispatch first, starting after its keyset, on the indexes of schema version 4."""
 
     def finished_since(self, since: float) -> list[tuple[float, float, float | None, str]]:
         """``(dispatched_at, completed_at, delivered_at, state)`` of every row finished at or after
         ``since``, oldest finish first: what the history's charts are drawn from."""
-
-    def count_units(self, since: float) -> list[UnitCount]:
-        """How many rows there are per (stored state, delivery state), split by whether the row
-        finished at or after ``since``: the dashboard's counters, one read however many rows."""
 
     # -- control requests and live activity, across processes and hosts (``*_side.py``) --------
     def request_control(self, delegation_id: str, action: str, now: float, expires_at: float) -> None:

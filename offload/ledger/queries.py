@@ -1,6 +1,6 @@
 """Read-only views of a delegation ledger for UIs that cannot see the engine's in-memory
 records (``offload agents``, ``offload inbox``, the dashboard, another process): rows still
-running or queued, rows awaiting delivery, recently settled rows, and the counts ``/metrics`` reports.
+running or queued, rows awaiting delivery, recently settled rows, and the counts ``/metrics`` and the overview report.
 
 Invariants: nothing here writes, and nothing creates a ledger that does not exist (an empty
 list is returned instead). A ledger that cannot be named because the settings are broken is
@@ -8,7 +8,7 @@ that error, never an empty list: an empty history would tell the user their work
 """
 from __future__ import annotations
 
-from offload.ledger.protocol import DelegationLedger, LedgerRow, UnitCount
+from offload.ledger.protocol import DelegationLedger, LedgerRow
 from offload.ledger.select import MisconfiguredLedger
 from offload.ledger.tally import UnitCounts
 
@@ -44,13 +44,8 @@ def settled_rows(ledger: DelegationLedger, limit: int = 20) -> list[LedgerRow]:
     return found.settled_rows(limit) if found else []
 
 
-def unit_counts(ledger: DelegationLedger) -> UnitCounts:
-    """Units by state and delivery state, now and over the ledger's life (aggregate reads)."""
+def unit_counts(ledger: DelegationLedger, since: float | None = None) -> UnitCounts:
+    """Units by state and delivery state, now, finished since ``since`` and over the ledger's
+    life (aggregate reads: one scan of the rows)."""
     found = existing_ledger(ledger)
-    return found.unit_counts() if found else UnitCounts()
-
-
-def counts_since(ledger: DelegationLedger, since: float) -> list[UnitCount]:
-    """Rows per state and delivery state, split at ``since`` (see ``count_units``)."""
-    found = existing_ledger(ledger)
-    return found.count_units(since) if found else []
+    return found.unit_counts(since) if found else UnitCounts()

@@ -26,7 +26,7 @@ from typing import Any
 
 from offload.ledger.codec import dumps, loads
 from offload.ledger.protocol import JournalEntry
-from offload.ledger.tally import SQLITE_TALLY, UnitCounts, counts
+from offload.ledger.tally import SQLITE_TALLY, UnitCounts, counts, grouped
 
 SIDE_TABLES = (
     "CREATE TABLE IF NOT EXISTS async_delegation_controls (delegation_id TEXT PRIMARY KEY,"
@@ -106,11 +106,11 @@ class SqliteSideTables:
                                 f" WHERE delegation_id IN ({_marks(delegation_ids)})", tuple(delegation_ids))
         return {did: (written_at, loads(snapshot) or {}) for did, written_at, snapshot in found}
 
-    def unit_counts(self) -> UnitCounts:
+    def unit_counts(self, since: float | None = None) -> UnitCounts:
         with self._use() as conn:
             if conn is None:
                 return UnitCounts()
-            by_state = conn.execute(SQLITE_TALLY.by_state).fetchall()
+            by_state = conn.execute(*grouped(SQLITE_TALLY, since)).fetchall()
         return counts(by_state, self._side_read(SQLITE_TALLY.pruned, ()))
 
     def append_journal(self, entries: list[JournalEntry]) -> None:

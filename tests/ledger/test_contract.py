@@ -285,7 +285,7 @@ def test_pending_rows_are_terminal_pending_rows_with_an_event_oldest_first(ledge
     assert all(r.delivery_state == "pending" for r in rows)
 
 
-def test_count_units_groups_rows_by_state_delivery_and_whether_they_finished_recently(ledger):
+def test_unit_counts_since_count_the_rows_that_finished_recently_in_the_same_read(ledger):
     ledger.persist_dispatch(dispatch_row("deleg_running_1"), T0)
     ledger.persist_dispatch(dispatch_row("deleg_running_2"), T0)
     terminal(ledger, "deleg_old_failure", completed_at=T0 + 10, status="failed")
@@ -294,15 +294,19 @@ def test_count_units_groups_rows_by_state_delivery_and_whether_they_finished_rec
     terminal(ledger, "deleg_delivered", completed_at=T0 + 100)
     ledger.mark_delivered("deleg_delivered", T0 + 110)
 
-    counts = {(c.state, c.delivery_state, c.recent): c.count for c in ledger.count_units(since=T0 + 50)}
+    counts = ledger.unit_counts(since=T0 + 50)
 
-    assert counts == {("running", "pending", False): 2, ("failed", "pending", False): 1,
-                      ("failed", "pending", True): 1, ("stalled", "pending", True): 1,
-                      ("completed", "delivered", True): 1}
+    assert counts.rows == {("running", "pending"): 2, ("failed", "pending"): 2, ("stalled", "pending"): 1,
+                           ("completed", "delivered"): 1}
+    assert counts.recent == {("failed", "pending"): 1, ("stalled", "pending"): 1, ("completed", "delivered"): 1}
+    assert ledger.unit_counts(since=T0 + 100).recent == counts.recent  # at or after: the boundary counts
+    assert ledger.unit_counts(since=T0 + 101).recent == {}
+    assert ledger.unit_counts().recent == {} and ledger.unit_counts().rows == counts.rows  # no since: none recent
 
 
-def test_count_units_of_an_empty_ledger_is_empty(ledger):
-    assert ledger.count_units(since=T0) == []
+def test_unit_counts_since_of_an_empty_ledger_are_empty(ledger):
+    counts = ledger.unit_counts(since=T0)
+    assert (counts.rows, counts.recent, counts.pruned) == ({}, {}, {})
 
 
 def test_pending_rows_break_completion_ties_by_id(ledger):
