@@ -71,21 +71,6 @@ def parse_age(text: str) -> float | None:
     return float(match.group(1)) * _AGE_UNITS_S[match.group(2)]
 
 
-def _history_filter(q: Any) -> model.HistoryFilter:
-    """The history's filters from query parameters; ValueError names a bad one and the fix."""
-    return model.HistoryFilter(session=q.get("session", "").strip(), state=_state(q.get("state", "")),
-                               delivery_state=q.get("delivery", ""), max_age_s=parse_age(q.get("age", "")))
-
-
-def _state(text: str) -> str:
-    """A history filter's unit states (one, or several joined by commas); a word that is none is
-    a ValueError naming the choices."""
-    for word in filter(None, text.split(",")):
-        if word not in model.STATES:
-            raise ValueError(f"state {word!r} is not a unit state: use one of {', '.join(model.STATES)}")
-    return text
-
-
 def version(fragment: str) -> str:
     """A short name of a live part's content: the page and its stream compare them."""
     return hashlib.sha1(fragment.encode()).hexdigest()[:16]
@@ -206,12 +191,19 @@ class Dashboard:
         return self.render("session.html", 200 if page["units"] else 404, s=page, timelines=page["timelines"])
 
     async def api_list(self, request: Request) -> Response:
-        """``/api/delegations``: the history's filters, each row as its result document."""
+        """``/api/delegations``: the history's filters and keyset pages (``limit`` rows, newest
+        first), each row as its result document; ``next`` is the next page's link (None on the last)."""
+        q = request.query_params
         try:
-            flt = _history_filter(request.query_params)
+            window_s = parse_age(q.get("age", ""))
+            query = history.browse_query(q, None if window_s is None else time.time() - window_s,
+                                         rows=history.api_rows(q.get("limit", "")))
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, 400)
-        return JSONResponse({"delegations": await run_in_threadpool(model.documents, self.runtime, flt)})
+        found = await run_in_threadpool(history.page, self.runtime, query)
+        docs = await run_in_threadpool(model.documents, self.runtime, found.rows)
+        next_url = found.next_before and _path(str(request.url.include_query_params(before=found.next_before)))
+        return JSONResponse({"delegations": docs, "next": next_url})
 
     async def api_detail(self, request: Request) -> Response:
         """``/api/delegations/ID``: one delegation's result document."""

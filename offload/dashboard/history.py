@@ -1,5 +1,6 @@
-"""The history page as plain data: its filters from the query string, one page of rows read
-through ``DelegationLedger.browse`` (keyset paging, so page 50 costs what page 1 does), and the
+"""The history page as plain data (and ``/api/delegations``, the same rows as result documents):
+its filters from the query string, one page of rows read through ``DelegationLedger.browse``
+(keyset paging, so page 50 costs what page 1 does), and the
 charts' series from ``finished_since``: finished units per time bucket by outcome, and the
 latency percentiles of dispatch → finish and finish → delivered.
 
@@ -25,6 +26,7 @@ DEFAULT_WINDOW_S = 86400.0
 BUCKETS = 24
 PERCENTILES = (50, 90, 99)
 OUTCOMES = ("completed", "failed", "stalled")  # failed: every other terminal state but stalled
+API_PAGE_ROWS, API_MAX_ROWS = 100, 1000  # /api/delegations: rows per page by default, and at most
 
 
 @dataclass(frozen=True)
@@ -46,21 +48,33 @@ def parse_before(text: str) -> tuple[float, str] | None:
     raise ValueError(f"page {text!r} is not a page of this history: follow the 'older' link, or drop 'before'")
 
 
-def browse_query(q: Mapping[str, str], since: float | None) -> Browse:
+def api_rows(text: str) -> int:
+    """``/api/delegations``' ``limit``: rows per page (default ``API_PAGE_ROWS``); ValueError names the range."""
+    if not text.strip():
+        return API_PAGE_ROWS
+    if text.strip().isdigit() and 1 <= int(text) <= API_MAX_ROWS:
+        return int(text)
+    raise ValueError(f"limit {text!r} is not a number of rows: use 1 to {API_MAX_ROWS}, and the 'next' link for more")
+
+
+def browse_query(q: Mapping[str, str], since: float | None, rows: int = PAGE_ROWS) -> Browse:
+    """The filters of ``q`` (``state``, ``delivery``, ``session``, ``owner``, ``model``, ``q``,
+    ``before``) as a query for one page of ``rows`` (one more is read: is there a next page?)."""
     states = tuple(w for w in q.get("state", "").split(",") if w)
     for word in states:
         if word not in UNIT_STATES:
             raise ValueError(f"state {word!r} is not a unit state: use one of {', '.join(UNIT_STATES)}")
     return Browse(states=states, delivery_state=q.get("delivery", ""), session=q.get("session", "").strip(),
                   owner=q.get("owner", "").strip(), model=q.get("model", "").strip(), text=q.get("q", "").strip(),
-                  since=since, before=parse_before(q.get("before", "")), limit=PAGE_ROWS + 1)
+                  since=since, before=parse_before(q.get("before", "")), limit=rows + 1)
 
 
 def page(off: Offload, query: Browse) -> Page:
+    """The rows of ``query`` (made by ``browse_query``) and the keyset of the page after them."""
     found = ledger_queries.existing_ledger(off.ledger())
     rows = found.browse(query) if found else []
-    more = len(rows) > PAGE_ROWS
-    rows = rows[:PAGE_ROWS]
+    more = len(rows) >= query.limit
+    rows = rows[:query.limit - 1]
     last = rows[-1] if more else None
     return Page(rows, f"{last.dispatched_at!r}~{last.delegation_id}" if last else None)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from offload import activity, result
@@ -30,16 +29,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 LABEL_GOAL_CHARS = 48  # per goal in a unit's label; the full goals are on the child rows
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
-HISTORY_LIMIT = 1000  # settled rows read for the history page (the ledger keeps about this many)
 STATES = UNIT_STATES  # the history page's state filter offers every unit state
 DELIVERY_STATES = ("pending", "delivered", "dropped")
-
-
-def ledger_rows(ledger: DelegationLedger, settled_limit: int = HISTORY_LIMIT) -> list[LedgerRow]:
-    """Every row the ledger reports: queued, running, awaiting delivery, and settled (newest first)."""
-    return [*ledger_queries.queued_rows(ledger), *ledger_queries.running_rows(ledger),
-            *ledger_queries.pending_rows(ledger),
-            *ledger_queries.settled_rows(ledger, settled_limit)]
 
 
 def _owner(row: LedgerRow | None, ledger: DelegationLedger) -> dict[str, Any]:
@@ -150,43 +141,14 @@ def roster(off: Offload, now: float | None = None, recent_s: float = RECENT_S) -
     return sorted(units, key=lambda u: u["dispatched_at"] or 0.0, reverse=True)
 
 
-@dataclass(frozen=True)
-class HistoryFilter:
-    """History page filters; empty means any. ``state``: one state or several joined by commas;
-    ``max_age_s`` keeps rows dispatched that recently."""
-
-    session: str = ""
-    state: str = ""
-    delivery_state: str = ""
-    max_age_s: float | None = None
-
-    def keeps(self, row: LedgerRow, now: float) -> bool:
-        if self.session and self.session not in (row.origin_session, row.parent_session_id,
-                                                 row.origin_ui_session_id, row.origin_session_id):
-            return False
-        if self.state and row_state(row) not in self.state.split(","):
-            return False
-        if self.delivery_state and (row.delivery_state != self.delivery_state or row.state == RUNNING):
-            return False
-        return self.max_age_s is None or now - row.dispatched_at <= self.max_age_s
-
-
-def history_rows(ledger: DelegationLedger, flt: HistoryFilter, now: float | None = None) -> list[LedgerRow]:
-    """The rows of ``ledger`` that ``flt`` keeps, newest first."""
-    now = time.time() if now is None else now
-    rows = [row for row in ledger_rows(ledger) if flt.keeps(row, now)]
-    rows.sort(key=lambda row: row.dispatched_at, reverse=True)
-    return rows
-
-
 def history_unit(ledger: DelegationLedger, row: LedgerRow, now: float) -> dict[str, Any]:
     """A history table row: the roster's entry of a ledger row (no live activity)."""
     return _unit(ledger, row, None, now)
 
 
-def documents(off: Offload, flt: HistoryFilter) -> list[dict[str, Any]]:
-    """The JSON API's list: the result document (``offload.result``) of every row ``flt`` keeps."""
-    return [result.from_row(row, off.render).to_json() for row in history_rows(off.ledger(), flt)]
+def documents(off: Offload, rows: list[LedgerRow]) -> list[dict[str, Any]]:
+    """The JSON API's list: the result document (``offload.result``) of each row."""
+    return [result.from_row(row, off.render).to_json() for row in rows]
 
 
 def document(off: Offload, delegation_id: str) -> dict[str, Any] | None:

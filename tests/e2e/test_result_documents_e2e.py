@@ -43,8 +43,8 @@ def test_run_json_prints_one_document_and_every_surface_agrees(cli, model_server
     with httpx.Client(base_url=url, timeout=10) as http:
         assert http.get(f"/api/delegations/{did}").json() == delegation
         listed = http.get("/api/delegations", params={"state": "completed", "session": doc["session"]}).json()
-        assert listed == {"delegations": [delegation]}
-        assert http.get("/api/delegations", params={"state": "partial"}).json() == {"delegations": []}
+        assert listed == {"delegations": [delegation], "next": None}
+        assert http.get("/api/delegations", params={"state": "partial"}).json() == {"delegations": [], "next": None}
         missing = http.get("/api/delegations/deleg_nope")
         assert missing.status_code == 404 and "no delegation 'deleg_nope'" in missing.json()["error"]
         bad = http.get("/api/delegations", params={"age": "soon"})
