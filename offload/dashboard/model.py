@@ -20,7 +20,7 @@ from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, QUEUED, RUNNING, 
                                    child_state, unit_state)
 from offload.ledger import DelegationLedger, JournalEntry, LedgerError, LedgerRow
 from offload.ledger import queries as ledger_queries
-from offload.ledger_rows import owner_host, owner_state, row_state
+from offload.ledger_rows import owner_state, row_state
 from offload.render.text import clip_words
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def _owner(row: LedgerRow | None, ledger: DelegationLedger) -> dict[str, Any]:
         return {"pid": None, "alive": None, "host": None, "fate": None}
     alive = owner_state(row, ledger) == "running"
     fate = "alive" if alive else ("died" if row.state in LIVE_STATES or row.state == UNKNOWN else "exited")
-    return {"pid": row.owner_pid, "alive": alive, "host": owner_host(row), "fate": fate}
+    return {"pid": row.owner_pid, "alive": alive, "host": ledger.owner_host(row), "fate": fate}
 
 
 def _label(task: dict[str, Any], event: dict[str, Any]) -> str:

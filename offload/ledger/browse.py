@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from offload.ledger.delivery_sql import Dialect
-from offload.ledger.protocol import LedgerRow
+from offload.ledger.protocol import LedgerRow, local_host
 
 PAGE_ROWS = 50
 INDEXES = (
@@ -34,7 +34,7 @@ class Browse:
     """One page of the history: filters (empty: any) and where the page starts.
 
     ``states``: unit states stored on the row; ``session``: any of its session ids; ``owner``: the
-    owner's pid, or (on a shared ledger) its host; ``model``: the task's model; ``text``: words
+    owner's pid, or its host (``DelegationLedger.owner_host``); ``model``: the task's model; ``text``: words
     of the goal(s); ``since``: dispatched at or after; ``before``: the keyset of the last row of
     the previous page."""
 
@@ -54,6 +54,17 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+def _owner_clause(owner: str, r: str, owner_host: bool) -> tuple[str, list[Any]]:
+    """Rows whose owner is the process ``owner`` names (its pid) or runs on the host it names:
+    the host stamped on the row on a shared ledger; on a ledger only one host uses (no host
+    column) every owner runs on this host, so this host's name keeps every owned row."""
+    if owner_host:
+        return f"(CAST({r}owner_pid AS TEXT) = ? OR {r}owner_host = ?)", [owner, owner]
+    if owner == local_host():
+        return f"{r}owner_pid IS NOT NULL", []
+    return f"CAST({r}owner_pid AS TEXT) = ?", [owner]
+
+
 def browse_where(query: Browse, dialect: Dialect, owner_host: bool) -> tuple[str, tuple[Any, ...]]:
     """The tail of a row read (after the backend's SELECT) and its parameters."""
     r, like = dialect.row, "ILIKE" if dialect.name == "postgresql" else "LIKE"
@@ -69,8 +80,9 @@ def browse_where(query: Browse, dialect: Dialect, owner_host: bool) -> tuple[str
         clauses.append(f"(? IN ({r}origin_session, {r}parent_session_id, {r}origin_ui_session_id, {r}origin_session_id))")
         params.append(query.session)
     if query.owner:
-        clauses.append(f"(CAST({r}owner_pid AS TEXT) = ?" + (f" OR {r}owner_host = ?)" if owner_host else ")"))
-        params += [query.owner] * (2 if owner_host else 1)
+        clause, values = _owner_clause(query.owner, r, owner_host)
+        clauses.append(clause)
+        params += values
     if query.model:
         clauses.append(f"{r}task_json {like} ? ESCAPE '\\'")
         params.append(_like(f'"model":{json.dumps(query.model, ensure_ascii=False)}'))
@@ -113,7 +125,8 @@ def keeps(query: Browse, row: dict[str, Any]) -> bool:
                                      and row["state"] not in ("queued", "running")),
         not query.session or query.session in (row["origin_session"], row["parent_session_id"],
                                                row["origin_ui_session_id"], row["origin_session_id"]),
-        not query.owner or query.owner == str(row.get("owner_pid")),
+        not query.owner or query.owner == str(row.get("owner_pid"))
+        or (query.owner == local_host() and row.get("owner_pid") is not None),
         not query.model or f'"model":{json.dumps(query.model, ensure_ascii=False)}'.lower() in task_json,
         not query.text or query.text.lower() in task_json,
         query.since is None or row["dispatched_at"] >= query.since,

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from typing import Any, Callable, TypeVar
 
 from offload.engine.loop import Clock, Loop
 from offload.ledger.delivery_sql import POSTGRES
 from offload.ledger.browse import BrowseReads
-from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck
+from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck, local_host
 from offload.ledger.postgres_lease import OwnerLease
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.postgres_connections import MISSING as _MISSING, PostgresConnections
@@ -54,10 +53,6 @@ _T = TypeVar("_T")
 LISTEN_WAIT_S = 2.0
 
 
-def default_host_id() -> str:
-    return socket.gethostname() or "localhost"
-
-
 class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, PostgresWorkQueue):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 
@@ -69,7 +64,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
         claimed units, for the same-host pid check (default: the pid alone). ``clock``: what
         drives the ledger's loops (default: real time)."""
         super().__init__(url)
-        self.host_id = host_id or default_host_id()
+        self.host_id = host_id or local_host()
         self.owner = owner or (lambda: (os.getpid(), None))
         self.clock = clock
         self.lease = OwnerLease(self._run, self.host_id, lease_s, heartbeat_s, self.owner, clock)
@@ -234,6 +229,9 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, BrowseReads, Postg
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self._run(lambda conn: conn.execute(sql, params).fetchall(), missing=[])
 
+
+    def owner_host(self, row: LedgerRow) -> str | None:
+        return (row.extra or {}).get("owner_host")
 
     def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
         """Whether ``row``'s owner is gone: its lease expired or was revoked, or it ran on this

@@ -23,6 +23,7 @@ previous version, and a row written before the task carried it is read from thos
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -192,6 +193,10 @@ class DelegationLedger(Protocol):
         local pid check, meaningful only for owners on this host (a shared ledger judges
         owners elsewhere by their lease)."""
 
+    def owner_host(self, row: LedgerRow) -> str | None:
+        """The host ``row``'s owner process runs on (None: no owner recorded): the host a shared
+        ledger stamped on the row, or this host on a ledger only one host uses."""
+
     def owned_here(self, row: LedgerRow, is_owner: OwnerCheck) -> bool:
         """Whether ``row``'s owner is a process on this host that ``is_owner(pid, started)``
         accepts (holding a live lease, where the ledger has leases). Ownership says who runs a
@@ -313,8 +318,17 @@ class DelegationLedger(Protocol):
     def close(self) -> None: ...
 
 
+def local_host() -> str:
+    """This machine's name, as owners are named by host (a shared ledger's default ``host_id``)."""
+    return socket.gethostname() or "localhost"
+
+
 class SingleHostOwners:
-    """Owner liveness for a ledger only one host uses: the pid check alone decides."""
+    """Owner liveness for a ledger only one host uses: the pid check alone decides, and every
+    owner runs on this host."""
+
+    def owner_host(self, row: LedgerRow) -> str | None:
+        return local_host() if row.owner_pid else None
 
     def is_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
         return not alive(row.owner_pid, row.owner_started_at)

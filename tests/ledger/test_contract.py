@@ -774,3 +774,15 @@ def test_finished_since_lists_the_timings_of_rows_finished_in_the_window(ledger)
     assert [(d - T0, c - T0, state) for d, c, _delivered, state in found] == [
         (3, 13, "completed"), (4, 14, "failed"), (5, 15, "completed")]
     assert ledger.finished_since(T0 + 10)[0][2] == T0 + 20  # deleg_0's delivery time
+
+
+def test_browse_filters_by_the_owners_host_on_every_backend(ledger):
+    from offload.ledger.browse import Browse
+    from offload.ledger.protocol import local_host
+
+    _browse_fixture(ledger)
+    host = ledger.owner_host(ledger.get("deleg_0"))
+    assert host == local_host()  # a single-host ledger's owners run here; a shared one stamps this host
+    assert _ids(ledger.browse(Browse(owner=host))) == [f"deleg_{n}" for n in reversed(range(7))]
+    assert ledger.browse(Browse(owner="another-host")) == []
+    assert _ids(ledger.browse(Browse(owner="100", states=("completed",)))) == ["deleg_2", "deleg_0"]
