@@ -24,7 +24,7 @@ def _one_unit_of_three() -> str:
 
 
 def _label(html: str, delegation_id: str) -> str:
-    row = re.search(rf'<a href="/d/{delegation_id}">.*?<td class="label">(.*?)</td>', html, re.S)
+    row = re.search(rf'<a [^>]*href="/d/{delegation_id}">.*?<td class="label">(.*?)</td>', html, re.S)
     assert row, html
     return html_text.unescape(row.group(1))
 

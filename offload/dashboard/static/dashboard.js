@@ -32,3 +32,20 @@ document.addEventListener("keydown", function (event) {
     field.focus();
   }
 });
+// j / k walk the rows of the page's table (the overview's units, the history, a session's
+// delegations): the focus moves to the next / previous row's link, which Enter opens. The
+// links carry ids, so a live swap of the roster gives the focus back to the same row.
+document.addEventListener("keydown", function (event) {
+  var typing = /^(INPUT|SELECT|TEXTAREA)$/.test(document.activeElement.tagName);
+  if ((event.key !== "j" && event.key !== "k") || typing || event.ctrlKey || event.metaKey || event.altKey) {
+    return;
+  }
+  var links = Array.from(document.querySelectorAll("a.open-row"));
+  if (!links.length) { return; }
+  var at = links.indexOf(document.activeElement);
+  var next = at < 0 ? (event.key === "j" ? 0 : links.length - 1)
+                    : Math.min(links.length - 1, Math.max(0, at + (event.key === "j" ? 1 : -1)));
+  event.preventDefault();
+  links[next].focus();
+  links[next].scrollIntoView({block: "nearest"});
+});
