@@ -4,12 +4,15 @@ Each returns ``(ok, message)``; the message says what happened or what the user 
 A unit this process runs is interrupted at once; a unit of another live offload process (on
 this host, or on any host sharing a PostgreSQL ledger) gets a control request in the ledger
 (``offload.control_requests``), which that process carries out through the same engine call.
+A queued unit (issue 29: waiting for a slot) has no process running it: it is taken from the
+queue here and reported to its session as interrupted, never run, as ``offload stop`` does.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
 from offload import control_requests
+from offload.engine.states import QUEUED, UNFINISHED
 from offload.ledger import LedgerError
 from offload.ledger.queries import existing_ledger
 
@@ -23,6 +26,8 @@ def interrupt(off: Offload, delegation_id: str) -> tuple[bool, str]:
     row = _row(off, delegation_id)
     if row is None:
         return False, f"no delegation {delegation_id!r}: it is not running here and not in the ledger"
+    if row.state == QUEUED:
+        return _stop_queued(off, delegation_id)
     if row.state != "running":
         return False, f"{delegation_id} is not running (it is {row.state})"
     owner = control_requests.owner_label(row)
@@ -35,6 +40,13 @@ def interrupt(off: Offload, delegation_id: str) -> tuple[bool, str]:
         return False, f"{exc}; stop it in the process that runs it ({owner})"
     return True, (f"interrupt requested from {owner}, which runs {delegation_id}; it stops within a second "
                   "or two and reports what it has")
+
+
+def _stop_queued(off: Offload, delegation_id: str) -> tuple[bool, str]:
+    if off.admission.cancel(lambda r: r.delegation_id == delegation_id, "stopped from the dashboard"):
+        return True, (f"stopped {delegation_id} before it started: it never runs, and its session gets it as "
+                      "interrupted")
+    return False, f"{delegation_id} started meanwhile; interrupt it again to stop it running"
 
 
 def ack(off: Offload, delegation_id: str) -> tuple[bool, str]:
@@ -68,8 +80,8 @@ def _not_pending(off: Offload, delegation_id: str) -> str | None:
     row = _row(off, delegation_id)
     if row is None:
         return f"no delegation {delegation_id!r} in the ledger"
-    if row.state == "running":
-        return f"{delegation_id} is still running; interrupt it first"
+    if row.state in UNFINISHED:
+        return f"{delegation_id} is still {row.state}; interrupt it first"
     if row.delivery_state != "pending":
         return f"{delegation_id} is already {row.delivery_state}"
     return None

@@ -242,3 +242,15 @@ def test_cli_names_a_port_it_cannot_listen_on():
         message = server.stderr.read()
     assert "could not listen on 127.0.0.1:" in message and "pick another with --port" in message
     assert "Traceback" not in message
+
+
+def test_a_queued_unit_cannot_be_acked_or_dropped_and_its_page_offers_stop(runtime, client):
+    from offload.ledger import DispatchRow
+
+    row = DispatchRow("deleg_waiting", "sess-1", time.time(), {"goal": "wait your turn"}, parent_session_id="sess-1")
+    assert runtime.ledger().enqueue_unit(row, row.dispatched_at)
+    for action in ("ack", "drop"):
+        assert "deleg_waiting is still queued; interrupt it first" in client.post(f"/d/deleg_waiting/{action}").text
+    assert runtime.ledger().get("deleg_waiting").state == "queued"  # nothing settled
+    page = client.get("/d/deleg_waiting").text
+    assert 'id="interrupt"' in page and "stop (it never starts)" in page and 'id="ack"' not in page
