@@ -153,8 +153,15 @@ def test_offload_stop_of_a_queued_unit_reports_it_stopped_to_its_chat_and_it_nev
         chat.wait_for(rf"background result {second} landed \(from another process\): Subagent Task Interrupted")
     finally:
         release.set()
+    stopped_one_never_ran(chat, server, first)
+
+
+def stopped_one_never_ran(chat, server, first: str) -> list[str]:
+    """After the queued unit was stopped: the first unit's result lands, the chat quits cleanly,
+    and the stopped unit's goal never reached the model. The goals children were run with."""
     chat.wait_for(rf"background result {first} landed")
     chat.send("/quit")
     assert chat.finish() == 0
     goals = [subagent_goal(r) for r in server.requests if request_role(r) == "subagent"]
     assert "quick follow-up check" not in goals
+    return goals
