@@ -58,7 +58,7 @@ def main() -> int:
                  "state filter (failed: none match, a full index walk)": "/history?state=failed",
                  "goal search": "/history?q=bug+%2342",
                  "charts of the last hour": "/history?age=1h",
-                 "overview (counters: one grouped read of every row)": "/roster"}
+                 "overview (counters, owners, roster: /roster)": "/roster"}
         for name, url in pages.items():
             median, worst = _time_ms(client, url, args.rounds)
             print(f"{name:55s} median {median:6.0f} ms   worst {worst:6.0f} ms")

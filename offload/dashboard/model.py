@@ -20,6 +20,7 @@ from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, QUEUED, RUNNING, 
                                    child_state, unit_state)
 from offload.ledger import DelegationLedger, JournalEntry, LedgerError, LedgerRow
 from offload.ledger import queries as ledger_queries
+from offload.ledger.browse import Browse
 from offload.ledger_rows import owner_state, row_state
 from offload.render.text import clip_words
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 LABEL_GOAL_CHARS = 48  # per goal in a unit's label; the full goals are on the child rows
 RECENT_S = 15 * 60.0  # finished units stay on the roster this long, so "completed" is seen
+RECENT_ROWS = 200  # at most this many of them, the newest dispatched
 STATES = UNIT_STATES  # the history page's state filter offers every unit state
 DELIVERY_STATES = ("pending", "delivered", "dropped")
 
@@ -128,9 +130,10 @@ def roster(off: Offload, now: float | None = None, recent_s: float = RECENT_S) -
     live = {item["delegation_id"]: item for item in off.engine.list()}
     rows = {row.delegation_id: row
             for row in [*ledger_queries.queued_rows(ledger), *ledger_queries.running_rows(ledger)]}
-    for row in [*ledger_queries.pending_rows(ledger), *ledger_queries.settled_rows(ledger, 200)]:
-        if (row.completed_at or 0) >= now - recent_s:
-            rows.setdefault(row.delegation_id, row)
+    found = ledger_queries.existing_ledger(ledger)
+    # an index range on completed_at, not a sort of every settled row (the roster re-reads each second)
+    for row in found.browse(Browse(finished_since=now - recent_s, limit=RECENT_ROWS)) if found else []:
+        rows.setdefault(row.delegation_id, row)
     remote = activity.remote_views(ledger, [did for did, row in rows.items()
                                             if row.state == "running" and did not in live], now)
     units = [_unit(ledger, row, live.get(did), now, remote.get(did)) for did, row in rows.items()]

@@ -786,3 +786,13 @@ def test_browse_filters_by_the_owners_host_on_every_backend(ledger):
     assert _ids(ledger.browse(Browse(owner=host))) == [f"deleg_{n}" for n in reversed(range(7))]
     assert ledger.browse(Browse(owner="another-host")) == []
     assert _ids(ledger.browse(Browse(owner="100", states=("completed",)))) == ["deleg_2", "deleg_0"]
+
+
+def test_browse_keeps_the_rows_finished_since_a_time_newest_dispatched_first(ledger):
+    from offload.ledger.browse import Browse
+
+    _browse_fixture(ledger)  # deleg_n finished at T0 + 10 + n, but deleg_6 (running)
+    assert _ids(ledger.browse(Browse(finished_since=T0 + 13))) == ["deleg_5", "deleg_4", "deleg_3"]
+    assert _ids(ledger.browse(Browse(finished_since=T0 + 13, limit=2))) == ["deleg_5", "deleg_4"]
+    assert _ids(ledger.browse(Browse(finished_since=T0 + 13, states=("failed",)))) == ["deleg_4"]
+    assert ledger.browse(Browse(finished_since=T0 + 16)) == []

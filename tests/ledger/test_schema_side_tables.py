@@ -21,7 +21,8 @@ from tests.ledger.test_schema_versions import pg  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout(60)
 SIDE = {"async_delegation_controls", "async_delegation_activity", "async_delegation_journal", "offload_pruned_units"}
-INDEXES = {"idx_async_delegations_browse", "idx_async_delegations_finished", "idx_async_delegation_journal"}
+INDEXES = {"idx_async_delegations_browse", "idx_async_delegations_finished", "idx_async_delegations_queued",
+           "idx_async_delegation_journal"}
 
 
 def _sqlite_names(db: Path, kind: str) -> set[str]:
