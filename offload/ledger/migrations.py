@@ -13,6 +13,8 @@
 4. the side tables (control requests, activity snapshots, the pruned-unit tally, the journal:
    ``sqlite_side`` / ``postgres_side``) and the history's indexes (``browse.INDEXES``), which
    earlier versions made on first use; created if missing, rows untouched.
+5. ``async_delegation_approvals``: subagents' terminal commands waiting for a person's answer
+   (``offload.ledger.approval_table``); created empty.
 
 Invariant: every step is idempotent and runs inside the migration's one transaction.
 """
@@ -23,6 +25,8 @@ from typing import Any, Iterable
 
 from offload.engine.states import event_state
 from offload.ledger.browse import INDEXES as BROWSE_INDEXES
+from offload.ledger.approval_table import INDEX as _APPROVALS_INDEX, POSTGRES_TABLE as _PG_APPROVALS
+from offload.ledger.approval_table import SQLITE_TABLE as _SQLITE_APPROVALS
 from offload.ledger.protocol import parse_json
 from offload.ledger.sqlite_side import SIDE_TABLES as SQLITE_SIDE_TABLES
 from offload.ledger.sqlite_rows import _COLUMNS as _SQLITE_COLUMNS, _SCHEMA as _SQLITE_SCHEMA
@@ -67,7 +71,13 @@ def _sqlite_side_tables(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_delivery_columns, _sqlite_side_tables))
+def _sqlite_approvals(conn: sqlite3.Connection) -> None:
+    conn.execute(_SQLITE_APPROVALS)
+    conn.execute(_APPROVALS_INDEX)
+
+
+SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_delivery_columns, _sqlite_side_tables,
+                                     _sqlite_approvals))
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -96,5 +106,10 @@ def _postgres_side_tables(conn: Any) -> None:
         conn.execute(statement)
 
 
+def _postgres_approvals(conn: Any) -> None:
+    conn.execute(_PG_APPROVALS)
+    conn.execute(_APPROVALS_INDEX)
+
+
 POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states, _postgres_delivery_columns,
-                                       _postgres_side_tables))
+                                       _postgres_side_tables, _postgres_approvals))

@@ -92,7 +92,7 @@ def test_a_state_db_of_the_previous_layout_is_migrated_and_every_row_stays_reada
     finally:
         ledger.close()
     assert _versions(db) == {"sessions": SESSIONS.version, "ledger": SQLITE_LEDGER.version} == {"sessions": 1,
-                                                                                                 "ledger": 4}
+                                                                                                 "ledger": 5}
 
 
 def test_the_cli_lists_a_migrated_row_in_todays_words():
@@ -298,7 +298,7 @@ def test_a_version_2_sqlite_ledger_gains_the_delivery_columns_and_keeps_its_rows
     assert _versions(db)["ledger"] == SQLITE_LEDGER.version
 
 
-def test_a_version_2_postgres_ledger_is_brought_to_version_3_by_a_read(pg):
+def test_a_version_2_postgres_ledger_is_brought_to_the_current_version_by_a_read(pg):
     import psycopg
 
     from offload.ledger.postgres_sql import SCHEMA
