@@ -38,6 +38,7 @@ class ToolStep:
     args: str
     outcome: str
     seconds: float | None = None
+    approval: dict[str, Any] | None = None  # a command that needed approval: decision, by whom (else absent)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ class DelegationResult:
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready dict (``schema`` first)."""
         data = asdict(self)
-        data["children"] = [{**child, "tool_trace": None if child["tool_trace"] is None else list(child["tool_trace"])}
+        data["children"] = [{**child, "tool_trace": None if child["tool_trace"] is None else [
+            {k: v for k, v in step.items() if k != "approval" or v is not None} for step in child["tool_trace"]]}
                             for child in data["children"]]
         return {"schema": data.pop("schema"), **data}
 
@@ -157,7 +159,8 @@ def _trace(steps: Any) -> tuple[ToolStep, ...] | None:
     if not isinstance(steps, list):
         return None
     return tuple(ToolStep(tool=str(s.get("tool") or ""), args=str(s.get("args") or ""),
-                          outcome=str(s.get("outcome") or "ok"), seconds=_number(s.get("seconds")))
+                          outcome=str(s.get("outcome") or "ok"), seconds=_number(s.get("seconds")),
+                          approval=dict(s["approval"]) if isinstance(s.get("approval"), Mapping) else None)
                  for s in steps if isinstance(s, Mapping))
 
 

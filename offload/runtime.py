@@ -235,6 +235,15 @@ class Offload(PublicApi):
         return format_event(evt, lambda: self.config.delegation.model_dump())
 
     # -- agents -----------------------------------------------------------------------------------
+    def set_approval_surface(self, *, no_ask_reason: str | None = None,
+                             on_request: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        """Who answers this process's subagents' approval requests (``delegation.approvals: ask``):
+        by default anyone on the ledger (``offload approvals``, the chat, the dashboard);
+        ``no_ask_reason``: nobody can, so ``ask`` denies with this reason; ``on_request``: a surface
+        told of each request as it is made (on the child's thread), e.g. MCP elicitation."""
+        self.delegate_tool.no_ask_reason = no_ask_reason
+        self.delegate_tool.on_approval_request = on_request
+
     def toolsets(self) -> dict[str, Callable[[], list[Any]]]:
         """The toolsets this runtime provides to the agents it builds (``delegation``)."""
         return {DELEGATION_TOOLSET: lambda: [self.delegate_tool.tool]}

@@ -60,6 +60,7 @@ class ActivityTracker:
         self._text_tail = ""
         self._trace: list[dict[str, Any]] = []
         self._dropped = 0
+        self._step_notes: dict[str, Any] = {}  # what the running tool adds to its trace step (an approval)
 
     def begin_run(self) -> None:
         """A new conversation turn: its trace and text start empty."""
@@ -83,8 +84,13 @@ class ActivityTracker:
 
     def tool_started(self, name: str, args: str = "") -> None:
         with self._lock:
-            self._current_tool, self._tool_args = name, args
+            self._current_tool, self._tool_args, self._step_notes = name, args, {}
             self._last_activity_ts = self._tool_started_at = self._clock()
+
+    def note_step(self, **fields: Any) -> None:
+        """Facts of the running tool call for its trace step (e.g. ``approval={...}``)."""
+        with self._lock:
+            self._step_notes.update(fields)
 
     def tool_finished(self, outcome: str = "ok") -> None:
         """The tool that was running ended: ``ok`` or ``error`` (the model read an error)."""
@@ -93,11 +99,12 @@ class ActivityTracker:
             if self._current_tool is not None:
                 started = self._tool_started_at if self._tool_started_at is not None else now
                 self._trace.append({"tool": self._current_tool, "args": self._tool_args, "outcome": outcome,
-                                    "seconds": round(max(0.0, now - started), 2)})
+                                    "seconds": round(max(0.0, now - started), 2), **self._step_notes})
                 if len(self._trace) > MAX_TRACE:
                     del self._trace[0]
                     self._dropped += 1
             self._current_tool, self._tool_started_at, self._tool_args = None, None, ""
+            self._step_notes = {}
             self._last_activity_ts = now
 
     def trace(self) -> dict[str, Any]:

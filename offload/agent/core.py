@@ -177,6 +177,10 @@ class AIAgent:
         messages = self._messages
         return list(zip(list(messages.times), list(messages)))
 
+    def note_tool_step(self, **fields: Any) -> None:
+        """Facts the running tool adds to its ``tool_trace`` step (its approval, by the gate)."""
+        self._activity.note_step(**fields)
+
     def touch_activity(self) -> None:
         """A sign of life from work this agent waits on (its inline subagents): it is not idle."""
         self._activity.touch()

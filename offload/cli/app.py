@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 
+from offload.cli import approvals as cli_approvals
 from offload.cli import ledger as cli_ledger
 from offload.cli import mcp as cli_mcp
 from offload.errors import CliError
@@ -36,6 +37,7 @@ app = typer.Typer(name="offload", no_args_is_help=True, pretty_exceptions_enable
 config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                          help="Read and change config.yaml; values are validated first.")
 app.add_typer(config_app, name="config")
+app.add_typer(cli_approvals.app, name="approvals")
 
 
 def _print_version(value: bool) -> None:
@@ -105,6 +107,9 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask ('-' or a
         as_json: bool = typer.Option(False, "--json", help="print one JSON document on stdout at the end (answers, "
                                                              "delegations with their results, exit code); the "
                                                              "transcript goes to stderr"),
+        ask_approvals: bool = typer.Option(False, "--ask-approvals", help="subagents' commands that need a "
+                                           "person's approval (delegation.approvals: ask) wait for `offload "
+                                           "approvals approve ID` from another terminal instead of being denied"),
         demo_model: bool = _DEMO_MODEL, verbose: bool = _VERBOSE) -> None:
     """One turn, then wait for its background results (each a new turn) and exit.
 
@@ -120,8 +125,14 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask ('-' or a
     # one request; its session can be woken later
     ui = Ui.for_scripts(answers_on_stdout=not as_json)  # --json owns stdout: the answers go in its document
     with _driver(verbose, resume, sync, demo_model, wakeable=True, ui=ui) as driver:
+        if not ask_approvals:  # nobody sits at a non-interactive run to answer
+            driver.runtime.set_approval_surface(no_ask_reason=RUN_CANNOT_ASK)
         code = _run_one(driver, prompt, sync, as_json)
     raise typer.Exit(code)
+
+
+RUN_CANNOT_ASK = ("`offload run` answers no questions unless started with --ask-approvals (then `offload "
+                  "approvals approve ID` answers from another terminal)")
 
 
 def _run_one(driver: SessionDriver, prompt: str | None, sync: bool, as_json: bool) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from offload.engine.observers import span
 from offload.engine.states import COMPLETED, child_state
+from offload.subagents.approvals import GATE_SETTING
 from offload.subagents.child import Batch, fabricated_entry
 
 UNWIND_S = 10.0  # after a parent interrupt, children get this long to return their partial work
@@ -87,6 +88,9 @@ def _build(unit: Batch, pos: int, index: int, attach: bool) -> Any:
                              max_iterations=unit.child_max_iterations, parent_agent=unit.parent)
     if unit.budget is not None:
         child.token_budget = unit.budget  # shared by the call's children; an agent checks it per model call
+    settings = getattr(child, "tool_settings", None)
+    if unit.approvals is not None and isinstance(settings, dict):  # its run_command asks this gate
+        settings[GATE_SETTING] = unit.approvals.for_child(unit.delegation_id, index)
     unit.children[pos] = child
     if attach:
         _with_children_list(unit.parent, lambda kids: kids.append(child))

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from offload.engine.policy import DEFAULTS as STALL
 from offload.errors import ConfigError
 from offload.home import config_path, read_config_file
+from offload.subagents.approvals import validate_by_category
 from offload.toolsets.child_tools import DEFAULT_LEAF_TOOLS, DEFAULT_ORCHESTRATOR_TOOLS, validate_tool_list
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,14 @@ class DelegationConfig(BaseModel):
         "units waiting in the admission queue of this ledger, all sessions together; past it a call is refused"))
     max_queued_per_session: int = Field(20, ge=0, le=100_000, description=(
         "units one session may have waiting in the admission queue; past it its calls are refused"))
+    approvals: Literal["deny", "allow", "ask"] = Field("deny", description=(
+        "what a subagent's risky terminal command does (destructive, privilege, network, package_install, "
+        "outside_workspace, unparseable): deny (a tool error naming the category), allow (it runs), ask (a "
+        "person answers: offload approvals, the chat, the dashboard; the child waits)"))
+    approvals_by_category: dict[str, Literal["deny", "allow", "ask"]] = Field(default_factory=dict, description=(
+        "per category, a mode over delegation.approvals, e.g. {package_install: ask, network: allow}"))
+    approval_timeout_s: float = Field(300.0, gt=0, le=86_400, description=(
+        "seconds a subagent waits for an answer to an approval request; then it is denied"))
     # Stall monitor tuning; a frontend applies these to the engine when it starts.
     stall_idle_seconds: float = Field(STALL.stall_idle_s, gt=0, description="no progress this long (not in a tool) = stalled")
     stall_in_tool_seconds: float = Field(STALL.stall_in_tool_s, gt=0,
@@ -85,6 +94,11 @@ class DelegationConfig(BaseModel):
     @classmethod
     def _leaf_tools(cls, value: list[str]) -> list[str]:
         return validate_tool_list(value, "leaf")
+
+    @field_validator("approvals_by_category")
+    @classmethod
+    def _approvals_by_category(cls, value: dict[str, str]) -> dict[str, str]:
+        return validate_by_category(value)
 
     @field_validator("orchestrator_tools")
     @classmethod

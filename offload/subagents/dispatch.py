@@ -133,6 +133,10 @@ def dispatch_unit(engine: Delegations, unit: Batch, unit_id: str, origin: Origin
     """``subagent_config``: the stamp for the unit's events; default: from the unit's own config
     (a worker passes the stamp the dispatching host queued, whose config chose the model)."""
     whole_call = unit.indexes == list(range(len(unit.tasks)))
+    unit.delegation_id = unit_id
+    if unit.approvals is not None:  # its requests are listed under the session the result goes to
+        unit.approvals = replace(unit.approvals, session_key=origin.parent_session_id or origin.session_key
+                                 or unit.approvals.session_key)
     spec = batch_spec(unit.goals, None if whole_call else unit.indexes, context=unit.context, role=unit.role,
                       model=unit.creds.get("model"), delegation_id=unit_id, slot_key=slot_key, group=unit.group,
                       subagent_config=subagent_config or unit_stamp(unit), origin=origin)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from pydantic import ValidationError
 
 from offload.context import result_chain
+from offload.subagents.approvals import ApprovalGate, ApprovalPolicy
 from offload.subagents.args import DELEGATE_TASK_SCHEMA, DelegateArgs, TaskArgs
 from offload.subagents.budget import SpendStore, call_budget, over_budget
 from offload.subagents.child import Batch, build_child_agent, finalize_child_results, run_single_child
@@ -98,6 +99,10 @@ class DelegateTool:
         self.engine, self.ledger, self.seams = engine, ledger, seams
         self.admission: Admission | None = None  # the runtime's admission queue (delegation.at_capacity: queue)
         self.spend = spend  # where subagents' tokens are counted per session and day (None: not counted)
+        # Whether a person can answer approval requests of this process's subagents (None: yes,
+        # through the ledger) and a surface told of each request (``Offload.set_approval_surface``).
+        self.no_ask_reason: str | None = None
+        self.on_approval_request: Callable[[dict[str, Any]], Any] | None = None
         self.tool = Tool(DELEGATE_TASK_SCHEMA["name"], "delegation", DELEGATE_TASK_SCHEMA["description"],
                          DELEGATE_TASK_SCHEMA["parameters"], self._handle)
 
@@ -132,6 +137,10 @@ class DelegateTool:
 
     def batch(self, **fields: Any) -> Batch:
         """A unit with this tool's seams (``build_child``, ``run_child``, ``finalize_results``)."""
+        if "approvals" not in fields and isinstance(fields.get("cfg"), DelegationConfig):
+            fields["approvals"] = ApprovalGate(ApprovalPolicy.of(fields["cfg"]), self.ledger,
+                                               _str_attr(fields.get("parent"), "session_id") or "",
+                                               no_ask_reason=self.no_ask_reason, on_request=self.on_approval_request)
         return Batch(build_child=self.seams.build_child, run_child=self.seams.run_child,
                      finalize_results=self.seams.finalize_results, **fields)
 

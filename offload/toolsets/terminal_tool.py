@@ -31,11 +31,13 @@ import threading
 import time
 from typing import IO, Any
 
+from offload.toolsets.command_risk import classify
 from offload.toolsets.tool_args import optional_number, optional_str, reject_unknown, require_str, setting_int, setting_number
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 from offload.toolsets.workspace_paths import home_mentions, home_refusal, protected_home, resolve_inside, workspace_root
 
 MAX_TIMEOUT_S = 600.0
+APPROVAL_GATE = "approval_gate"  # offload.subagents.approvals.GATE_SETTING: where a subagent's gate is
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
@@ -259,6 +261,23 @@ def _stop_leftovers(proc: subprocess.Popen[bytes], grace_s: float) -> str:
             "outlive its command; run the work in the foreground instead]")
 
 
+def _approval(command: str, ctx: ToolContext) -> str:
+    """A subagent's command passes its approval gate first (``offload.subagents.approvals``): ''
+    or a note for the result, or a ToolError. One without a gate (built outside delegate_task)
+    runs no command the classifier flags."""
+    if not ctx.settings.get("subagent"):
+        return ""
+    gate = ctx.settings.get(APPROVAL_GATE)
+    if gate is not None:
+        return gate.check(_TOOL, command, ctx)
+    found = classify(command, ctx.workspace)
+    if found.findings:
+        raise ToolError(f"{_TOOL}: command refused, not run: {'; '.join(found.reasons())}. This subagent has no "
+                        "approval gate (it was not started by delegate_task), so delegation.approvals cannot "
+                        "allow it. Do the work another way.")
+    return ""
+
+
 def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     reject_unknown(args, ("command", "cwd", "timeout_s"), _TOOL)
     command = require_str(args, "command", _TOOL)
@@ -267,6 +286,7 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     named = home_mentions(command, home, workspace_root(ctx)) if home is not None else None
     if named is not None:
         raise home_refusal(_TOOL, named, home)  # type: ignore[arg-type]
+    approved = _approval(command, ctx)
     timeout_s, cap_bytes, grace_s = _limits(args, ctx)
     if ctx.interrupted.is_set():
         raise ToolError(f"{_TOOL}: the agent was interrupted before the command started; nothing was run.")
@@ -290,7 +310,7 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     finally:
         _close_stdout(proc, reader)
     output = buffer.render()
-    return f"{_format_exit(proc.returncode)}\n{output if output else '(no output)'}{note}"
+    return f"{approved}{_format_exit(proc.returncode)}\n{output if output else '(no output)'}{note}"
 
 
 run_command = Tool(
