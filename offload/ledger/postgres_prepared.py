@@ -13,18 +13,31 @@ name is an error); prepared statements outlive a failed transaction, so after a 
 this connection's set is read back from ``pg_prepared_statements`` before its next use instead
 of guessed; a script's results are its own statements', never the ``PREPARE``s'. Semantics
 are those of the text: one implicit transaction, a fresh snapshot per statement.
+
+Where the server's session is not the connection's own (a transaction-pooling PgBouncer in
+between, or a ``DISCARD ALL``), a statement counted as prepared is missing, or one counted as
+new exists: the script fails as a whole (nothing of it is kept), ``mismatched`` turns prepared
+scripts off for the rest of the process, and the caller sends it again as plain text.
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import weakref
 from typing import Any, Sequence
+
+import psycopg
+
+logger = logging.getLogger("offload.engine")
+# the server's sessions do not hold what this process prepared on its connections
+MISMATCH = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
 
 _PLACEHOLDER = re.compile(r"%s")
 _NAMES: dict[str, str] = {}  # statement text -> its prepared name (the same on every connection)
 # per connection: the names prepared on it; None while unknown (after a failed script)
 _ON_CONNECTION: "weakref.WeakKeyDictionary[Any, set[str] | None]" = weakref.WeakKeyDictionary()
+_enabled = True  # off for the rest of the process after a ``MISMATCH``
 _LIST = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'offload\\_%'"
 
 
@@ -51,7 +64,10 @@ def _prepared_on(conn: Any) -> set[str]:
 
 def script(conn: Any, statements: Sequence[str]) -> tuple[str, list[str], int]:
     """(the text to send, the names it prepares, how many leading results are ``PREPARE``s')
-    for ``statements`` on ``conn``: each one as ``EXECUTE``, prepared first if it is new here."""
+    for ``statements`` on ``conn``: each one as ``EXECUTE``, prepared first if it is new here
+    (plain text once prepared scripts are off)."""
+    if not _enabled:
+        return ";\n".join(statements), [], 0
     prepared = _prepared_on(conn)
     new: list[str] = []
     parts: list[str] = []
@@ -70,3 +86,15 @@ def ran(conn: Any, new: list[str], ok: bool) -> None:
         _prepared_on(conn).update(new)
     elif new:
         _ON_CONNECTION[conn] = None
+
+
+def mismatched() -> None:
+    """A session did not hold what this process prepared (see the module doc): plain text
+    from now on, in this process."""
+    global _enabled
+    if _enabled:
+        logger.warning("Delegation ledger: the PostgreSQL server's sessions do not keep this process's prepared "
+                       "statements (a transaction-pooling PgBouncer?); the ledger's writes are sent as plain text "
+                       "from now on, which costs the server a parse and plan per statement.")
+    _enabled = False
+    _ON_CONNECTION.clear()

@@ -66,13 +66,12 @@ def run(conn: Any, statements: Sequence[Statement]) -> list[tuple[int, list[tupl
     prepared statement of this connection (``postgres_prepared``); each statement's
     (rowcount, rows or None)."""
     cur = ClientCursor(conn)
-    text, new, skip = prepared.script(conn, [sql for sql, _ in statements])
+    sqls, params = [sql for sql, _ in statements], [p for _, values in statements for p in values]
     try:
-        cur.execute(text, [p for _, params in statements for p in params])
-    except BaseException:
-        prepared.ran(conn, new, ok=False)
-        raise
-    prepared.ran(conn, new, ok=True)
+        skip = _send(cur, sqls, params)
+    except prepared.MISMATCH:
+        prepared.mismatched()  # the script failed whole, nothing of it kept: once more as text
+        skip = _send(cur, sqls, params)
     for _ in range(skip):  # the PREPAREs' own results
         cur.nextset()
     results = []
@@ -82,6 +81,18 @@ def run(conn: Any, statements: Sequence[Statement]) -> list[tuple[int, list[tupl
         results.append((cur.rowcount, rows))
         if not cur.nextset():
             return results
+
+
+def _send(cur: Any, sqls: list[str], params: list[Any]) -> int:
+    """Execute the script (prepared where it can be); how many leading results are PREPAREs'."""
+    text, new, skip = prepared.script(cur.connection, sqls)
+    try:
+        cur.execute(text, params)
+    except BaseException:
+        prepared.ran(cur.connection, new, ok=False)
+        raise
+    prepared.ran(cur.connection, new, ok=True)
+    return skip
 
 
 def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | None = None) -> tuple[bool, bool]:

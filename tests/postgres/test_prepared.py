@@ -39,3 +39,15 @@ def test_a_failed_script_leaves_the_connection_usable(pg_schema):
             postgres_script.run(conn, [(ADD, (1, 2)), (DIVIDE, (0,))])  # both PREPAREs ran, then it failed
         assert postgres_script.run(conn, [(ADD, (1, 2)), (DIVIDE, (5,))]) == [(1, [(3,)]), (1, [(2,)])]
         assert executions(conn, ADD) == 2  # prepared by the failed script, used by both
+
+
+def test_a_session_without_the_prepared_statements_falls_back_to_text(pg_schema, monkeypatch, caplog):
+    """A transaction-pooling PgBouncer hands a connection another server session: what this
+    process prepared is missing there (``DEALLOCATE ALL`` makes one such session)."""
+    monkeypatch.setattr(postgres_prepared, "_enabled", True)  # restored for the other tests
+    with psycopg.connect(pg_schema.url, autocommit=True) as conn:
+        assert postgres_script.run(conn, [(ADD, (1, 2))]) == [(1, [(3,)])]
+        conn.execute("DEALLOCATE ALL")
+        assert postgres_script.run(conn, [(ADD, (2, 3)), (DIVIDE, (5,))]) == [(1, [(5,)]), (1, [(2,)])]
+        assert postgres_prepared.script(conn, [ADD])[0] == ADD  # text from now on
+        assert executions(conn, ADD) == 0 and "PgBouncer" in caplog.text
