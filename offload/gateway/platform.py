@@ -10,7 +10,7 @@ header, ``body`` is untrusted text (child output) and must never render as forma
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 
 class ChatGone(Exception):
@@ -38,6 +38,9 @@ class Incoming:
     text: str
     user_id: str = ""
     user_name: str = ""
+    button: str = ""  # a press of an inline button we sent: its data ("" for a message)
+    press_id: str = ""  # the platform's id of that press, to answer it (``answer_button``)
+    message_id: str = ""  # the message whose button was pressed
 
 
 class Platform(Protocol):
@@ -52,14 +55,21 @@ class Platform(Protocol):
         ...
 
     def send(self, route: Route, body: str, header: str = "", first_part: int = 0,
-             on_part: Callable[[int], None] | None = None) -> list[str]:
+             on_part: Callable[[int], None] | None = None, buttons: Sequence[tuple[str, str]] = ()) -> list[str]:
         """Send ``header`` + ``body`` (split as needed) from part ``first_part`` on (the parts
         before it were shown by an earlier attempt), calling ``on_part(n)`` once the first ``n``
-        parts are shown; returns the platform's ids of the messages sent now."""
+        parts are shown; returns the platform's ids of the messages sent now. ``buttons``:
+        (label, data) pairs under the last part; a press comes back as an ``Incoming`` whose
+        ``button`` is the data."""
         ...
 
     def edit(self, route: Route, message_id: str, body: str, header: str = "") -> None:
-        """Replace the text of a message we sent (used by the live /agents roster)."""
+        """Replace the text of a message we sent (the live /agents roster; an answered
+        approval request, whose buttons go with the old text)."""
+        ...
+
+    def answer_button(self, press_id: str, text: str) -> None:
+        """Acknowledge a button press with a short notice to the person who pressed it."""
         ...
 
 

@@ -119,3 +119,20 @@ def test_a_corrupt_state_file_names_the_file_and_the_fix(api, tmp_path):
     (tmp_path / "telegram-state.json").write_text("{not json")
     with pytest.raises(GatewayStateError, match="telegram-state.json is not valid JSON.*delete it"):
         poll_all(platform_for(api, tmp_path))
+
+
+def test_inline_buttons_go_under_the_last_part_and_a_press_comes_back_answered(api, tmp_path):
+    platform = platform_for(api, tmp_path)
+    platform.send(Route("-100", "55"), "x" * 5000, header="Approval needed",
+                  buttons=[("Approve", "apr:apr_1:allow"), ("Deny", "apr:apr_1:deny")])
+    *earlier, last = api.messages(-100)
+    assert earlier and all(m.buttons == [] for m in earlier) and last.buttons == [("Approve", "apr:apr_1:allow"), ("Deny", "apr:apr_1:deny")]
+    press_id = api.press(last, "apr:apr_1:deny", user_id=9, chat_type="supergroup")
+    [press] = poll_all(platform)
+    assert (press.button, press.press_id, press.message_id, press.text) == (
+        "apr:apr_1:deny", press_id, str(last.message_id), "")
+    assert (press.route, press.chat_type, press.user_id) == (Route("-100", "55"), "thread", "9")
+    platform.answer_button(press.press_id, "Denied")
+    assert api.answered == {press_id: "Denied"}
+    platform.edit(Route("-100", "55"), str(last.message_id), "denied by telegram:u", header="Approval needed")
+    assert last.buttons == []  # an edit without a keyboard takes the buttons away, as in Telegram

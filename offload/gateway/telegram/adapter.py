@@ -3,12 +3,13 @@
 Owns the update offset: it is persisted in the gateway state only after every update of a
 batch was handed to the app, so a restart never skips one (a crash in the middle of a batch
 hands that batch over again); the mapping of Telegram chats and forum topics to
-session-key chat types, and HTML rendering of what we send.
+session-key chat types, inline buttons (sent as an inline keyboard, pressed as a
+``callback_query``, answered with ``answerCallbackQuery``), and HTML rendering of what we send.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from offload.gateway.platform import Incoming, Route
 from offload.gateway.state import GatewayState
@@ -28,7 +29,7 @@ class TelegramPlatform:
     def poll(self, timeout_s: float, handle: Callable[[Incoming], None]) -> int:
         offset = int(self.state.read().get("offset") or 0)
         updates = self.client.call("getUpdates", {"offset": offset, "timeout": int(timeout_s),
-                                                  "allowed_updates": ["message"]},
+                                                  "allowed_updates": ["message", "callback_query"]},
                                    read_timeout_s=timeout_s + 10)
         updates = [u for u in updates if isinstance(u, dict)] if isinstance(updates, list) else []
         for update in updates:
@@ -41,11 +42,15 @@ class TelegramPlatform:
         return len(updates)
 
     def send(self, route: Route, body: str, header: str = "", first_part: int = 0,
-             on_part: Callable[[int], None] | None = None) -> list[str]:
+             on_part: Callable[[int], None] | None = None, buttons: Sequence[tuple[str, str]] = ()) -> list[str]:
         ids = []
         parts = render_parts(body, header, self.limit_chars)  # the same text splits the same way every time
         for number, part in enumerate(parts[first_part:], start=first_part + 1):
-            result = self.client.call("sendMessage", {**_target(route), "text": part, "parse_mode": "HTML"})
+            payload = {**_target(route), "text": part, "parse_mode": "HTML"}
+            if buttons and number == len(parts):
+                payload["reply_markup"] = {"inline_keyboard": [[{"text": label, "callback_data": data}
+                                                                for label, data in buttons]]}
+            result = self.client.call("sendMessage", payload)
             ids.append(str((result or {}).get("message_id", "")))
             if on_part is not None:
                 on_part(number)
@@ -61,6 +66,10 @@ class TelegramPlatform:
                 raise
 
 
+    def answer_button(self, press_id: str, text: str) -> None:
+        self.client.call("answerCallbackQuery", {"callback_query_id": press_id, "text": text[:200]})
+
+
 def _target(route: Route) -> dict[str, Any]:
     target: dict[str, Any] = {"chat_id": route.chat_id}
     if route.thread_id:
@@ -69,17 +78,37 @@ def _target(route: Route) -> dict[str, Any]:
 
 
 def _incoming(update: dict[str, Any]) -> Incoming | None:
+    press = update.get("callback_query")
+    if isinstance(press, dict):
+        return _pressed(press)
     message = update.get("message")
     if not isinstance(message, dict) or not isinstance(message.get("text"), str):
         return None  # stickers, joins, edits: nothing for the agent
+    where = _where(message)
+    return Incoming(*where, text=message["text"], **_sender(message)) if where else None
+
+
+def _pressed(press: dict[str, Any]) -> Incoming | None:
+    """A press of an inline button under one of our messages (a ``callback_query``)."""
+    message = press.get("message") if isinstance(press.get("message"), dict) else {}
+    where = _where(message)
+    if where is None or not isinstance(press.get("data"), str) or not press.get("id"):
+        return None  # a press on a message too old for Telegram to include: nothing to route it by
+    return Incoming(*where, text="", button=press["data"], press_id=str(press["id"]),
+                    message_id=str(message.get("message_id", "")), **_sender(press))
+
+
+def _where(message: dict[str, Any]) -> tuple[Route, str] | None:
+    """The route of a message and its session-key chat type, or None without a chat."""
     chat = message.get("chat") if isinstance(message.get("chat"), dict) else {}
     if "id" not in chat:
         return None
     # Outside forum topics message_thread_id also marks reply chains: only a topic is a thread.
     thread = message.get("message_thread_id") if message.get("is_topic_message") else None
-    private = chat.get("type") == "private"
-    chat_type = "dm" if private else ("thread" if thread else "group")
-    sender = message.get("from") if isinstance(message.get("from"), dict) else {}
-    return Incoming(route=Route(str(chat["id"]), str(thread) if thread else ""), chat_type=chat_type,
-                    text=message["text"], user_id=str(sender.get("id", "")),
-                    user_name=str(sender.get("username") or sender.get("first_name") or ""))
+    chat_type = "dm" if chat.get("type") == "private" else ("thread" if thread else "group")
+    return Route(str(chat["id"]), str(thread) if thread else ""), chat_type
+
+
+def _sender(obj: dict[str, Any]) -> dict[str, str]:
+    sender = obj.get("from") if isinstance(obj.get("from"), dict) else {}
+    return {"user_id": str(sender.get("id", "")), "user_name": str(sender.get("username") or sender.get("first_name") or "")}

@@ -1,8 +1,10 @@
 """A loopback fake of the Telegram Bot API for tests: a real HTTP server, not a mock.
 
 It serves ``getUpdates`` (long polling on a condition, honouring ``offset``), ``sendMessage``
-and ``editMessageText`` at ``/bot<token>/<method>`` like api.telegram.org, and keeps what the
-bot sent. Faults are scripted per method: ``fail(method, status, times, retry_after=...)``,
+and ``editMessageText`` (an inline keyboard in ``reply_markup``; an edit without one removes
+it, as Telegram does) and ``answerCallbackQuery`` at ``/bot<token>/<method>`` like
+api.telegram.org, and keeps what the bot sent. ``press(message, data)`` is a person pressing one
+of a message's inline buttons (a ``callback_query`` update); ``answered`` keeps the answers. Faults are scripted per method: ``fail(method, status, times, retry_after=...)``,
 ``hold(method)`` / ``release(method)`` (requests wait in between),
 ``block(chat_id)`` (403 "bot was blocked by the user"), ``delete_chat(chat_id)`` (400 "chat
 not found"). It enforces what Telegram enforces and our adapter must respect: the token, the
@@ -34,6 +36,7 @@ class Sent:
     text: str
     message_id: int
     edits: list[str] = field(default_factory=list)
+    buttons: list[tuple[str, str]] = field(default_factory=list)  # (label, data) of its inline keyboard now
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class FakeBotApi:
         self.gone: dict[str, tuple[int, str]] = {}  # chat id -> the error every send to it gets
         self.sent: list[Sent] = []
         self.calls: list[str] = []  # method names in arrival order, faults included
+        self.answered: dict[str, str] = {}  # callback query id -> the text the bot answered it with
         self._held: set[str] = set()
         self._stopping = False
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -128,6 +132,21 @@ class FakeBotApi:
         with self._cond:
             self._updates.append({"update_id": next(self._update_ids), "message": message})
             self._cond.notify_all()
+
+    def press(self, message: Sent, data: str, user_id: int = 42, chat_type: str = "private") -> str:
+        """A person presses the button ``data`` under ``message`` (which must show it now); the
+        callback query's id, whose answer lands in ``answered``."""
+        with self._cond:
+            assert data in [d for _, d in message.buttons], f"message {message.message_id} shows no button {data!r}"
+            press_id = f"cbq{next(self._update_ids)}"
+            shown = {"message_id": message.message_id, "chat": {"id": int(message.chat_id), "type": chat_type},
+                     "text": message.edits[-1] if message.edits else message.text}
+            if message.thread_id:
+                shown.update(message_thread_id=int(message.thread_id), is_topic_message=True)
+            self._updates.append({"update_id": next(self._update_ids), "callback_query": {
+                "id": press_id, "from": {"id": user_id, "username": "u"}, "message": shown, "data": data}})
+            self._cond.notify_all()
+            return press_id
 
     def fail(self, method: str, status: int, times: int = 1, retry_after: float | None = None,
              when: Callable[[dict[str, Any]], bool] | None = None) -> None:
@@ -188,6 +207,11 @@ class FakeBotApi:
             return 200, {"ok": True, "result": self._get_updates(body)}
         if method in ("sendMessage", "editMessageText"):
             return self._post(method, body)
+        if method == "answerCallbackQuery":
+            with self._cond:
+                self.answered[str(body.get("callback_query_id"))] = str(body.get("text") or "")
+                self._cond.notify_all()
+            return 200, {"ok": True, "result": True}
         return 404, {"ok": False, "error_code": 404, "description": "Not Found: method not found"}
 
     def _get_updates(self, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -214,21 +238,30 @@ class FakeBotApi:
             if telegram_length(visible) > MAX_MESSAGE_CHARS:
                 return 400, {"ok": False, "error_code": 400, "description": "Bad Request: message is too long"}
             if method == "editMessageText":
-                return self._edit(chat_id, body.get("message_id"), text)
-            sent = Sent(chat_id, str(body.get("message_thread_id") or ""), text, next(self._message_ids))
+                return self._edit(chat_id, body.get("message_id"), text, _buttons(body))
+            sent = Sent(chat_id, str(body.get("message_thread_id") or ""), text, next(self._message_ids),
+                        buttons=_buttons(body))
             self.sent.append(sent)
             self._cond.notify_all()
             return 200, {"ok": True, "result": {"message_id": sent.message_id, "chat": {"id": chat_id}}}
 
-    def _edit(self, chat_id: str, message_id: Any, text: str) -> tuple[int, dict[str, Any]]:
+    def _edit(self, chat_id: str, message_id: Any, text: str,
+              buttons: list[tuple[str, str]]) -> tuple[int, dict[str, Any]]:
         target = next((m for m in self.sent if m.message_id == message_id and m.chat_id == chat_id), None)
         if target is None:
             return 400, {"ok": False, "error_code": 400, "description": "Bad Request: message to edit not found"}
         if text == (target.edits[-1] if target.edits else target.text):
             return 400, {"ok": False, "error_code": 400, "description": "Bad Request: message is not modified"}
         target.edits.append(text)
+        target.buttons = buttons
         self._cond.notify_all()
         return 200, {"ok": True, "result": {"message_id": target.message_id}}
+
+
+def _buttons(body: dict[str, Any]) -> list[tuple[str, str]]:
+    markup = body.get("reply_markup") if isinstance(body.get("reply_markup"), dict) else {}
+    return [(str(b.get("text")), str(b.get("callback_data"))) for row in markup.get("inline_keyboard") or []
+            for b in row if isinstance(b, dict)]
 
 
 def _error(status: int, retry_after: float | None) -> dict[str, Any]:
