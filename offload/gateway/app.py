@@ -5,7 +5,8 @@ remembered in the gateway state, and nothing runs for them; the refusal tells th
 and the console prints the command that allows it — how a new owner pairs their chat, also
 with an empty allow-list), answers chat commands at once
 (/agents, /stop, /new, /help) and queues anything else as a user turn of that chat's
-``ChatSession``. A watcher thread delivers background results (see ``offload/gateway/watcher.py``).
+``ChatSession``. A watcher thread delivers background results (see ``offload/gateway/watcher.py``),
+another shows subagents' approval requests with buttons (``offload/gateway/approvals.py``).
 
 Invariant: one ``ChatSession`` per session key per process, and that chat's session id lives
 in the gateway state, so after a restart a chat continues the same stored session and its
@@ -18,6 +19,7 @@ import threading
 from typing import TYPE_CHECKING, Callable
 
 from offload.agent.session_store import SessionStore, new_session_id
+from offload.gateway.approvals import GatewayApprovals
 from offload.gateway.chat_session import ChatSession
 from offload.gateway.config import GatewayConfig
 from offload.gateway.platform import Incoming, Platform, Route, SendFailed, session_key
@@ -58,6 +60,7 @@ class GatewayApp:
         self.watcher = DeliveryWatcher(platform.name, runtime.bus, runtime.deliveries, self.chat_for,
                                        consumer=f"gateway-{platform.name}", backoff_s=cfg.retry_backoff_s,
                                        allowed=lambda chat_id: chat_id in self.allowed)
+        self.approvals = GatewayApprovals(platform, runtime.ledger, state, lambda chat_id: chat_id in self.allowed)
 
     def chat_for(self, key: str, route: Route, chat_type: str) -> ChatSession:
         with self._chats_lock:
@@ -89,8 +92,10 @@ class GatewayApp:
         failure: list[BaseException] = []
         watcher = threading.Thread(target=self.watcher.run, args=(self.stop,), name="gateway-watcher", daemon=True)
         poller = threading.Thread(target=self._poll_loop, args=(failure,), name="gateway-poll", daemon=True)
+        asker = threading.Thread(target=self.approvals.run, args=(self.stop,), name="gateway-approvals", daemon=True)
         watcher.start()
         poller.start()
+        asker.start()
         # A timed wait, not stop.wait(): a signal delivered to another thread does not interrupt
         # the main thread's untimed lock wait, so the SIGTERM handler would never get to run.
         while not self.stop.wait(0.5):
@@ -112,6 +117,9 @@ class GatewayApp:
     def handle(self, message: Incoming) -> None:
         if message.route.chat_id not in self.allowed:
             self._refuse(message.route)
+            return
+        if message.button:  # a press of an Approve / Deny button under an approval request
+            self.approvals.on_press(message)
             return
         key = session_key(self.platform.name, message)
         chat = self.chat_for(key, message.route, message.chat_type)
