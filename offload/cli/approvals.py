@@ -68,15 +68,12 @@ def deny(request_id: str = typer.Argument(..., metavar="ID", help="a pending req
 
 def _answer(wanted: str, allow: bool, by: str | None) -> None:
     from offload.cli.ledger import runtime
-    from offload.subagents.approvals import ApprovalError, decide, pending
+    from offload.subagents.approvals import ApprovalError, decide, find_pending
 
     with runtime() as off:
         ledger = off.ledger()
-        matches = [r["request_id"] for r in pending(ledger) if r["request_id"].startswith(wanted)]
-        if len(matches) > 1:
-            raise CliError(f"{wanted} matches {len(matches)} pending requests ({', '.join(matches)}); give more of the id")
         try:
-            row = decide(ledger, matches[0] if matches else wanted, allow, by or f"cli:{getpass.getuser()}")
+            row = decide(ledger, find_pending(ledger, wanted), allow, by or f"cli:{getpass.getuser()}")
         except ApprovalError as exc:
             raise CliError(str(exc)) from None
     typer.echo(f"{row['request_id']}: {row['state']} by {row['decided_by']} ({row['command']!r})")

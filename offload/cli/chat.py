@@ -29,11 +29,13 @@ from offload.home import get_hermes_home
 from offload.cli.views import session_roster
 
 HELP = ("commands: /agents (live roster of background subagents), /stop (interrupt them), "
-        "/show ID (a result in full, as the agent read it), /new (start a new session), "
+        "/show ID (a result in full, as the agent read it), /approve ID or /deny ID (a subagent's command "
+        "waiting for your answer), /new (start a new session), "
         "/quit (wait for their results, then leave), /help")
 _EOF = None
 STOP_READING_S = 2.0  # the prompt goes down within one event-loop turn; this only bounds a stuck one
 HISTORY_FILE = "chat_history"
+REQUEST_POLL_S = 2.0  # how often an idle chat looks for its session's approval requests made elsewhere
 
 
 class ChatLoop:
@@ -43,6 +45,9 @@ class ChatLoop:
         self.source = line_source(stdin if stdin is not None else sys.stdin, get_hermes_home() / HISTORY_FILE)
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._in_turn = threading.Event()
+        self._asked: set[str] = set()  # approval requests already shown
+        driver.runtime.set_approval_surface(on_request=self._show_request)  # this process's subagents
+        self._next_poll_at = 0.0
 
     def run(self) -> int:
         """0, or 130 when a second Ctrl-C left before the outstanding results were delivered."""
@@ -81,6 +86,7 @@ class ChatLoop:
             try:
                 line = self._lines.get(timeout=POLL_S)
             except queue.Empty:
+                self._poll_requests()
                 with self._turn():
                     self.driver.deliver_ready()  # idle: only now may a result become a turn
                 continue
@@ -121,6 +127,8 @@ class ChatLoop:
             stopped = self.driver.stop_background()
             self.ui.say(f"stopped {stopped} background delegation(s); their results will be reported here",
                         style="yellow")
+        elif line.startswith(("/approve", "/deny")):
+            self._answer(line)
         elif line.startswith("/show"):
             self._show(line.removeprefix("/show").strip())
         elif line in ("/help", "/?"):
@@ -130,6 +138,47 @@ class ChatLoop:
         else:
             return False
         return True
+
+    def _show_request(self, row: dict) -> None:
+        """A subagent's command waits for an answer: one line, said at once (on the child's thread)."""
+        from offload.cli.approvals import request_line
+
+        if row["request_id"] in self._asked:
+            return
+        self._asked.add(row["request_id"])
+        self.ui.say(f"approval needed: {request_line(row, time.time())} -- /approve {row['request_id']} or "
+                    f"/deny {row['request_id']}", style="yellow")
+
+    def _poll_requests(self) -> None:
+        """Requests of this session made by other processes (a unit another owner adopted), every
+        ``REQUEST_POLL_S`` while idle."""
+        from offload.subagents.approvals import pending
+
+        if time.monotonic() < self._next_poll_at:
+            return
+        self._next_poll_at = time.monotonic() + REQUEST_POLL_S
+        try:
+            for row in pending(self.driver.runtime.ledger(), self.driver.session_id):
+                self._show_request(row)
+        except Exception:  # a ledger that cannot be read now is read at the next poll
+            pass
+
+    def _answer(self, line: str) -> None:
+        import getpass
+
+        from offload.subagents.approvals import ApprovalError, decide, find_pending
+
+        command, _, wanted = line.partition(" ")
+        if not wanted.strip():
+            self.ui.error(f"usage: {command} ID (the id in the 'approval needed' line; a unique prefix is enough)")
+            return
+        ledger = self.driver.runtime.ledger()
+        try:
+            row = decide(ledger, find_pending(ledger, wanted.strip()), command == "/approve", f"chat:{getpass.getuser()}")
+        except ApprovalError as exc:
+            self.ui.error(str(exc))
+            return
+        self.ui.say(f"{row['request_id']}: {row['state']} by {row['decided_by']}", style="yellow")
 
     def _show(self, wanted: str) -> None:
         from offload.cli.ledger import full_result

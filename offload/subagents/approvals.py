@@ -101,6 +101,15 @@ def pending(ledger: Any, session: str | None = None) -> list[dict[str, Any]]:
     return ledger.approvals(session_key=session, pending_only=True)
 
 
+def find_pending(ledger: Any, wanted: str) -> str:
+    """The id of the pending request ``wanted`` names (its id or a unique prefix); ``wanted``
+    itself when none matches (``decide`` then says why). ``ApprovalError`` when several match."""
+    matches = [r["request_id"] for r in pending(ledger) if r["request_id"].startswith(wanted)]
+    if len(matches) > 1:
+        raise ApprovalError(f"{wanted} matches {len(matches)} pending requests ({', '.join(matches)}); give more of the id")
+    return matches[0] if matches else wanted
+
+
 def get(ledger: Any, request_id: str) -> dict[str, Any] | None:
     found = ledger.approvals(request_id=request_id)
     return found[0] if found else None

@@ -173,3 +173,24 @@ def test_config_show_and_set_validate_the_approval_keys(_isolated_hermes_home: P
     assert good.returncode == 0, good
     shown = offload("config", "show", HERMES_HOME=str(_isolated_hermes_home))
     assert "approvals_by_category:\n    network: ask\n    package_install: allow" in shown.stdout, shown.stdout
+
+
+def test_the_chat_shows_a_request_as_a_line_and_takes_approve(_isolated_hermes_home: Path, tmp_path: Path, cli) -> None:
+    with ScriptedModelServer(scripted_parent(child=_child_runs(REMOVE), delegate={"goal": "clean"},
+                                             on_result=text_reply("The build is clean."))) as server:
+        _setup(_isolated_hermes_home, server, tmp_path / "ws", approvals="ask")
+        chat = cli("chat")
+        chat.send("clean the build")
+        request_id = chat.wait_for(r"approval needed: (apr_[0-9a-f]+) .*rm -rf build.*/approve apr_").group(1)
+        chat.send("/deny")
+        chat.wait_for(r"usage: /deny ID")
+        chat.send(f"/approve {request_id[:7]}")
+        chat.wait_for(rf"{request_id}: allowed by chat:")
+        chat.wait_for(r"agent> The build is clean\.")
+        chat.send(f"/deny {request_id}")
+        chat.wait_for(r"already decided: allowed by chat:")
+        chat.send("/quit")
+        assert chat.finish() == 0, chat.output
+        [output] = _child_tool_results(server)
+    assert output.startswith("[approved by chat:") and "exit code: 0" in output, output
+    assert not (tmp_path / "ws" / "build").exists()
