@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from offload import control_requests, ledger_rows, result as result_doc
-from offload.context.approval import reset_current_session_key, set_current_session_key
+from offload.context.approval import (
+    reset_current_session_key, reset_no_ask_reason, set_current_session_key, set_no_ask_reason,
+)
 from offload.context.session_env import clear_session_env, reset_session_env, set_async_delivery
 from offload.engine.states import ACTIVE_STATES, QUEUED, RUNNING, UNFINISHED, unit_state
 from offload.errors import CliError
@@ -106,20 +108,24 @@ class McpDelegations:
                 self._parents[workspace] = self.build_parent(workspace)
             return self._parents[workspace]
 
-    def delegate(self, scope: Scope, arguments: dict[str, Any], workspace: Path | None = None) -> dict[str, Any]:
+    def delegate(self, scope: Scope, arguments: dict[str, Any], workspace: Path | None = None,
+                 no_ask_reason: str | None = None) -> dict[str, Any]:
         """Start ``arguments`` (delegate_task's: ``goal`` or ``tasks``, ``context``, ``toolsets``)
         in the background for ``scope``, children working in ``workspace`` (None: the default);
-        the handle, with the note on how to collect it."""
+        the handle, with the note on how to collect it. ``no_ask_reason``: why the client cannot
+        answer its subagents' approval requests (no elicitation), which ``ask`` then denies."""
         if scope.namespace is None:
             raise McpInputError("an --all-namespaces server only reads and stops delegations; start one from a "
                                 "server with a namespace (drop --all-namespaces)")
         parent = self.parent(workspace)
         session = set_current_session_key(scope.session_key)
+        asking = set_no_ask_reason(no_ask_reason)
         clear_session_env()  # no HERMES_SESSION_* of the server's environment routes these results
         set_async_delivery(True)  # results stay in the ledger for delegation_result, never run inline
         try:
             handle = json.loads(self.off.delegate_tool(**arguments, background=True, parent_agent=parent))
         finally:
+            reset_no_ask_reason(asking)
             reset_current_session_key(session)
             reset_session_env()
         if handle.get("status") == "error":
@@ -173,9 +179,11 @@ class McpDelegations:
         return {**doc, "delegation_id": row.delegation_id, "children_done": done, "children_total": total,
                 "delivered": row.delivery_state == "delivered", "owner_pid": row.owner_pid, "owner": live["owner"]}
 
-    def wait(self, scope: Scope, wanted: Any, wait_s: float, progress: Progress | None = None) -> LedgerRow:
+    def wait(self, scope: Scope, wanted: Any, wait_s: float, progress: Progress | None = None,
+             asked: Callable[[str], bool] | None = None) -> LedgerRow:
         """The row, once it left the live states or ``wait_s`` passed; ``progress`` is told
-        each change: queued, started, and each child done (``wait_step``)."""
+        each change: queued, started, and each child done (``wait_step``); it ends early once
+        ``asked(id)``: an approval request of the unit waits for the client (``mcp_server.approvals``)."""
         row = self.find(scope, wanted)
         deadline = time.monotonic() + max(0.0, wait_s)
         last = None
@@ -184,6 +192,8 @@ class McpDelegations:
             if progress is not None and step != last:
                 progress(*step)
                 last = step
+            if asked is not None and asked(row.delegation_id):
+                break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break

@@ -18,9 +18,12 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
+from mcp.server.mcpserver import Context, ElicitationResult, ListRoots, MCPServer, Resolve
 from mcp_types import CallToolResult, ListRootsResult, TextContent
 
+from offload.mcp_server import approvals
+from offload.mcp_server.approvals import ApprovalAnswer, approval_answer, asked_request
+from offload.engine.states import UNFINISHED as UNFINISHED_STATES
 from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, default_namespace
 
 logger = logging.getLogger(__name__)
@@ -106,7 +109,8 @@ class Tools:
         arguments = {k: v for k, v in (("goal", goal), ("tasks", tasks), ("context", context),
                                        ("toolsets", toolsets)) if v is not None}
         workspace = first_root(roots) if self.use_roots else None
-        return await self._call(lambda: _tool_result(self.service.delegate(scope, arguments, workspace)))
+        no_ask = None if approvals.elicits(ctx) else approvals.NO_ELICITATION
+        return await self._call(lambda: _tool_result(self.service.delegate(scope, arguments, workspace, no_ask)))
 
     async def delegation_status(self, ctx: Context, delegation_id: str) -> CallToolResult:
         """The state of a delegation (a unique prefix of its id is enough) and each subagent's progress:
@@ -114,10 +118,14 @@ class Tools:
         scope = self.scope(ctx)
         return await self._call(lambda: _tool_result(self.service.status(self.service.find(scope, delegation_id))))
 
-    async def delegation_result(self, ctx: Context, delegation_id: str, wait_s: float = DEFAULT_WAIT_S) -> CallToolResult:
+    async def delegation_result(
+            self, ctx: Context, delegation_id: str, wait_s: float = DEFAULT_WAIT_S,
+            request: Annotated[dict[str, Any] | None, Resolve(asked_request)] = None,
+            answer: Annotated[ElicitationResult[ApprovalAnswer], Resolve(approval_answer)] = None) -> CallToolResult:
         """The delegation's result, waiting up to ``wait_s`` seconds for it (0: do not wait). While it still
         runs you get its state and progress instead; call again to keep waiting. Reading a finished result in
-        full acknowledges it."""
+        full acknowledges it. While you wait, a subagent's command that needs your approval is put to you
+        through elicitation, if your client supports it."""
         if not 0 <= wait_s <= MAX_WAIT_S:
             return _tool_error(f"wait_s must be between 0 and {MAX_WAIT_S:g} seconds (got {wait_s:g}); pass e.g. "
                                "wait_s=60 and call again while it runs")
@@ -126,8 +134,16 @@ class Tools:
         def progress(step: int, steps: int, message: str) -> None:
             anyio.from_thread.run(ctx.report_progress, step, steps, message)
 
+        elicits = approvals.elicits(ctx)
+
         def work() -> CallToolResult:
-            out = self.service.result(self.service.wait(scope, delegation_id, wait_s, progress))
+            ledger = self.service.off.ledger()
+            approvals.settle(ledger, request, answer, f"mcp:{_client_name(ctx) or 'client'}")
+            asked = (lambda did: approvals.waiting(ledger, did)) if elicits else None
+            out = self.service.result(self.service.wait(scope, delegation_id, wait_s, progress, asked))
+            if asked is not None and out.get("state") in UNFINISHED_STATES and asked(out["delegation_id"]):
+                out["note"] = approvals.WAITING_NOTE
+                return _tool_result(out, f"{approvals.WAITING_NOTE} ({_result_text(out)})")
             return _tool_result(out, _result_text(out))
         return await self._call(work)
 
@@ -152,6 +168,7 @@ def build_server(tools: Tools) -> MCPServer:
     tasks = TasksExtension(tools.service, tools.scope, tools.service.result)
     server = MCPServer("offload", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING",
                        extensions=[tasks])
+    approvals.register(server, tools)  # the approval resolvers find the service through it
     for fn in (tools.delegate_task, tools.delegation_status, tools.delegation_result, tools.list_delegations,
                tools.stop_delegation):
         server.add_tool(fn, name=fn.__name__, description=fn.__doc__)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from pydantic import ValidationError
 
 from offload.context import result_chain
+from offload.context.approval import current_no_ask_reason
 from offload.subagents.approvals import ApprovalGate, ApprovalPolicy
 from offload.subagents.args import DELEGATE_TASK_SCHEMA, DelegateArgs, TaskArgs
 from offload.subagents.budget import SpendStore, call_budget, over_budget
@@ -140,7 +141,8 @@ class DelegateTool:
         if "approvals" not in fields and isinstance(fields.get("cfg"), DelegationConfig):
             fields["approvals"] = ApprovalGate(ApprovalPolicy.of(fields["cfg"]), self.ledger,
                                                _str_attr(fields.get("parent"), "session_id") or "",
-                                               no_ask_reason=self.no_ask_reason, on_request=self.on_approval_request)
+                                               no_ask_reason=current_no_ask_reason(self.no_ask_reason),
+                                               on_request=self.on_approval_request)
         return Batch(build_child=self.seams.build_child, run_child=self.seams.run_child,
                      finalize_results=self.seams.finalize_results, **fields)
 
