@@ -26,9 +26,10 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
+from starlette.datastructures import URL
 from starlette.staticfiles import StaticFiles
 
-from offload.dashboard import actions, history, metrics, model, overview, sessions, timeline, transcript
+from offload.dashboard import actions, approvals, history, metrics, model, overview, sessions, timeline, transcript
 from offload.dashboard.security import Guard
 from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
@@ -105,6 +106,23 @@ class Dashboard:
             units, problem, glance = [], str(exc), None
         return self.env.get_template("_roster.html").render(units=units, problem=problem, glance=glance)
 
+    def approvals_html(self, delegation_id: str | None) -> str:
+        """The pending approval requests (of one delegation when given), with their buttons."""
+        try:
+            requests = approvals.waiting(self.runtime, delegation_id)
+        except LedgerError:  # the roster (or the page) says what is wrong with the ledger
+            requests = []
+        return self.env.get_template("_approvals.html").render(
+            requests=requests, back=f"/d/{delegation_id}" if delegation_id else "/")
+
+    async def approval_decision(self, request: Request) -> Response:
+        """POST ``/approvals/ID/allow|deny``: answer one request, then back to the page it was on."""
+        ok, message = await run_in_threadpool(approvals.decide, self.runtime, request.path_params["request_id"],
+                                              request.path_params["decision"])
+        target = URL(approvals.back_path(request.query_params.get("back", "/"))).include_query_params(
+            msg=message, ok="1" if ok else "0")
+        return RedirectResponse(str(target), status_code=303)
+
     async def ledger_problem(self, request: Request, exc: Exception) -> Response:
         if request.url.path.startswith("/api/"):  # a script reads the reason as JSON too
             return JSONResponse({"error": str(exc)}, 503)
@@ -124,36 +142,44 @@ class Dashboard:
 
     async def roster_page(self, request: Request) -> Response:
         fragment = await run_in_threadpool(self.roster_html)
-        return self.render("roster.html", roster=fragment, version=version(fragment), refresh_s=self.refresh_s)
+        asked = await run_in_threadpool(self.approvals_html, None)
+        return self.render("roster.html", roster=fragment, version=version(fragment), refresh_s=self.refresh_s,
+                           approvals=asked, approvals_version=version(asked),
+                           message=request.query_params.get("msg"), ok=request.query_params.get("ok") == "1")
 
     async def roster_fragment(self, request: Request) -> Response:
         return HTMLResponse(await run_in_threadpool(self.roster_html))
 
     async def events(self, request: Request) -> Response:
-        return StreamingResponse(self._roster_stream(request), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        """The overview's live parts, the roster and the approval requests, on one stream."""
+        return self._event_stream(request, {"roster": (self.roster_html, "v"),
+                                            "approvals": (lambda: self.approvals_html(None), "a")})
 
     async def detail_events(self, request: Request) -> Response:
-        """The delegation page's live part, sent again whenever it changes (while it runs, and
-        as its delivery settles)."""
+        """The delegation page's live part (sent again whenever it changes: while it runs, and
+        as its delivery settles) and its approval requests, on one stream."""
         delegation_id = request.path_params["delegation_id"]
-        render = lambda: self.detail_html(delegation_id)[1]  # noqa: E731
-        return StreamingResponse(self._stream(request, render, "detail"), media_type="text/event-stream",
+        return self._event_stream(request, {"detail": (lambda: self.detail_html(delegation_id)[1], "v"),
+                                            "approvals": (lambda: self.approvals_html(delegation_id), "a")})
+
+    def _event_stream(self, request: Request, parts: dict[str, tuple[Any, str]]) -> Response:
+        return StreamingResponse(self._stream(request, parts), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    def _roster_stream(self, request: Request) -> AsyncIterator[str]:
-        return self._stream(request, self.roster_html, "roster")
-
-    async def _stream(self, request: Request, render: Any, event: str) -> AsyncIterator[str]:
-        """Send ``render()`` whenever it changes; ``?v=`` names the version the page already
-        shows (``version``), so a page is not swapped for an identical copy when it connects."""
-        last, quiet_s = request.query_params.get("v"), 0.0
+    async def _stream(self, request: Request, parts: dict[str, tuple[Any, str]]) -> AsyncIterator[str]:
+        """Send each part (event name -> its render function and the query parameter naming the
+        version the page already shows, ``version``) whenever it changes, so a page is never
+        swapped for an identical copy. One stream per page: a browser opens at most six
+        connections to a host over HTTP/1.1, and a stream holds one as long as the page is open."""
+        last = {event: request.query_params.get(param) for event, (_render, param) in parts.items()}
+        quiet_s = 0.0
         while not self.stopping.is_set() and not await request.is_disconnected():
-            fragment = await run_in_threadpool(render)
-            if version(fragment) != last:
-                last, quiet_s = version(fragment), 0.0
-                yield f"event: {event}\n" + "".join(f"data: {line}\n" for line in fragment.splitlines()) + "\n"
-            elif quiet_s >= KEEPALIVE_S:
+            for event, (render, _param) in parts.items():
+                fragment = await run_in_threadpool(render)
+                if version(fragment) != last[event]:
+                    last[event], quiet_s = version(fragment), 0.0
+                    yield f"event: {event}\n" + "".join(f"data: {line}\n" for line in fragment.splitlines()) + "\n"
+            if quiet_s >= KEEPALIVE_S:
                 quiet_s = 0.0
                 yield ": keepalive\n\n"
             await asyncio.sleep(self.refresh_s)
@@ -218,7 +244,9 @@ class Dashboard:
         unit, fragment = await run_in_threadpool(self.detail_html, delegation_id)
         if unit is None:
             return self.render("missing.html", 404, delegation_id=delegation_id)
+        asked = await run_in_threadpool(self.approvals_html, delegation_id)
         return self.render("detail.html", u=unit, fragment=fragment, version=version(fragment),
+                           approvals=asked, approvals_version=version(asked),
                            message=request.query_params.get("msg"),
                            ok=request.query_params.get("ok") == "1")
 
@@ -252,6 +280,7 @@ def create_app(off: Offload, *, token: str | None = None, refresh_s: float = 1.0
         Route("/d/{delegation_id}", dash.detail_page, name="detail"),
         Route("/d/{delegation_id}/events", dash.detail_events),
         Route("/d/{delegation_id}/{action}", dash.action, methods=["POST"]),
+        Route("/approvals/{request_id}/{decision}", dash.approval_decision, methods=["POST"]),
         Route("/metrics", dash.metrics),
         Route("/api/delegations", dash.api_list),
         Route("/api/delegations/{delegation_id}", dash.api_detail),

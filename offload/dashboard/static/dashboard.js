@@ -12,11 +12,15 @@
     open.forEach(function (id) { var d = document.getElementById(id); if (d) { d.open = true; } });
     if (focused) { var f = document.getElementById(focused); if (f) { f.focus(); } }
   }
-  Array.from(document.querySelectorAll("[data-live]")).forEach(function (target) {
-    var source = new EventSource(target.dataset.live);
-    source.addEventListener(target.dataset.event || "roster", function (event) {
-      swap(target, event.data);
-      show("live", "live");
+  // One stream per page; other parts it sends name it with data-part-of="ID of the streaming element".
+  Array.from(document.querySelectorAll("[data-live]")).forEach(function (host) {
+    var source = new EventSource(host.dataset.live);
+    var parts = [host].concat(Array.from(document.querySelectorAll('[data-part-of="' + host.id + '"]')));
+    parts.forEach(function (target) {
+      source.addEventListener(target.dataset.event || "roster", function (event) {
+        swap(target, event.data);
+        show("live", "live");
+      });
     });
     source.onopen = function () { show("live", "live"); };
     source.onerror = function () { show("reconnecting", "reconnecting…"); };
