@@ -6,7 +6,8 @@
 The scene is made of real runs on a temporary ``$HERMES_HOME``: the demo model's fan-out through
 ``offload run --demo-model``, twice in one session (completed, delivered), the crash drill SIGKILLed mid-fan-out and
 recovered by ``offload inbox`` (``unknown``), and, in this process, a three-child fan-out still
-running, a unit the stall monitor gave up on and one interrupted from the engine. Needs
+running (its first child waiting for approval of a command), a unit the stall monitor gave up on
+and one interrupted from the engine. Needs
 chromium and chromedriver (``.ci/services.d/30-chromium.sh``); nothing leaves 127.0.0.1.
 """
 from __future__ import annotations
@@ -100,6 +101,11 @@ def build_scene(off: Any, home: Path) -> dict[str, str]:
     running = Held(off, ["Count the files in src and group them by extension",
                          "Summarise README.md in five bullet points",
                          "List every TODO with its file and line"])
+    now = time.time()  # its first child asks to run a destructive command (delegation.approvals: ask)
+    off.ledger().add_approval({"request_id": "apr_3f9c2a71d0", "delegation_id": running.delegation_id,
+                               "session_key": "sess-live", "child": 0, "command": "rm -rf build/ && make -j4",
+                               "categories": ["destructive"], "reasons": ["removes folders recursively (rm -r build/)"],
+                               "requested_at": now, "expires_at": now + 300, "owner": f"{os.getpid()}@localhost"})
     return {"running": running.delegation_id, "stalled": stalled.delegation_id, "stopped": stopped.delegation_id,
             "finished": finished, "session": session}
 
