@@ -3,9 +3,9 @@ for a person's answer, listed on the overview (all of them) and on a delegation'
 own), with Approve / Deny buttons decided through ``offload.subagents.approvals``, the same
 call ``offload approvals`` makes.
 
-The list is its own live part (``/approvals/events``), apart from the roster: it changes only
-when a request arrives or is answered, so its buttons are never swapped under the pointer
-while the roster's ages tick. A decision is a POST (the guard's same-origin and token checks
+The list is a live part of its own, sent on the page's one stream (``/events``,
+``/d/ID/events``) apart from the roster: it changes only when a request arrives or is
+answered, so its buttons are never swapped under the pointer while the roster's ages tick. A decision is a POST (the guard's same-origin and token checks
 apply as to every action); ``back`` is where the browser returns, a path of this dashboard.
 Invariants: nothing here decides anything but the one request named; a request another
 person answered first is reported as such, never decided twice.
