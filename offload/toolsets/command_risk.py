@@ -10,8 +10,9 @@ names a category of ``CATEGORIES`` and says why, in words for the model and the 
 
 Decisions (docs/approvals.md): removing a single file or folder inside the workspace (``rm
 notes.txt``, ``rmdir build``) is ordinary work and not flagged, but ``rm -r``/``-R`` is
-destructive wherever it points; ``>`` onto an existing non-empty file is destructive (a
-``write_file`` is the tool for that); ``/dev/null`` and the standard streams are never targets.
+destructive wherever it points; ``>`` onto a file inside the workspace is ordinary work too
+(``pytest > log`` run twice, like a ``write_file``; a write outside the workspace is flagged as
+such); ``/dev/null`` and the standard streams are never targets.
 
 Invariants: pure (reads the file system only to resolve where a target path lands and whether
 it exists; never runs anything); a line that cannot be split (an unclosed quote, nesting
@@ -30,7 +31,7 @@ from pathlib import Path
 DESTRUCTIVE, PRIVILEGE, NETWORK, PACKAGE_INSTALL, OUTSIDE_WORKSPACE, UNPARSEABLE = (
     "destructive", "privilege", "network", "package_install", "outside_workspace", "unparseable")
 CATEGORIES: dict[str, str] = {
-    DESTRUCTIVE: "destructive file operations (rm -r, find -delete, shred, dd of=, mkfs, truncate, > over a file)",
+    DESTRUCTIVE: "destructive file operations (rm -r, find -delete, shred, dd of=, mkfs, truncate)",
     PRIVILEGE: "privilege changes (sudo, su, chown, chmod of system paths, setuid bits, mount, systemctl)",
     NETWORK: "network transfers (curl, wget, nc, scp, rsync to a host, ssh, git push, /dev/tcp)",
     PACKAGE_INSTALL: "package installs (pip, npm, apt, cargo, gem, go install …)",
@@ -208,8 +209,6 @@ def _scan_redirects(redirects: list[tuple[str, str]], scan: _Scan) -> None:
             scan.add(NETWORK, f"redirects to a network socket ({target})")
         elif operator in _WRITE_REDIRECTS and not (operator == ">&" and (target.isdigit() or target == "-")):
             _write_target(target, scan, f"redirects output to {target}")
-            if operator in (">", ">|", "&>", ">&") and _nonempty_file(target, scan):
-                scan.add(DESTRUCTIVE, f"'{operator} {target}' overwrites the existing file {target}")
 
 
 def _scan_command(words: list[str], scan: _Scan, depth: int) -> None:
@@ -395,16 +394,6 @@ def _resolve(raw: str, scan: _Scan) -> Path:
     else:
         path = Path(text) if os.path.isabs(text) else scan.cwd / text
     return Path(os.path.realpath(path))
-
-
-def _nonempty_file(raw: str, scan: _Scan) -> bool:
-    if "$" in raw or not raw:
-        return False
-    path = _resolve(raw, scan)
-    try:
-        return path.is_file() and path.stat().st_size > 0
-    except OSError:
-        return False
 
 
 def _is_system_path(path: Path) -> bool:

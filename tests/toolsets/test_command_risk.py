@@ -21,6 +21,7 @@ BENIGN = [
     "tar czf out.tgz src", "find . -name '*.py' | xargs grep -l import", "rsync -a src/ backup/", "pip list",
     "python -m pip freeze", "uv run pytest", "echo 'a | b && c ; d'", "head -c 100 /dev/urandom | base64",
     "bash build.sh", "chmod +x run.sh", "chmod 755 tools/run.sh", "cd sub && ls", "echo '$(not run)'",
+    "echo again > existing.txt", "date &> existing.txt", "pytest -q > existing.txt 2>&1",
     "cat <<'EOF' > new_file.md\nIt's a heredoc: rm -rf / is only text here\nEOF",
 ]
 
@@ -30,7 +31,6 @@ FLAGGED = [
     ("rm -Rf .", DESTRUCTIVE), ("find . -name '*.pyc' -delete", DESTRUCTIVE), ("find . -exec rm {} +", DESTRUCTIVE),
     ("shred -u secret.key", DESTRUCTIVE), ("dd if=/dev/zero of=disk.img bs=1M count=1", DESTRUCTIVE),
     ("mkfs.ext4 /dev/sdb1", DESTRUCTIVE), ("truncate -s 0 existing.txt", DESTRUCTIVE),
-    ("echo gone > existing.txt", DESTRUCTIVE), ("date &> existing.txt", DESTRUCTIVE),
     ("git clean -fdx", DESTRUCTIVE), ("git reset --hard HEAD~3", DESTRUCTIVE),
     ("rsync -a --delete src/ backup/", DESTRUCTIVE), ("ls | xargs rm -rf", DESTRUCTIVE),
     # privilege changes
@@ -98,10 +98,10 @@ def test_risky_commands_are_flagged(command: str, category: str, workspace: Path
 
 def test_every_category_is_described_and_reasons_name_the_target(workspace: Path) -> None:
     assert set(CATEGORIES) == {DESTRUCTIVE, PRIVILEGE, NETWORK, PACKAGE_INSTALL, OUTSIDE_WORKSPACE, UNPARSEABLE}
-    found = classify("cp a.txt /etc/passwd && echo gone > existing.txt", workspace)
+    found = classify("cp a.txt /etc/passwd && rm -rf build", workspace)
     assert found.categories == (OUTSIDE_WORKSPACE, DESTRUCTIVE)
     assert "/etc/passwd" in found.reasons(OUTSIDE_WORKSPACE)[0]
-    assert "existing.txt" in found.reasons(DESTRUCTIVE)[0]
+    assert "rm" in found.reasons(DESTRUCTIVE)[0]
 
 
 def test_a_symlink_out_of_the_workspace_is_outside(workspace: Path, tmp_path: Path) -> None:
@@ -111,6 +111,7 @@ def test_a_symlink_out_of_the_workspace_is_outside(workspace: Path, tmp_path: Pa
     assert classify("echo x > inside/file", workspace).categories == ()
 
 
-def test_an_empty_existing_file_may_be_written_with_a_redirect(workspace: Path) -> None:
-    (workspace / "empty.log").write_text("")
-    assert classify("pytest > empty.log", workspace).categories == ()
+def test_a_file_in_the_workspace_may_be_written_again_with_a_redirect(workspace: Path) -> None:
+    (workspace / "run.log").write_text("the first run\n")
+    assert classify("pytest > run.log", workspace).categories == ()  # a second run, as a write_file would
+    assert classify("pytest > ../run.log", workspace).categories == (OUTSIDE_WORKSPACE,)
