@@ -252,7 +252,7 @@ class MemoryLedger(MemorySideTables, MemoryApprovals, SingleHostOwners):
                 gone = rows.pop(delegation_id)
                 self.store.pruned[(gone["state"], gone["delivery_state"])] += 1
             if doomed:
-                self._prune_journal()
+                self._prune_side_records()
             return len(doomed)
 
     # -- helpers -------------------------------------------------------------------------------------

@@ -67,6 +67,9 @@ class MemorySideTables:
         with self.store.lock:
             return [copy.deepcopy(e) for e in self.store.journal if e.delegation_id == delegation_id]
 
-    def _prune_journal(self) -> None:
-        """Under the store's lock, after a prune: entries of rows that are gone go too."""
+    def _prune_side_records(self) -> None:
+        """Under the store's lock, after a prune: journal entries and approval requests of rows
+        that are gone go too."""
         self.store.journal[:] = [e for e in self.store.journal if e.delegation_id in self.store.rows]
+        for request_id in [i for i, r in self.store.approvals.items() if r.get("delegation_id") not in self.store.rows]:
+            del self.store.approvals[request_id]

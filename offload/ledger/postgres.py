@@ -364,7 +364,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
                 deleted = prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
                                         now - retention_s, max_settled)
                 if deleted:
-                    self._prune_journal(conn)
+                    self._prune_side_records(conn)
                 return deleted
         return self._run(prune_rows, missing=0)
 

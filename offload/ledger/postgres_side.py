@@ -29,8 +29,10 @@ SIDE_TABLES = (
     " at double precision NOT NULL, kind text NOT NULL, child integer, data_json text NOT NULL)",
     "CREATE INDEX IF NOT EXISTS idx_async_delegation_journal ON async_delegation_journal(delegation_id, entry_id)",
 )
-_PRUNE_JOURNAL = ("DELETE FROM async_delegation_journal j WHERE NOT EXISTS (SELECT 1 FROM async_delegations d"
-                  " WHERE d.delegation_id = j.delegation_id)")
+# Journal entries and approval requests whose row is gone: run with the prune, in its transaction.
+_PRUNE_SIDE_RECORDS = {table: f"DELETE FROM {table} s WHERE NOT EXISTS (SELECT 1 FROM async_delegations d"
+                              " WHERE d.delegation_id = s.delegation_id)"
+                       for table in ("async_delegation_journal", "async_delegation_approvals")}
 _UPSERT_CONTROL = ("INSERT INTO async_delegation_controls VALUES (%s,%s,%s,%s) ON CONFLICT (delegation_id)"
                    " DO UPDATE SET action=excluded.action, requested_at=excluded.requested_at,"
                    " expires_at=excluded.expires_at")
@@ -120,10 +122,11 @@ class PostgresSideTables:
         return [JournalEntry(delegation_id, at, kind, child, loads(data) or {}) for at, kind, child, data in found]
 
     @staticmethod
-    def _prune_journal(conn: Any) -> None:
-        """In the prune's transaction; a database without the journal has nothing to prune."""
-        if conn.execute("SELECT to_regclass('async_delegation_journal')").fetchone()[0] is not None:
-            conn.execute(_PRUNE_JOURNAL)
+    def _prune_side_records(conn: Any) -> None:
+        """In the prune's transaction; a table the database lacks has nothing to prune."""
+        for table, statement in _PRUNE_SIDE_RECORDS.items():
+            if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
+                conn.execute(statement)
 
     def watch_control(self, on_ids: Callable[[list[str] | None], None]) -> CompletionListener:
         """A started listener calling ``on_ids`` when a control request is made on any host

@@ -303,7 +303,7 @@ class SqliteLedger(SqliteSideTables, SqliteApprovals, BrowseReads, SingleHostOwn
             deleted = prune_counted(conn.execute, _TALLY, _SQL.prune_expired, _SQL.prune_over_cap,
                                     now - retention_s, max_settled)
             if deleted:
-                self._prune_journal(conn)
+                self._prune_side_records(conn)
             return deleted
 
     # -- helpers ----------------------------------------------------------------------------

@@ -38,9 +38,10 @@ SIDE_TABLES = (
     " delegation_id TEXT NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL, child INTEGER, data_json TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS idx_async_delegation_journal ON async_delegation_journal(delegation_id, entry_id)",
 )
-# Entries whose row is gone (pruned, forgotten): run with the prune, in its transaction.
-PRUNE_JOURNAL = ("DELETE FROM async_delegation_journal WHERE delegation_id NOT IN"
-                 " (SELECT delegation_id FROM async_delegations)")
+# Journal entries and approval requests whose row is gone (pruned, forgotten): run with the
+# prune, in its transaction.
+PRUNE_SIDE_RECORDS = tuple(f"DELETE FROM {table} WHERE delegation_id NOT IN (SELECT delegation_id FROM async_delegations)"
+                           for table in ("async_delegation_journal", "async_delegation_approvals"))
 
 _DELETE_ORPHANS = ("DELETE FROM async_delegation_activity WHERE delegation_id NOT IN"
                    " (SELECT delegation_id FROM async_delegations WHERE state='running')")
@@ -129,12 +130,13 @@ class SqliteSideTables:
         return [JournalEntry(delegation_id, at, kind, child, loads(data) or {}) for at, kind, child, data in found]
 
     @staticmethod
-    def _prune_journal(conn: sqlite3.Connection) -> None:
-        try:
-            conn.execute(PRUNE_JOURNAL)
-        except sqlite3.OperationalError as exc:
-            if not _missing_table(exc):
-                raise
+    def _prune_side_records(conn: sqlite3.Connection) -> None:
+        for statement in PRUNE_SIDE_RECORDS:
+            try:
+                conn.execute(statement)
+            except sqlite3.OperationalError as exc:
+                if not _missing_table(exc):
+                    raise
 
     def _side_read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._use() as conn:

@@ -11,14 +11,25 @@ from offload.subagents.approvals import (
     ALLOW, ASK, DENY, ApprovalError, ApprovalPolicy, decide, get, pending, request, wait,
 )
 from offload.toolsets.command_risk import classify
-from tests.ledger.test_contract import ledger, ledger_factory  # noqa: F401 - the per-backend fixtures
+from tests.ledger.test_contract import T0, ledger, ledger_factory, settled  # noqa: F401 - the per-backend fixtures
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _ask(ledger, session: str = "sess_a", timeout_s: float = 300.0, now: float | None = None):  # noqa: F811
+def _ask(ledger, session: str = "sess_a", timeout_s: float = 300.0, now: float | None = None,  # noqa: F811
+         delegation_id: str = "deleg_1"):
     return request(ledger, command="rm -rf build", found=classify("rm -rf build", "."), session_key=session,
-                   delegation_id="deleg_1", child=0, timeout_s=timeout_s, now=now)
+                   delegation_id=delegation_id, child=0, timeout_s=timeout_s, now=now)
+
+
+def test_a_pruned_units_requests_go_with_it_and_a_kept_units_stay(ledger) -> None:  # noqa: F811
+    settled(ledger, "deleg_old", T0 + 10)
+    settled(ledger, "deleg_kept", T0 + 500)
+    old, kept = _ask(ledger, delegation_id="deleg_old"), _ask(ledger, delegation_id="deleg_kept")
+    decide(ledger, old["request_id"], True, "cli:alice")
+    assert ledger.prune(T0 + 600, retention_s=200, max_settled=100) == 1
+    assert get(ledger, old["request_id"]) is None
+    assert get(ledger, kept["request_id"])["state"] == "pending"
 
 
 def test_a_request_is_pending_until_one_decision_settles_it(ledger) -> None:  # noqa: F811
