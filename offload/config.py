@@ -34,6 +34,7 @@ from offload.subagents.config import DelegationConfig
 from offload.home import config_path
 from offload.ledger.config import LedgerConfig
 from offload.ledger.factory import redact
+from offload.toolsets.terminal_sandbox import TerminalConfig
 from offload.toolsets.web_config import WebConfig
 
 __all__ = ["ConfigError", "OffloadConfig", "get_value", "load_config", "resolve_api_key", "set_value", "unset_value"]
@@ -69,6 +70,7 @@ class OffloadConfig(BaseModel):
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    terminal: TerminalConfig = Field(default_factory=TerminalConfig)
 
     @field_validator("base_url")
     @classmethod

@@ -110,9 +110,11 @@ def workspace_of(cfg: OffloadConfig) -> Path:
 
 def tool_settings_of(cfg: OffloadConfig, home: Path | None = None) -> dict[str, Any]:
     """What an agent's tools read of ``cfg`` (``ToolContext.settings``) and its children's
-    derivation: the depth limit, the role tool lists, the web allow-list, offload's home."""
+    derivation: the depth limit, the role tool lists, the web allow-list, the terminal sandbox,
+    offload's home."""
     delegation = cfg.delegation
     settings = {"max_spawn_depth": delegation.max_spawn_depth, "web_allowed_hosts": list(cfg.web.allowed_hosts),
+                "terminal_sandbox": cfg.terminal.sandbox,
                 CHILD_TOOLS: {"leaf": list(delegation.leaf_tools), "orchestrator": list(delegation.orchestrator_tools)}}
     return {**settings, "offload_home": str(home)} if home is not None else settings
 

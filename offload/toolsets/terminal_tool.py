@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from offload.toolsets.command_risk import classify
 from offload.toolsets.tool_args import optional_number, optional_str, reject_unknown, require_str, setting_int, setting_number
+from offload.toolsets.terminal_sandbox import sandbox_argv
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 from offload.toolsets.workspace_paths import home_mentions, home_refusal, protected_home, resolve_inside, workspace_root
 
@@ -103,10 +104,10 @@ def _pump(stream: IO[bytes], buffer: HeadTailBuffer) -> None:
         pass  # pipe closed under us during cleanup; what we have is what there is
 
 
-def _spawn(command: str, cwd: str, hide_home: bool = False) -> subprocess.Popen[bytes]:
+def _spawn(command: str, cwd: str, hide_home: bool = False, sandbox: list[str] | None = None) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
-            ["/bin/sh", "-c", command],
+            [*(sandbox or []), "/bin/sh", "-c", command],
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -116,7 +117,8 @@ def _spawn(command: str, cwd: str, hide_home: bool = False) -> subprocess.Popen[
             env={k: v for k, v in child_environment().items() if not (hide_home and k == "HERMES_HOME")},
         )
     except OSError as exc:
-        raise ToolError(f"{_TOOL}: could not start /bin/sh: {exc}. The operator must check this machine.") from exc
+        shell = "bwrap" if sandbox else "/bin/sh"
+        raise ToolError(f"{_TOOL}: could not start {shell}: {exc}. The operator must check this machine.") from exc
 
 
 def _wait_for_exit(proc: subprocess.Popen[bytes], interrupted: threading.Event, deadline: float) -> str:
@@ -291,7 +293,9 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     if ctx.interrupted.is_set():
         raise ToolError(f"{_TOOL}: the agent was interrupted before the command started; nothing was run.")
     buffer = HeadTailBuffer(cap_bytes)
-    proc = _spawn(command, cwd, hide_home=home is not None)
+    sandbox = sandbox_argv(str(ctx.settings.get("terminal_sandbox") or "none"), workspace_root(ctx), cwd, home, _TOOL) \
+        if ctx.settings.get("subagent") else []
+    proc = _spawn(command, cwd, hide_home=home is not None, sandbox=sandbox)
     reader = threading.Thread(target=_pump, args=(proc.stdout, buffer), name=f"run_command-{proc.pid}", daemon=True)
     reader.start()
     try:
