@@ -152,11 +152,11 @@ def provider_of(base_url: object) -> dict[str, Any]:
     """``gen_ai.provider.name`` and ``server.address``/``server.port`` of a model endpoint."""
     try:
         parts = urlsplit(str(base_url or ""))
-        host = (parts.hostname or "").lower()
     except ValueError:  # an unparseable URL: the client will say so; the span names no host
-        parts, host = None, ""
+        parts = urlsplit("")
+    host = (parts.hostname or "").lower()
     try:
-        port = parts.port if parts is not None else None
+        port = parts.port
     except ValueError:  # a malformed port: the host is still known
         port = None
     if host.endswith(".openai.azure.com"):
