@@ -16,12 +16,14 @@ RESULT_HEADER = "Background result "
 
 
 def write_gateway_config(home, workspace, server: ScriptedModelServer, api: FakeBotApi,
-                         gateway: dict[str, Any] | None = None, **delegation: Any) -> None:
+                         gateway: dict[str, Any] | None = None, top: dict[str, Any] | None = None,
+                         **delegation: Any) -> None:
+    """``top`` adds or replaces top-level sections (``toolsets``, ``web`` …)."""
     data = {"model": "demo-model", "base_url": server.url, "workspace": str(workspace),
             "toolsets": ["terminal", "file", "delegation"], "delegation": delegation,
             "gateway": {"telegram": {"base_url": api.url, "allowed_chat_ids": [DM, GROUP], "poll_timeout_s": 1,
                                      "send_attempts": 4},
-                        "retry_backoff_s": 0.2, "roster_interval_s": 0.2, **(gateway or {})}}
+                        "retry_backoff_s": 0.2, "roster_interval_s": 0.2, **(gateway or {})}, **(top or {})}
     (home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
 
 

@@ -40,9 +40,9 @@ def start_gateway(cli, monkeypatch):
 
 @pytest.fixture
 def configure(_isolated_hermes_home, workspace, model_server, api):
-    def write(script, gateway=None, **delegation):
+    def write(script, gateway=None, top=None, **delegation):
         server = model_server(script)
-        write_gateway_config(_isolated_hermes_home, workspace, server, api, gateway, **delegation)
+        write_gateway_config(_isolated_hermes_home, workspace, server, api, gateway, top, **delegation)
         return server
     return write
 
