@@ -6,8 +6,11 @@ its resolvers (``asked_request``, then ``approval_answer``: the SDK's ``Resolve`
 by a server-to-client request on protocols up to 2025-11-25 and by an input-required round
 after) put the delegation's oldest pending request to the client before the call waits, and
 the call decides it with the answer; a wait that sees a new request ends early, saying so, so
-the client's next call asks it. Delegations a client without the capability starts get
-``NO_ELICITATION`` as their reason: ``ask`` denies at once.
+the client's next call asks it. A client polling the delegation as an MCP task (the tasks
+extension) is asked the same question as the task's ``inputRequests`` (``input_request``), keyed
+by the approval request id, and answers with ``tasks/update`` (``allows_response``).
+Delegations a client without the capability starts get ``NO_ELICITATION`` as their reason:
+``ask`` denies at once.
 
 Invariants: only an explicit approval allows (decline, cancel and ``approve: false`` deny); a
 request answered elsewhere meanwhile (``offload approvals``) keeps that answer; a client is
@@ -18,9 +21,12 @@ import logging
 import weakref
 from typing import Annotated, Any
 
+from mcp.server.elicitation import render_elicitation_schema
 from mcp.server.mcpserver import Context, Elicit, Resolve
-from pydantic import BaseModel, Field
+from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult
+from pydantic import BaseModel, Field, ValidationError
 
+from offload.mcp_server.delegations import client_name
 from offload.subagents import approvals
 
 logger = logging.getLogger(__name__)
@@ -42,14 +48,25 @@ def register(server: Any, tools: Any) -> None:
 
 
 def elicits(ctx: Any) -> bool:
-    """Whether the client of this request declared the elicitation capability."""
-    capabilities = getattr(ctx, "client_capabilities", None)
+    """Whether the client of this request (a tool's ``Context`` or a method's request context)
+    declared the elicitation capability."""
+    capabilities = ctx.session.client_capabilities
     return capabilities is not None and getattr(capabilities, "elicitation", None) is not None
+
+
+def decider(ctx: Any) -> str:
+    """Who an answer from this request's client is recorded as."""
+    return f"mcp:{client_name(ctx) or 'client'}"
+
+
+def pending_of(ledger: Any, delegation_id: str) -> "list[dict[str, Any]]":
+    """The delegation's requests waiting for an answer, oldest first."""
+    return [r for r in approvals.pending(ledger) if r.get("delegation_id") == delegation_id]
 
 
 def waiting(ledger: Any, delegation_id: str) -> bool:
     """Whether a request of the delegation waits for an answer (a wait then ends early)."""
-    return any(r.get("delegation_id") == delegation_id for r in approvals.pending(ledger))
+    return bool(pending_of(ledger, delegation_id))
 
 
 def asked_request(ctx: Context, delegation_id: str) -> "dict[str, Any] | None":
@@ -61,7 +78,7 @@ def asked_request(ctx: Context, delegation_id: str) -> "dict[str, Any] | None":
         row = tools.service.find(tools.scope(ctx), delegation_id)
     except Exception:  # not the client's, or unknown: the tool body says so
         return None
-    found = [r for r in approvals.pending(tools.service.off.ledger()) if r.get("delegation_id") == row.delegation_id]
+    found = pending_of(tools.service.off.ledger(), row.delegation_id)
     return found[0] if found else None
 
 
@@ -76,12 +93,34 @@ def message(request: dict[str, Any]) -> str:
             f"Approve it? (request {request['request_id']}; denied if nobody answers in time)")
 
 
-def settle(ledger: Any, request: "dict[str, Any] | None", answer: Any, by: str) -> None:
-    """Decide ``request`` with the client's ``answer`` (an ``ElicitationResult``)."""
+def input_request(request: "dict[str, Any]") -> "dict[str, Any]":
+    """The question about ``request`` as an input request of a task (``elicitation/create``,
+    form mode, the same message and schema as the tool's elicitation), in wire form."""
+    elicit = ElicitRequest(params=ElicitRequestFormParams(
+        message=message(request), requested_schema=render_elicitation_schema(ApprovalAnswer)))
+    return elicit.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def allows_elicited(answer: Any) -> bool:
+    """Whether the client's answer to the tool's elicitation (an ``ElicitationResult``) approves."""
+    data = getattr(answer, "data", None)
+    return getattr(answer, "action", None) == "accept" and bool(getattr(data, "approve", False))
+
+
+def allows_response(response: Any) -> bool:
+    """Whether an input response of ``tasks/update`` (an ``ElicitResult`` in wire form) approves;
+    anything but an accepted ``{approve: true}`` denies."""
+    try:
+        result = ElicitResult.model_validate(response)
+        return result.action == "accept" and ApprovalAnswer.model_validate(result.content or {}).approve
+    except ValidationError:
+        return False
+
+
+def settle(ledger: Any, request: "dict[str, Any] | None", allow: bool, by: str) -> None:
+    """Decide ``request`` (if any) with the client's answer."""
     if not request:
         return
-    data = getattr(answer, "data", None)
-    allow = getattr(answer, "action", None) == "accept" and bool(getattr(data, "approve", False))
     try:
         approvals.decide(ledger, request["request_id"], allow, by)
     except approvals.ApprovalError:

@@ -68,6 +68,12 @@ class Scope:
         return row.origin_session == self.session_key
 
 
+def client_name(ctx: Any) -> str | None:
+    """The name the client reported (``ctx``: a tool's ``Context`` or a method's request context)."""
+    params = ctx.session.client_params
+    return params.client_info.name if params is not None and params.client_info is not None else None
+
+
 def default_namespace(client_name: str | None, cwd: Path | None = None) -> str:
     """The client's reported name and the server's working directory: the same client
     restarting in the same project finds its delegations again; another project does not."""

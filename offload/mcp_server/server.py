@@ -24,7 +24,7 @@ from mcp_types import CallToolResult, ListRootsResult, TextContent
 from offload.mcp_server import approvals
 from offload.mcp_server.approvals import ApprovalAnswer, approval_answer, asked_request
 from offload.engine.states import UNFINISHED as UNFINISHED_STATES
-from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, default_namespace
+from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, client_name, default_namespace
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +43,6 @@ def _tool_result(payload: dict[str, Any], text: str | None = None) -> CallToolRe
 
 def _tool_error(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(text=message)], is_error=True)
-
-
-def _client_name(ctx: Any) -> str | None:
-    params = ctx.session.client_params
-    return params.client_info.name if params is not None and params.client_info is not None else None
 
 
 def _result_text(out: dict[str, Any]) -> str:
@@ -87,7 +82,7 @@ class Tools:
         """The namespace of a request (``ctx``: a tool's ``Context`` or a method's request context)."""
         if self.all_namespaces:
             return Scope(None)
-        return Scope(self.namespace or default_namespace(_client_name(ctx)))
+        return Scope(self.namespace or default_namespace(client_name(ctx)))
 
     async def _call(self, work: Callable[[], CallToolResult]) -> CallToolResult:
         try:
@@ -138,7 +133,7 @@ class Tools:
 
         def work() -> CallToolResult:
             ledger = self.service.off.ledger()
-            approvals.settle(ledger, request, answer, f"mcp:{_client_name(ctx) or 'client'}")
+            approvals.settle(ledger, request, approvals.allows_elicited(answer), approvals.decider(ctx))
             asked = (lambda did: approvals.waiting(ledger, did)) if elicits else None
             out = self.service.result(self.service.wait(scope, delegation_id, wait_s, progress, asked))
             if asked is not None and out.get("state") in UNFINISHED_STATES and asked(out["delegation_id"]):

@@ -10,14 +10,19 @@ Invariants:
   ``CreateTaskResult`` only for a client that declared the extension on that request, and only
   once the row is written, so a ``tasks/get`` for it resolves at once;
 - statuses: a live delegation is ``working`` (its message says it is queued, or how many
-  subagents are done);
-  a finished one is ``completed`` with the ``delegation_result`` tool result inline (a failed
+  subagents are done), or ``input_required`` while a subagent's command waits for approval
+  (``delegation.approvals: ask``) and the client polling declared elicitation: its
+  ``inputRequests`` hold one ``elicitation/create`` per waiting request, keyed by the approval
+  request id (unique for ever, as the extension asks), and ``tasks/update`` with
+  ``inputResponses`` under those keys decides them (an answered, unknown or foreign key is
+  ignored); a finished one is ``completed`` with the ``delegation_result`` tool result inline (a failed
   or stopped delegation is a tool result too, with ``isError`` when it did not complete), and
   reading it acknowledges it; ``failed`` is left to JSON-RPC errors, as the SEP says;
 - tasks are seen only in their namespace: another namespace's id is "no such task";
 - ``tasks/update`` and ``tasks/cancel`` acknowledge with an empty result whatever the id
-  (the SEP's rule); cancel asks the delegation's owner to stop it, and the partial result is
-  then the task's result.
+  (the SEP's rule); update decides the approvals it answers before it acknowledges, so the
+  next ``tasks/get`` shows the task ``working`` again; cancel asks the delegation's owner to
+  stop it, and the partial result is then the task's result.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 
 from offload.engine.states import COMPLETED, UNFINISHED
 from offload.ledger import LedgerRow
+from offload.mcp_server import approvals
 from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, status_message
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -92,20 +98,31 @@ class TasksExtension(Extension):
 
     # -- the methods ------------------------------------------------------------------------------
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
-        scope = self.scope_of(ctx)
+        scope, asks = self.scope_of(ctx), approvals.elicits(ctx)
 
         def read() -> dict[str, Any]:
             try:
-                row = self.service.find(scope, params.task_id)
+                row = self._row(scope, params.task_id)
             except McpInputError as exc:
                 raise MCPError(code=INVALID_PARAMS, message=f"no such task {params.task_id!r}: {exc}") from None
-            if row.delegation_id != params.task_id:  # a prefix is a convenience of the tools, not of task ids
-                raise MCPError(code=INVALID_PARAMS, message=f"no such task {params.task_id!r}")
-            return self._task(row, finished=row.state not in UNFINISHED and bool(row.event))
+            return self._task(row, finished=row.state not in UNFINISHED and bool(row.event), asks=asks)
         return await anyio.to_thread.run_sync(read)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
-        return {}  # our tasks never ask for input: any response is for no outstanding request
+        scope, by = self.scope_of(ctx), approvals.decider(ctx)
+
+        def update() -> None:
+            try:
+                row = self._row(scope, params.task_id)
+            except McpInputError:
+                return  # acknowledged whatever the id (SEP-2663)
+            ledger = self.service.off.ledger()
+            outstanding = {r["request_id"]: r for r in approvals.pending_of(ledger, row.delegation_id)}
+            for key, response in (params.input_responses or {}).items():
+                if key in outstanding:  # the extension: ignore a key not outstanding for this task
+                    approvals.settle(ledger, outstanding[key], approvals.allows_response(response), by)
+        await anyio.to_thread.run_sync(update)
+        return {}
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         scope = self.scope_of(ctx)
@@ -119,12 +136,25 @@ class TasksExtension(Extension):
         return {}
 
     # -- the task shape ---------------------------------------------------------------------------
-    def _task(self, row: LedgerRow, finished: bool) -> dict[str, Any]:
+    def _row(self, scope: Scope, task_id: str) -> LedgerRow:
+        """The task's row; McpInputError when the scope has no task of exactly that id."""
+        row = self.service.find(scope, task_id)
+        if row.delegation_id != task_id:  # a prefix is a convenience of the tools, not of task ids
+            raise McpInputError(f"{task_id!r} is not a full task id")
+        return row
+
+    def _task(self, row: LedgerRow, finished: bool, asks: bool = False) -> dict[str, Any]:
+        """The task of ``row``; ``asks``: the client can be asked (input_required)."""
         status = self.service.status(row)
         task: dict[str, Any] = {
             "taskId": row.delegation_id, "createdAt": iso(row.dispatched_at),
             "lastUpdatedAt": iso(row.updated_at or row.completed_at or row.dispatched_at), "ttlSeconds": None,
             "pollIntervalMilliseconds": POLL_INTERVAL_MS}
+        waiting = approvals.pending_of(self.service.off.ledger(), row.delegation_id) if asks and not finished else []
+        if waiting:
+            return {**task, "status": "input_required",
+                    "statusMessage": f"{len(waiting)} subagent command(s) waiting for your approval",
+                    "inputRequests": {r["request_id"]: approvals.input_request(r) for r in waiting}}
         if not finished:
             return {**task, "status": "working", "statusMessage": status_message(status)}
         out = self.tool_result(row)

@@ -2,10 +2,14 @@
 client extension API: ``Client(..., extensions=[TasksClient()])`` declares the extension, and a
 ``delegate_task`` answered with a task is polled with ``tasks/get`` until it finishes, so
 ``call_tool`` still returns the tool's result. ``on_task`` sees every task state (the created
-one first), e.g. to keep the task id for after a restart.
+one first), e.g. to keep the task id for after a restart. A task in ``input_required`` (a
+subagent's command waiting for approval) has its ``inputRequests`` put through the client's
+own callbacks (its ``elicitation_callback``, as a standalone ``elicitation/create`` would be)
+and answered with ``tasks/update``.
 
-Invariant: the poll honours the server's ``pollIntervalMilliseconds`` and ends only on a
-terminal status; a ``failed`` or ``cancelled`` task becomes an ``isError`` tool result.
+Invariants: the poll honours the server's ``pollIntervalMilliseconds`` and ends only on a
+terminal status; a ``failed`` or ``cancelled`` task becomes an ``isError`` tool result; each
+input request key is answered once, however many polls repeat it (the extension's rule).
 """
 from __future__ import annotations
 
@@ -13,10 +17,12 @@ from typing import Any, Awaitable, Callable, Literal
 
 import anyio
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from mcp_types import CallToolResult, Request, Result, TextContent
-from pydantic import ConfigDict
+from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, ErrorData, InputRequest, Request, Result, TextContent
+from pydantic import ConfigDict, TypeAdapter
 
-from offload.mcp_server.tasks import TASKS_EXTENSION, TaskParams
+from offload.mcp_server.tasks import TASKS_EXTENSION, TaskParams, UpdateTaskParams
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 MIN_POLL_S = 0.05
@@ -40,6 +46,7 @@ class TaskState(Result):
     status: str
     status_message: str | None = None
     poll_interval_milliseconds: int | None = None
+    input_requests: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
 
@@ -52,6 +59,14 @@ class GetTaskRequest(Request[TaskParams, Literal["tasks/get"]]):
 class CancelTaskRequest(Request[TaskParams, Literal["tasks/cancel"]]):
     method: Literal["tasks/cancel"] = "tasks/cancel"
     name_param = "taskId"
+
+
+class UpdateTaskRequest(Request[UpdateTaskParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    name_param = "taskId"
+
+
+_INPUT_REQUEST: TypeAdapter[Any] = TypeAdapter(InputRequest)
 
 
 OnTask = Callable[[dict[str, Any]], Awaitable[None]]
@@ -83,15 +98,41 @@ async def cancel_task(session: Any, task_id: str) -> None:
     await session.send_request(CancelTaskRequest(params=TaskParams(task_id=task_id)), Result)
 
 
+async def update_task(session: Any, task_id: str, input_responses: dict[str, Any]) -> None:
+    params = UpdateTaskParams(task_id=task_id, input_responses=input_responses)
+    await session.send_request(UpdateTaskRequest(params=params), Result)
+
+
+async def answer_inputs(session: Any, state: TaskState, answered: set[str]) -> None:
+    """Put each input request of ``state`` not yet ``answered`` through the client's callbacks
+    and send the answers in one ``tasks/update``; a callback's refusal raises ``MCPError``."""
+    responses: dict[str, Any] = {}
+    for key, raw in (state.input_requests or {}).items():
+        if key in answered:
+            continue
+        request = _INPUT_REQUEST.validate_python(raw)
+        ctx = ClientRequestContext(session=session, request_id=key, meta=request.params.meta if request.params else None)
+        response = await session.dispatch_input_request(ctx, request)
+        if isinstance(response, ErrorData):
+            raise MCPError.from_error_data(response)
+        responses[key] = response.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if responses:
+        await update_task(session, state.task_id, responses)
+        answered.update(responses)
+
+
 async def poll(session: Any, task_id: str, interval_ms: int | None = None,
                on_state: Callable[[TaskState], Awaitable[None]] | None = None) -> CallToolResult:
-    """``tasks/get`` until the task is terminal; its tool result."""
+    """``tasks/get`` until the task is terminal, answering its input requests; its tool result."""
+    answered: set[str] = set()
     while True:
         state = await get_task(session, task_id)
         if on_state is not None:
             await on_state(state)
         if state.status in TERMINAL:
             return as_tool_result(state)
+        if state.status == "input_required":
+            await answer_inputs(session, state, answered)
         await anyio.sleep(max(MIN_POLL_S, (state.poll_interval_milliseconds or interval_ms or 1000) / 1000))
 
 

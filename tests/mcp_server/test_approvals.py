@@ -1,6 +1,8 @@
 """A subagent's command that needs approval, for an MCP client (issue 29 item 2): a client that
 declared elicitation is asked while it waits on delegation_result and its answer decides; one
-that did not gets the command denied at once, with the reason."""
+that did not gets the command denied at once, with the reason. A client polling the delegation
+as an MCP task sees it ``input_required`` with the question in ``inputRequests`` until it answers
+with ``tasks/update``; the SDK client with offload's TasksClient asks its elicitation callback."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 import yaml
 from mcp_types import ElicitResult
 
+from offload.mcp_server.tasks_client import CreateTaskResult, TaskState, TasksClient, get_task, poll, update_task
 from offload.testing.demo_script import last_role
 from offload.testing.model_server import ScriptedModelServer, last_message_text, text_reply, tool_call_reply
 from tests.mcp_server.mcp_support import call, mcp_client
@@ -94,3 +97,78 @@ def test_a_client_without_elicitation_gets_the_command_denied_with_the_reason(tm
     text = anyio.run(body)
     assert "needs a person's approval" in text and "did not declare the elicitation capability" in text, text
     assert (workspace / "build").exists()
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_a_task_goes_input_required_and_the_task_clients_elicitation_answer_decides(
+        tmp_path: Path, model, approve: bool) -> None:
+    workspace = _workspace(tmp_path)
+    asked: list[str] = []
+    states: list[dict] = []
+
+    async def elicit(context, params) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": approve})
+
+    async def on_task(state: dict) -> None:
+        states.append(state)
+
+    async def body():
+        async with mcp_client(tmp_path / "home", "--workspace", str(workspace), model=model, name="claude",
+                              elicitation_callback=elicit, extensions=[TasksClient(on_task)]) as client:
+            return await client.call_tool("delegate_task", {"goal": "clean the build"})
+    result = anyio.run(body)
+    [message] = asked  # once, however many polls showed the request
+    assert COMMAND in message and "destructive" in message, message
+    waiting = [s for s in states if s["status"] == "input_required"]
+    assert waiting and states[0]["status"] == "working" and states[-1]["status"] == "completed", states
+    [(key, request)] = waiting[0]["inputRequests"].items()
+    assert key.startswith("apr_") and request["method"] == "elicitation/create", request
+    assert request["params"]["requestedSchema"]["properties"]["approve"]["type"] == "boolean"
+    assert "waiting for your approval" in waiting[0]["statusMessage"]
+    text = result.content[0].text
+    if approve:
+        assert "REPORT: [approved by mcp:claude (request apr_" in text and "removed" in text, text
+        assert not (workspace / "build").exists()
+    else:
+        assert "REPORT: Error: run_command: command not run" in text and "mcp:claude denied it" in text, text
+        assert (workspace / "build").exists()
+
+
+async def _input_required(session, task_id: str) -> TaskState:
+    with anyio.fail_after(60):
+        while (state := await get_task(session, task_id)).status != "input_required":
+            assert state.status == "working", state
+            await anyio.sleep(0.05)
+    return state
+
+
+def test_a_task_stays_input_required_until_tasks_update_answers_its_key(tmp_path: Path, model) -> None:
+    """Answers under an unknown key, or from another namespace's client, decide nothing."""
+    workspace = _workspace(tmp_path)
+    home = tmp_path / "home"
+
+    async def never(context, params) -> ElicitResult:
+        raise AssertionError("the test answers with tasks/update itself")
+
+    async def body() -> str:
+        options = dict(model=model, elicitation_callback=never, extensions=[TasksClient()])
+        async with mcp_client(home, "--workspace", str(workspace), name="claude", **options) as client:
+            created = await client.session.call_tool("delegate_task", {"goal": "clean the build"}, allow_claimed=True)
+            assert isinstance(created, CreateTaskResult)
+            state = await _input_required(client.session, created.task_id)
+            [key] = state.input_requests
+            await update_task(client.session, created.task_id, {"apr_unknown": {"action": "accept",
+                                                                               "content": {"approve": True}}})
+            assert (await get_task(client.session, created.task_id)).input_requests == state.input_requests
+            async with mcp_client(home, "--workspace", str(workspace), name="mallory", **options) as other:
+                await update_task(other.session, created.task_id, {key: {"action": "accept",
+                                                                        "content": {"approve": True}}})
+            assert (await _input_required(client.session, created.task_id)).input_requests == state.input_requests
+            await update_task(client.session, created.task_id, {key: {"action": "accept", "content": {"approve": True}}})
+            assert (await get_task(client.session, created.task_id)).status in ("working", "completed")
+            with anyio.fail_after(60):
+                return (await poll(client.session, created.task_id)).content[0].text
+    text = anyio.run(body)
+    assert "REPORT: [approved by mcp:claude (request apr_" in text and "removed" in text, text
+    assert not (workspace / "build").exists()
