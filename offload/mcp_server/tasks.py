@@ -148,8 +148,8 @@ class TasksExtension(Extension):
         status = self.service.status(row)
         task: dict[str, Any] = {
             "taskId": row.delegation_id, "createdAt": iso(row.dispatched_at),
-            "lastUpdatedAt": iso(row.updated_at or row.completed_at or row.dispatched_at), "ttlSeconds": None,
-            "pollIntervalMilliseconds": POLL_INTERVAL_MS}
+            "lastUpdatedAt": iso(row.updated_at or row.completed_at or row.dispatched_at), "ttlMs": None,
+            "pollIntervalMs": POLL_INTERVAL_MS}
         waiting = approvals.pending_of(self.service.off.ledger(), row.delegation_id) if asks and not finished else []
         if waiting:
             return {**task, "status": "input_required",

@@ -7,7 +7,7 @@ subagent's command waiting for approval) has its ``inputRequests`` put through t
 own callbacks (its ``elicitation_callback``, as a standalone ``elicitation/create`` would be)
 and answered with ``tasks/update``.
 
-Invariants: the poll honours the server's ``pollIntervalMilliseconds`` and ends only on a
+Invariants: the poll honours the server's ``pollIntervalMs`` and ends only on a
 terminal status; a ``failed`` or ``cancelled`` task becomes an ``isError`` tool result; each
 input request key is answered once, however many polls repeat it (the extension's rule).
 """
@@ -35,7 +35,7 @@ class CreateTaskResult(Result):
     result_type: Literal["task"] = "task"
     task_id: str
     status: str
-    poll_interval_milliseconds: int | None = None
+    poll_interval_ms: int | None = None
 
 
 class TaskState(Result):
@@ -45,7 +45,7 @@ class TaskState(Result):
     task_id: str
     status: str
     status_message: str | None = None
-    poll_interval_milliseconds: int | None = None
+    poll_interval_ms: int | None = None
     input_requests: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -83,7 +83,7 @@ class TasksClient(ClientExtension):
 
     async def _resolve(self, created: CreateTaskResult, ctx: ClaimContext) -> CallToolResult:
         await self._tell(created)
-        return await poll(ctx.session, created.task_id, created.poll_interval_milliseconds, self._tell)
+        return await poll(ctx.session, created.task_id, created.poll_interval_ms, self._tell)
 
     async def _tell(self, state: Result) -> None:
         if self.on_task is not None:
@@ -133,7 +133,7 @@ async def poll(session: Any, task_id: str, interval_ms: int | None = None,
             return as_tool_result(state)
         if state.status == "input_required":
             await answer_inputs(session, state, answered)
-        await anyio.sleep(max(MIN_POLL_S, (state.poll_interval_milliseconds or interval_ms or 1000) / 1000))
+        await anyio.sleep(max(MIN_POLL_S, (state.poll_interval_ms or interval_ms or 1000) / 1000))
 
 
 def as_tool_result(state: TaskState) -> CallToolResult:

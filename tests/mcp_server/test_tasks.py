@@ -37,6 +37,7 @@ def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(
             assert result.structured_content["state"] == "completed" and "finished:" in result.content[0].text
             task_id = states[0]["taskId"]
             assert states[0]["resultType"] == "task" and states[0]["status"] == "working"
+            assert states[0]["pollIntervalMs"] == 1000  # the extension's name, as its clients read it
             assert task_id.startswith("deleg_") and states[-1]["status"] == "completed"
             listed = (await call(client, "list_delegations")).structured_content["delegations"]
             assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(task_id, True)]
@@ -52,7 +53,8 @@ def test_tasks_cancel_stops_it_and_unknown_or_foreign_ids_are_no_task(tmp_path, 
         async with mcp_client(tmp_path, model=model, name="alpha", extensions=[TasksClient()]) as client:
             created = await client.session.call_tool("delegate_task", {"goal": f"{HOLD} forever"}, allow_claimed=True)
             assert isinstance(created, CreateTaskResult)
-            assert (await get_task(client.session, created.task_id)).status == "working"
+            working = await get_task(client.session, created.task_id)
+            assert working.status == "working" and working.model_extra["ttlMs"] is None  # required, null: unlimited
             await cancel_task(client.session, created.task_id)
             await cancel_task(client.session, "deleg_unknown")  # acknowledged all the same
             with anyio.fail_after(60):
