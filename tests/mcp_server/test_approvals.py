@@ -62,30 +62,39 @@ async def _delegate_and_collect(client, notes: list[str] | None = None) -> str:
     raise AssertionError(f"no result after 5 calls: {result.content[0].text}")
 
 
-@pytest.mark.parametrize("approve", [True, False])
-def test_a_client_with_elicitation_is_asked_and_its_answer_decides(tmp_path: Path, model, approve: bool) -> None:
-    workspace = _workspace(tmp_path)
-    asked: list[str] = []
-    notes: list[str] = []
-
+def answering(approve: bool, asked: list[str]):
+    """An elicitation callback that records each question and answers ``approve``."""
     async def elicit(context, params) -> ElicitResult:
         asked.append(params.message)
         return ElicitResult(action="accept", content={"approve": approve})
+    return elicit
 
-    async def body() -> str:
-        async with mcp_client(tmp_path / "home", "--workspace", str(workspace), model=model, name="claude",
-                              elicitation_callback=elicit) as client:
-            return await _delegate_and_collect(client, notes)
-    text = anyio.run(body)
-    [message] = asked
-    assert notes and "waiting for your approval: call delegation_result again" in notes[0], notes
-    assert COMMAND in message and "destructive" in message and "apr_" in message, message
+
+def assert_decided(text: str, workspace: Path, approve: bool) -> None:
+    """The subagent's report says who decided, and the command ran only if approved."""
     if approve:
         assert "REPORT: [approved by mcp:claude (request apr_" in text and "removed" in text, text
         assert not (workspace / "build").exists()
     else:
         assert "REPORT: Error: run_command: command not run" in text and "mcp:claude denied it" in text, text
         assert (workspace / "build").exists()
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_a_client_with_elicitation_is_asked_and_its_answer_decides(tmp_path: Path, model, approve: bool) -> None:
+    workspace = _workspace(tmp_path)
+    asked: list[str] = []
+    notes: list[str] = []
+
+    async def body() -> str:
+        async with mcp_client(tmp_path / "home", "--workspace", str(workspace), model=model, name="claude",
+                              elicitation_callback=answering(approve, asked)) as client:
+            return await _delegate_and_collect(client, notes)
+    text = anyio.run(body)
+    [message] = asked
+    assert notes and "waiting for your approval: call delegation_result again" in notes[0], notes
+    assert COMMAND in message and "destructive" in message and "apr_" in message, message
+    assert_decided(text, workspace, approve)
 
 
 def test_a_client_without_elicitation_gets_the_command_denied_with_the_reason(tmp_path: Path, model) -> None:
@@ -106,16 +115,13 @@ def test_a_task_goes_input_required_and_the_task_clients_elicitation_answer_deci
     asked: list[str] = []
     states: list[dict] = []
 
-    async def elicit(context, params) -> ElicitResult:
-        asked.append(params.message)
-        return ElicitResult(action="accept", content={"approve": approve})
-
     async def on_task(state: dict) -> None:
         states.append(state)
 
     async def body():
         async with mcp_client(tmp_path / "home", "--workspace", str(workspace), model=model, name="claude",
-                              elicitation_callback=elicit, extensions=[TasksClient(on_task)]) as client:
+                              elicitation_callback=answering(approve, asked),
+                              extensions=[TasksClient(on_task)]) as client:
             return await client.call_tool("delegate_task", {"goal": "clean the build"})
     result = anyio.run(body)
     [message] = asked  # once, however many polls showed the request
@@ -126,13 +132,7 @@ def test_a_task_goes_input_required_and_the_task_clients_elicitation_answer_deci
     assert key.startswith("apr_") and request["method"] == "elicitation/create", request
     assert request["params"]["requestedSchema"]["properties"]["approve"]["type"] == "boolean"
     assert "waiting for your approval" in waiting[0]["statusMessage"]
-    text = result.content[0].text
-    if approve:
-        assert "REPORT: [approved by mcp:claude (request apr_" in text and "removed" in text, text
-        assert not (workspace / "build").exists()
-    else:
-        assert "REPORT: Error: run_command: command not run" in text and "mcp:claude denied it" in text, text
-        assert (workspace / "build").exists()
+    assert_decided(result.content[0].text, workspace, approve)
 
 
 async def _input_required(session, task_id: str) -> TaskState:
@@ -169,6 +169,4 @@ def test_a_task_stays_input_required_until_tasks_update_answers_its_key(tmp_path
             assert (await get_task(client.session, created.task_id)).status in ("working", "completed")
             with anyio.fail_after(60):
                 return (await poll(client.session, created.task_id)).content[0].text
-    text = anyio.run(body)
-    assert "REPORT: [approved by mcp:claude (request apr_" in text and "removed" in text, text
-    assert not (workspace / "build").exists()
+    assert_decided(anyio.run(body), workspace, approve=True)
