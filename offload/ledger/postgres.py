@@ -30,7 +30,7 @@ from offload.engine.loop import Clock, Loop
 from offload.ledger.delivery_sql import POSTGRES
 from offload.ledger.browse import BrowseReads
 from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, OwnerCheck, local_host
-from offload.ledger.postgres_lease import OwnerLease
+from offload.ledger.postgres_lease import TAKEOVER_LOCK, OwnerLease
 from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.postgres_connections import MISSING as _MISSING, PostgresConnections
 from offload.ledger.postgres_side import PostgresSideTables
@@ -270,7 +270,10 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
 
     def _revoke_expired(self, conn: Any, token: int) -> bool:
         """Delete the owner's lease so it is fenced out, unless it is live on another host.
-        The lease row is locked first: the owner's fenced writes take it in the same order."""
+        Its fence lock is taken first (``postgres_lease``), held to the caller's commit: the
+        owner's fenced writes in flight commit before this reads the lease, later ones wait
+        and then find it gone. The row lock orders this against a renewal."""
+        conn.execute(TAKEOVER_LOCK, (token,))
         lease = conn.execute(f"SELECT host_id, expires_at > {DB_NOW} FROM async_delegation_owners WHERE token=%s"
                              " FOR UPDATE", (token,)).fetchone()
         if lease is None:

@@ -2,11 +2,17 @@
 
 A lease is a row in ``async_delegation_owners`` with a token from a sequence and an expiry on
 the database's clock (so hosts with skewed clocks agree). Every row this process dispatches
-carries the token; every terminal write locks the lease row ``FOR SHARE`` and is refused if it
-is gone. A dispatch or claim is gated on the lease row in the same statement; one that finds
-it gone calls ``revoked`` and retries under a new lease. A recovering host deletes an expired lease (``FOR UPDATE``) before it settles the
-owner's rows, so an owner that was paused or partitioned past its lease can never overwrite
-the recovery when it resumes: its token no longer exists, and it takes a new lease for new work.
+carries the token; every fenced write (dispatch, claim, finished child, completion) first takes
+the token's fence lock shared (``FENCE_LOCK``: a transaction-scoped advisory lock, which writes
+nothing) and is refused if the lease row is gone, checked in a later statement (so with a
+snapshot taken after the lock). Whoever deletes a lease row (a recovering host's takeover, the
+owner's release) takes the same lock exclusive first (``TAKEOVER_LOCK``), held until it
+commits: a fenced write either commits before the takeover reads anything, or waits for it
+and then sees the lease gone. A dispatch or claim that finds it gone calls ``revoked`` and
+retries under a new lease. So an owner that was paused or partitioned past its lease can never
+overwrite the recovery when it resumes: its token no longer exists, and it takes a new lease
+for new work. (The fence was the lease row locked ``FOR SHARE``: a tuple lock writes the row
+and the WAL on every write, and a MultiXact when two writes hold it at once.)
 
 ``renew_once`` is the step (tests call it directly); the heartbeat is a ``Loop``
 (``offload-ledger-lease``, every ``heartbeat_s``) that calls it from the first lease taken
@@ -27,7 +33,15 @@ logger = logging.getLogger("offload.engine")
 _ACQUIRE = (f"INSERT INTO async_delegation_owners (token, host_id, pid, started_at, expires_at)"
             f" VALUES (nextval('async_delegation_lease_tokens'), %s, %s, %s, {DB_NOW} + %s) RETURNING token")
 _RENEW = f"UPDATE async_delegation_owners SET expires_at = {DB_NOW} + %s WHERE token = %s"
-_RELEASE = "DELETE FROM async_delegation_owners WHERE token = %s"
+# The fence lock of one lease: two int4 keys (a separate space from the one-bigint keys of the
+# schema and capacity locks), this schema's lease namespace and the token. Two tokens 2**31
+# apart share a lock: a needless wait, never a missed one.
+_FENCE_KEY = "hashtext('offload lease ' || current_schema()), (%s::bigint & 2147483647)::int"
+FENCE_LOCK = f"SELECT pg_advisory_xact_lock_shared({_FENCE_KEY})"
+TAKEOVER_LOCK = f"SELECT pg_advisory_xact_lock({_FENCE_KEY})"
+# The owner's own release is a takeover too: one statement, the lock first (a one-time filter),
+# so it waits for this process's fenced writes still in flight.
+_RELEASE = f"DELETE FROM async_delegation_owners WHERE token = %s AND ({TAKEOVER_LOCK}) IS NOT NULL"
 
 
 class OwnerLease:
@@ -97,6 +111,6 @@ class OwnerLease:
             token, self._token = self._token, None
         if token is not None:
             try:
-                self._run(lambda conn: conn.execute(_RELEASE, (token,)))
+                self._run(lambda conn: conn.execute(_RELEASE, (token, token)))
             except Exception as exc:
                 logger.debug("lease release failed (it expires by itself): %s", exc)

@@ -25,7 +25,7 @@ from typing import Any
 
 from offload.ledger.protocol import DispatchRow, LedgerRow
 from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, admitting
-from offload.ledger.postgres_script import LEASE_LOCKED, LOCK_CAPACITY, ROOM, run
+from offload.ledger.postgres_script import LEASED, LOCK_CAPACITY_AND_FENCE, ROOM, run
 from offload.ledger.postgres_sql import DB_NOW, INSERT_DISPATCH, decode, dispatch_values
 from offload.ledger.postgres_sql import _INSERT, _ROW_COLUMNS, _WRITE_COLUMNS  # the same columns as a dispatch
 
@@ -38,10 +38,10 @@ _RETURNING = f" RETURNING {', '.join(_ROW_COLUMNS)}, true, false"
 # A worker takes the oldest row nobody alive waits to start: one queued for the workers (no
 # owner), or one an owner queued at capacity (``delegation.at_capacity: queue``) whose lease is
 # gone -- that owner died, and any live owner of the ledger may start it.
-# After the capacity lock, one statement: whether this worker's lease is live (its row locked
-# FOR SHARE) and a slot is free on all hosts (counted now, after the lock), and that row moved
+# After the capacity lock and the lease's fence lock, one statement: whether this worker's lease
+# is live and a slot is free on all hosts (both read now, after the locks), and that row moved
 # to running under the lease if both hold.
-_CLAIM = (f"WITH gate AS (SELECT{LEASE_LOCKED} AS held,{ROOM} AS room), taken AS ("
+_CLAIM = (f"WITH gate AS (SELECT{LEASED} AS held,{ROOM} AS room), taken AS ("
           + _TAKE + "(SELECT q.delegation_id FROM async_delegations q WHERE q.state='queued' AND (q.owner_token IS NULL"
           " OR NOT EXISTS (SELECT 1 FROM async_delegation_owners o WHERE o.token = q.owner_token"
           f" AND o.expires_at > {DB_NOW})) ORDER BY q.dispatched_at, q.delegation_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
@@ -92,7 +92,7 @@ def claim(conn: Any, now: float, host_id: str, owner: tuple[int, int | None], to
     """Take the oldest queued row for this worker if ``token``'s lease is live and fewer than
     ``max_running`` slots run on all hosts, in one round trip: (whether the lease is held,
     (the claimed row now ``running`` under ``token`` or None, whether a slot was free))."""
-    _, (_, found) = run(conn, [(LOCK_CAPACITY, (CAPACITY_LOCK_KEY,)),
+    _, (_, found) = run(conn, [(LOCK_CAPACITY_AND_FENCE, (CAPACITY_LOCK_KEY, token)),
                                (_CLAIM, (token, max_running, host_id, owner[0], owner[1], token, now))])
     held, room, *taken = found[0]
     return bool(held), (decode(tuple(taken)) if taken[0] is not None else None, bool(room))

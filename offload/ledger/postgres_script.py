@@ -6,14 +6,16 @@ parameters on the client), which PostgreSQL runs as ONE implicit transaction:
 - every statement takes its own snapshot (READ COMMITTED), so a count after
   ``pg_advisory_xact_lock`` sees every commit of the previous lock holder, as in the explicit
   transaction it replaces;
-- a lock taken by one statement (the capacity lock, the lease row ``FOR SHARE``) holds until
+- a lock taken by one statement (the capacity lock, the lease's fence lock) holds until
   the last has run, and an error in any rolls all of them back;
 - no ``BEGIN``/``COMMIT`` of their own and no round trip per statement.
 
-Fencing is unchanged: a write of a running row names the writer's lease token, and the lease
-row is locked ``FOR SHARE`` first (a recovering host deletes it ``FOR UPDATE`` before it
-settles the owner's rows), so once it is gone nothing of the script writes. Statements only;
-the caller runs them on a pooled connection.
+Fencing: a write of a running row names the writer's lease token, and the script's first
+statement takes the lease's fence lock shared (``postgres_lease.FENCE_LOCK``; whoever deletes a
+lease takes it exclusive first), so the lease check in the next statement (a snapshot taken
+after the lock) sees a takeover that committed, and a takeover waits for the script to commit.
+Once the lease is gone nothing of the script writes. Statements only; the caller runs them on
+a pooled connection.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from psycopg.pq import ExecStatus
 
 from offload.ledger import postgres_prepared as prepared
 from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, LIVE_SLOTS
+from offload.ledger.postgres_lease import FENCE_LOCK
 from offload.ledger.postgres_sql import (
     _COLUMNS, _WRITE_COLUMNS, FENCE, INSERT_DISPATCH, UPDATE_COMPLETION, SQL,
 )
@@ -31,9 +34,10 @@ from offload.ledger.postgres_sql import (
 Statement = tuple[str, Sequence[Any]]
 TUPLES_OK = ExecStatus.TUPLES_OK
 LOCK_CAPACITY = "SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))"
+# the capacity lock, then the fence lock (the order every fenced claim takes them in)
+LOCK_CAPACITY_AND_FENCE = LOCK_CAPACITY + ", " + FENCE_LOCK[len("SELECT "):]
 LEASED = " EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s)"
-LEASE_LOCKED = " EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s FOR SHARE)"
-LEASE_HELD = "SELECT" + LEASE_LOCKED
+LEASE_HELD = "SELECT" + LEASED
 ROOM = f" ({LIVE_SLOTS}) < %s"
 
 
@@ -55,10 +59,9 @@ INSERT_COMPLETION = _INSERT_SELECT + " WHERE" + LEASED + " ON CONFLICT (delegati
 NOTIFY_ANY = "SELECT pg_notify(%s, %s)"
 NOTIFY = NOTIFY_ANY + " WHERE" + LEASED
 # A finished child: the unit's partial results written whole (the writer keeps them), fenced by
-# the row's token and the lease, locked FOR SHARE for the statement (token None: no lease).
-RECORD_CHILD = (SQL.write_results + " AND state='running'" + FENCE
-                + " AND (%s::bigint IS NULL OR EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s"
-                " FOR SHARE))")
+# the row's token and the lease (after its fence lock; token None: no lease, no lock).
+RECORD_CHILD = SQL.write_results + " AND state='running'" + FENCE
+RECORD_LEASED_CHILD = RECORD_CHILD + " AND" + LEASED
 
 
 def run(conn: Any, statements: Sequence[Statement]) -> list[tuple[int, list[tuple[Any, ...]] | None]]:
@@ -100,10 +103,11 @@ def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | No
     ``max_running`` only if a slot is free on all hosts (under the capacity lock).
     (whether the lease is held, whether the row was written)."""
     if max_running is None:
-        (_, held), (written, _) = run(conn, [(LEASE_HELD, (token,)), (DISPATCH, (*values, token))])
+        _, (_, held), (written, _) = run(conn, [(FENCE_LOCK, (token,)), (LEASE_HELD, (token,)),
+                                                (DISPATCH, (*values, token))])
     else:
-        _, (_, held), (written, _) = run(conn, [(LOCK_CAPACITY, (CAPACITY_LOCK_KEY,)), (LEASE_HELD, (token,)),
-                                                (DISPATCH_WITHIN, (*values, token, max_running))])
+        _, (_, held), (written, _) = run(conn, [(LOCK_CAPACITY_AND_FENCE, (CAPACITY_LOCK_KEY, token)),
+                                                (LEASE_HELD, (token,)), (DISPATCH_WITHIN, (*values, token, max_running))])
     return bool(held[0][0]), written > 0
 
 
@@ -111,12 +115,16 @@ def complete(conn: Any, token: int, update: Sequence[Any], insert: Sequence[Any]
              delegation_id: str) -> bool:
     """The terminal write (``UPDATE_COMPLETION`` params, else the whole row inserted if it
     vanished) and its NOTIFY, only while ``token``'s lease exists; whether it did."""
-    (_, held), *_ = run(conn, [(LEASE_HELD, (token,)), (COMPLETE, (*update, token)),
-                               (INSERT_COMPLETION, (*insert, token)), (NOTIFY, (channel, delegation_id, token))])
+    _, (_, held), *_ = run(conn, [(FENCE_LOCK, (token,)), (LEASE_HELD, (token,)), (COMPLETE, (*update, token)),
+                                  (INSERT_COMPLETION, (*insert, token)), (NOTIFY, (channel, delegation_id, token))])
     return bool(held[0][0])
 
 
 def record_child(conn: Any, result_json: str, now: float, delegation_id: str, token: int | None) -> bool:
     """Write a running unit's partial results; False if it is not running under ``token``'s
     live lease."""
-    return conn.execute(RECORD_CHILD, (result_json, now, delegation_id, token, token, token)).rowcount > 0
+    if token is None:
+        return conn.execute(RECORD_CHILD, (result_json, now, delegation_id, token)).rowcount > 0
+    _, (written, _) = run(conn, [(FENCE_LOCK, (token,)),
+                                 (RECORD_LEASED_CHILD, (result_json, now, delegation_id, token, token))])
+    return written > 0
