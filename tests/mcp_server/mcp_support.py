@@ -108,11 +108,13 @@ class HttpServer:
         self.proc.stderr.close()
 
 
-def http_client(url: str, token: str | None, name: str = "pytest-client") -> Client:
-    """The SDK's client over Streamable HTTP, with the bearer token."""
+def http_client(url: str, token: str | None, name: str = "pytest-client", **client_options: Any) -> Client:
+    """The SDK's client over Streamable HTTP, with the bearer token; ``client_options`` go to
+    ``Client`` (extensions, callbacks)."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     transport = streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=60))
-    return Client(transport, client_info=Implementation(name=name, version="1"), read_timeout_seconds=60)
+    return Client(transport, client_info=Implementation(name=name, version="1"), read_timeout_seconds=60,
+                  **client_options)

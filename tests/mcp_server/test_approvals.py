@@ -16,7 +16,7 @@ from mcp_types import ElicitResult
 from offload.mcp_server.tasks_client import CreateTaskResult, TaskState, TasksClient, get_task, poll, update_task
 from offload.testing.demo_script import last_role
 from offload.testing.model_server import ScriptedModelServer, last_message_text, text_reply, tool_call_reply
-from tests.mcp_server.mcp_support import call, mcp_client
+from tests.mcp_server.mcp_support import HttpServer, call, http_client, mcp_client
 
 pytestmark = pytest.mark.timeout(120)
 COMMAND = "rm -rf build && echo removed"
@@ -170,3 +170,22 @@ def test_a_task_stays_input_required_until_tasks_update_answers_its_key(tmp_path
             with anyio.fail_after(60):
                 return (await poll(client.session, created.task_id)).content[0].text
     assert_decided(anyio.run(body), workspace, approve=True)
+
+
+def test_a_task_over_streamable_http_is_asked_and_approved_too(tmp_path: Path, model) -> None:
+    """tasks/get and tasks/update over Streamable HTTP, as a remote client sends them."""
+    workspace = _workspace(tmp_path)
+    asked: list[str] = []
+    server = HttpServer(tmp_path / "home", "--workspace", str(workspace), model=model)
+
+    async def body():
+        async with http_client(server.url, None, name="claude", elicitation_callback=answering(True, asked),
+                               extensions=[TasksClient()]) as client:
+            return await client.call_tool("delegate_task", {"goal": "clean the build"})
+    try:
+        result = anyio.run(body)
+    finally:
+        server.stop()
+    [message] = asked
+    assert COMMAND in message, message
+    assert_decided(result.content[0].text, workspace, approve=True)
