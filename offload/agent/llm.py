@@ -32,7 +32,7 @@ import httpx
 from offload.agent.llm_errors import LLMError, ModelNotFoundError, classify_status, provider_message, retry_after_s
 from offload.agent.llm_sse import HTTPStatusFailure, StreamErrorEvent, TransportFailure, stream_chunks
 from offload.agent.llm_stream import DEFAULT_STREAM_IDLE_TIMEOUT_S  # noqa: F401 - re-exported
-from offload.agent.llm_stream import ALIVE, CHUNK, END, AssistantTurn, StreamPump, TurnAssembler
+from offload.agent.llm_stream import CHUNK, END, STOPPED, AssistantTurn, StreamPump, TurnAssembler
 from offload.engine.observers import span_event
 
 __all__ = ["AssistantTurn", "LLMClient", "LLMError", "ModelNotFoundError", "RetryNotice"]
@@ -199,8 +199,8 @@ class LLMClient:
         while True:
             try:
                 assembler = TurnAssembler()
-                return self._read_stream(self._open(messages, tools, assembler), assembler, on_activity, should_stop,
-                                         on_text)
+                on_data = self._folder(assembler, on_activity, should_stop, on_text)
+                return self._read_stream(self._open(messages, tools, assembler, on_data), assembler, should_stop)
             except HTTPStatusFailure as exc:
                 refused = [name for name in self._optional if exc.status_code == 400 and name in exc.text]
                 if not refused:
@@ -210,7 +210,7 @@ class LLMClient:
                 del self._optional[refused[0]]
 
     def _open(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-              assembler: TurnAssembler) -> StreamPump:
+              assembler: TurnAssembler, on_data: Callable[[str, Any], bool]) -> StreamPump:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
         if tools:  # OpenAI rejects an empty tools array
             body["tools"] = tools
@@ -218,34 +218,41 @@ class LLMClient:
         body.update(self._extra_body)
         return StreamPump(lambda alive: stream_chunks(self._http_client, self._url, headers=self._headers,
                                                       body=body, timeout=self._timeout, on_alive=alive,
-                                                      on_headers=assembler.read_headers)).start()
+                                                      on_headers=assembler.read_headers),
+                          on_data, self._clock).start()
 
-    def _read_stream(
-        self, pump: StreamPump, assembler: TurnAssembler, on_activity: Callable[[], None] | None,
-        should_stop: Callable[[], bool], on_text: Callable[[str], None] | None = None,
-    ) -> AssistantTurn:
-        last_data_at = self._clock()
+    def _folder(self, assembler: TurnAssembler, on_activity: Callable[[], None] | None,
+                should_stop: Callable[[], bool], on_text: Callable[[str], None] | None = None
+                ) -> Callable[[str, Any], bool]:
+        """What the pump does with each chunk or keep-alive, on its thread: fold a chunk in, tell
+        the observers; whether the caller asked to stop (so it is seen at every chunk)."""
+        def on_data(kind: str, value: Any) -> bool:
+            if kind == CHUNK:
+                wrote = assembler.text_chars
+                self._add_chunk(assembler, value)
+                if on_text is not None and assembler.text_chars != wrote:
+                    _notify(on_text, assembler.text_tail)
+            _notify(on_activity)
+            return should_stop()
+        return on_data
+
+    def _read_stream(self, pump: StreamPump, assembler: TurnAssembler, should_stop: Callable[[], bool]
+                     ) -> AssistantTurn:
         try:
             while True:
                 if should_stop():
                     return assembler.result(interrupted=True)
                 item = pump.get(self._poll_interval_s)
                 if item is None:
-                    if self._clock() - last_data_at >= self.stream_idle_timeout_s:
+                    if self._clock() - pump.last_data_at >= self.stream_idle_timeout_s:
                         raise self._idle_error()
                     continue
                 kind, value = item
                 if kind == END:
                     return self._finished(assembler)
-                if kind not in (CHUNK, ALIVE):
-                    raise value
-                last_data_at = self._clock()
-                if kind == CHUNK:
-                    wrote = assembler.text_chars
-                    self._add_chunk(assembler, value)
-                    if on_text is not None and assembler.text_chars != wrote:
-                        _notify(on_text, assembler.text_tail)
-                _notify(on_activity)
+                if kind == STOPPED:
+                    return assembler.result(interrupted=True)
+                raise value
         finally:
             pump.abandon()
 

@@ -2,9 +2,10 @@
 
 Owns: ``AssistantTurn`` (what one model call produced), ``TurnAssembler`` (chunk dicts →
 turn, tool-call deltas joined by index) and ``StreamPump`` (opens and iterates the stream on
-a daemon thread and hands chunks over a queue). Invariant: the consumer never blocks on the
-socket — it waits on the queue in short slices — so an interrupt or the idle timeout ends a
-call within one poll interval even when the server sends nothing at all.
+a daemon thread, folding each chunk in there, and hands the end over a queue). Invariant: the
+consumer never blocks on the socket — it waits on the queue in short slices — so an interrupt
+or the idle timeout ends a call within one poll interval even when the server sends nothing
+at all (and an interrupt at the next chunk when one comes sooner).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ DEFAULT_STREAM_IDLE_TIMEOUT_S = 120.0
 
 logger = logging.getLogger(__name__)
 
-CHUNK, END, ERROR, ALIVE = "chunk", "end", "error", "alive"
+CHUNK, END, ERROR, ALIVE, STOPPED = "chunk", "end", "error", "alive", "stopped"
 
 # ``AssistantTurn.finish_reason`` when the stream ended without the server giving one: the
 # reply stopped, but nobody said it was finished, so it counts as cut off.
@@ -184,18 +185,25 @@ def header_cost_usd(headers: Mapping[str, str]) -> float | None:
 
 
 class StreamPump:
-    """Opens and reads one stream on a daemon thread; the caller pulls items with ``get``.
+    """Opens and reads one stream on a daemon thread; the caller waits for its end with ``get``.
 
-    Items are ``(CHUNK, chunk)``, ``(ALIVE, None)`` (the server sent a keep-alive: no data, but
-    alive), ``(END, None)`` or ``(ERROR, exception)``. ``open_stream`` gets the callback that
-    reports a keep-alive. After ``abandon``
-    the thread stops at its next chunk and closes the response; a silent server holds it only
-    until the HTTP read timeout, which is set just above the idle timeout.
+    Each chunk and keep-alive is handed to ``on_data(kind, value)`` on the pump's own thread
+    (``(CHUNK, chunk)``, or ``(ALIVE, None)``: the server sent a keep-alive, no data but alive),
+    which folds it into the turn: waking the caller for every chunk cost a thread switch each.
+    ``on_data`` returns True when the caller asked to stop. The caller gets ``(END, None)``,
+    ``(ERROR, exception)`` (the stream's, or one ``on_data`` raised) or ``(STOPPED, None)``;
+    ``last_data_at`` is ``clock()`` at the start and at the last chunk or keep-alive. ``open_stream``
+    gets the callback that reports a keep-alive. After ``abandon`` (or a stop) nothing more is
+    handed over: the thread stops at its next chunk and closes the response; a silent server
+    holds it only until the HTTP read timeout, which is set just above the idle timeout.
     """
 
-    def __init__(self, open_stream: Callable[[Callable[[], None]], Iterable[Any]]) -> None:
+    def __init__(self, open_stream: Callable[[Callable[[], None]], Iterable[Any]],
+                 on_data: Callable[[str, Any], bool], clock: Callable[[], float]) -> None:
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._abandoned = threading.Event()
+        self._on_data, self._clock = on_data, clock
+        self.last_data_at = clock()
         self._thread = threading.Thread(target=self._run, args=(open_stream,), name="llm-stream", daemon=True)
 
     def start(self) -> StreamPump:
@@ -211,19 +219,24 @@ class StreamPump:
     def abandon(self) -> None:
         self._abandoned.set()
 
-    def _alive(self) -> None:
-        if not self._abandoned.is_set():
-            self._queue.put((ALIVE, None))
+    def _hand_over(self, kind: str, value: Any) -> None:
+        if self._abandoned.is_set():
+            return
+        self.last_data_at = self._clock()
+        if self._on_data(kind, value):
+            self._abandoned.set()
+            self._queue.put((STOPPED, None))
 
     def _run(self, open_stream: Callable[[Callable[[], None]], Iterable[Any]]) -> None:
         stream: Any = None
         try:
-            stream = open_stream(self._alive)
+            stream = open_stream(lambda: self._hand_over(ALIVE, None))
             for chunk in stream:
                 if self._abandoned.is_set():
                     break
-                self._queue.put((CHUNK, chunk))
-            self._queue.put((END, None))
+                self._hand_over(CHUNK, chunk)
+            if not self._abandoned.is_set():
+                self._queue.put((END, None))
         except Exception as exc:  # the consumer classifies it; the thread must not die loudly
             self._queue.put((ERROR, exc))
         finally:
