@@ -22,6 +22,7 @@ import json
 import logging
 import random
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -87,9 +88,9 @@ def _never_stop() -> bool:
 def _shared_ssl_context() -> ssl.SSLContext:
     """One TLS context per process, shared by every client's connection pool.
 
-    Building one loads the whole CA bundle: tens of milliseconds of CPU that hold the GIL.
-    Each child agent has its own client, so a fan-out of 50 children spent most of its wall
-    time loading the same certificates 50 times (benchmark case 4). An SSLContext is safe to
+    Building one loads the whole CA bundle: tens of milliseconds of CPU that hold the GIL
+    (when each child agent had its own client, a fan-out of 50 children spent most of its wall
+    time loading the same certificates 50 times: benchmark case 4). An SSLContext is safe to
     share between connections and threads.
     """
     return httpx.create_ssl_context()
@@ -102,7 +103,31 @@ def preload() -> None:
 
     A long-lived process that will run children (``offload worker``) calls this before it
     takes work, so its first units do not pay it while holding the GIL."""
-    httpx.HTTPTransport(verify=_shared_ssl_context()).close()
+    shared_http_client()
+
+
+# Idle connections are closed after 2 s, well under the keep-alive timeout of common servers
+# (5 s: uvicorn, llama.cpp, Node), so a reused connection is not one the server is closing.
+_SHARED_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20, keepalive_expiry=2.0)
+_shared_lock = threading.Lock()
+_JITTER = random.Random()  # backoff jitter; seeding one per client read 2.5 KB of urandom each
+_shared: list[httpx.Client] = []
+
+
+def shared_http_client() -> httpx.Client:
+    """The process's one HTTP client for model calls, kept for the process's life.
+
+    A client per agent cost every subagent a new connection pool, a scan of the whole
+    environment for proxy settings and a new TCP (or TLS) connection to the model server:
+    ~0.1-0.2 ms of CPU per child, a twentieth of an ``offload worker``'s CPU per unit
+    (benchmark case 5). One client reuses kept-alive connections; it never waits for a free
+    one (no connection cap: a fan-out of 50 children opens 50), and each request carries its
+    own timeouts, so clients with different settings share it. httpx clients are thread-safe.
+    """
+    with _shared_lock:
+        if not _shared:
+            _shared.append(httpx.Client(verify=_shared_ssl_context(), limits=_SHARED_LIMITS))
+        return _shared[0]
 
 
 class LLMClient:
@@ -143,21 +168,19 @@ class LLMClient:
             self._optional["return_progress"] = True
         self._extra_body = dict(extra_body or {})
         self._sleep, self._clock = sleep, clock
-        self._rng = rng or random.Random()
+        self._rng = rng or _JITTER
         self._on_retry = on_retry
-        self._owns_http_client = http_client is None
         # The HTTP read timeout only frees an abandoned reader thread; the idle check in
         # _read_stream fires first, so it sits a little above stream_idle_timeout_s.
         self._timeout = httpx.Timeout(connect_timeout_s, read=self.stream_idle_timeout_s + 5.0)
-        self._http_client = http_client or httpx.Client(timeout=self._timeout, verify=_shared_ssl_context())
+        self._http_client = http_client or shared_http_client()  # every request passes self._timeout
         self._url = f"{self.base_url}/chat/completions"
         self._headers = {"Authorization": f"Bearer {api_key or PLACEHOLDER_API_KEY}",
                          "Content-Type": "application/json", "Accept": "text/event-stream"}
 
     def close(self) -> None:
-        """Release the connection pool if this client created it."""
-        if self._owns_http_client:
-            self._http_client.close()
+        """Nothing to release: the HTTP client is the process's shared one (its idle connections
+        close after a few seconds) or the caller's."""
 
     def stream_turn(
         self,

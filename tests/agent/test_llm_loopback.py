@@ -135,3 +135,14 @@ def test_a_stream_cut_before_done_after_a_complete_turn_still_returns_it():
     with _RawServer(body) as raw:
         turn = _turn(_client(raw.url))
     assert (turn.content, turn.finish_reason, turn.usage["total_tokens"]) == ("ok", "stop", 3)
+
+
+def test_subagents_reuse_one_kept_alive_connection_to_the_model_server(model_server):
+    """Each agent has its own LLMClient, but they share the process's HTTP client: a second
+    child's call goes over the connection the first one left open, not a new one (a new
+    connection and client per subagent were a twentieth of a worker's CPU per unit)."""
+    server = model_server(Reply(text="ok"))
+    first, second = _client(server.url), _client(server.url)
+    assert _turn(first).content == "ok" and _turn(second).content == "ok"
+    assert len(server.requests) == 2
+    assert server.open_connections == 1
