@@ -239,9 +239,9 @@ class LLMClient:
             body["tools"] = tools
         body.update(self._optional)
         body.update(self._extra_body)
-        return StreamPump(lambda alive: stream_chunks(self._http_client, self._url, headers=self._headers,
-                                                      body=body, timeout=self._timeout, on_alive=alive,
-                                                      on_headers=assembler.read_headers),
+        return StreamPump(lambda alive, done: stream_chunks(self._http_client, self._url, headers=self._headers,
+                                                            body=body, timeout=self._timeout, on_alive=alive,
+                                                            on_headers=assembler.read_headers, on_done=done),
                           on_data, self._clock).start()
 
     def _folder(self, assembler: TurnAssembler, on_activity: Callable[[], None] | None,

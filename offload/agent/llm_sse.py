@@ -44,12 +44,17 @@ class StreamErrorEvent(Exception):
 
 def stream_chunks(client: httpx.Client, url: str, *, headers: dict[str, str], body: dict[str, Any],
                   timeout: httpx.Timeout, on_alive: Callable[[], None] | None = None,
-                  on_headers: Callable[[httpx.Headers], None] | None = None) -> Iterator[dict[str, Any]]:
+                  on_headers: Callable[[httpx.Headers], None] | None = None,
+                  on_done: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
     """POST ``body`` and yield each streamed JSON payload; closes the response when done or closed.
 
     ``on_alive`` is called for each SSE comment (``: keep-alive``, OpenRouter's ``: PROCESSING``):
     no payload, but the server is alive. ``on_headers`` gets a successful response's headers
-    before its first payload (a gateway's cost header)."""
+    before its first payload (a gateway's cost header). ``on_done`` is called at ``[DONE]``;
+    then what is left of the response (the end of its chunked body) is read before it is
+    closed, so its connection goes back to the pool for the next call: a response closed
+    unread closes its connection. A server that keeps the stream open after ``[DONE]`` holds
+    only this generator (until the read timeout), not the caller, which ``on_done`` told."""
     request = client.build_request("POST", url, headers=headers, content=json.dumps(body).encode(),
                                    timeout=timeout)
     try:
@@ -61,8 +66,13 @@ def stream_chunks(client: httpx.Client, url: str, *, headers: dict[str, str], bo
             raise _status_failure(response)
         if on_headers is not None:
             on_headers(response.headers)
-        for event, data in iter_sse(response.iter_bytes(), on_comment=on_alive):
+        pieces = response.iter_bytes()
+        for event, data in iter_sse(pieces, on_comment=on_alive):
             if data.startswith(b"[DONE]"):
+                if on_done is not None:
+                    on_done()
+                for _ in pieces:  # the rest: only the body's end, from a server that ends it
+                    pass
                 return
             yield _payload(event, data)
     except httpx.TransportError as exc:

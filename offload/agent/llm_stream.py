@@ -192,17 +192,20 @@ class StreamPump:
     which folds it into the turn: waking the caller for every chunk cost a thread switch each.
     ``on_data`` returns True when the caller asked to stop. The caller gets ``(END, None)``,
     ``(ERROR, exception)`` (the stream's, or one ``on_data`` raised) or ``(STOPPED, None)``;
-    ``last_data_at`` is ``clock()`` at the start and at the last chunk or keep-alive. ``open_stream``
-    gets the callback that reports a keep-alive. After ``abandon`` (or a stop) nothing more is
+    ``last_data_at`` is ``clock()`` at the start and at the last chunk or keep-alive.
+    ``open_stream(alive, done)`` gets the callbacks that report a keep-alive and the stream's
+    end (``[DONE]``: the caller is told at once, while the stream's rest is read to keep its
+    connection). After ``abandon`` (or a stop) nothing more is
     handed over: the thread stops at its next chunk and closes the response; a silent server
     holds it only until the HTTP read timeout, which is set just above the idle timeout.
     """
 
-    def __init__(self, open_stream: Callable[[Callable[[], None]], Iterable[Any]],
+    def __init__(self, open_stream: Callable[[Callable[[], None], Callable[[], None]], Iterable[Any]],
                  on_data: Callable[[str, Any], bool], clock: Callable[[], float]) -> None:
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._abandoned = threading.Event()
         self._on_data, self._clock = on_data, clock
+        self._ended = False  # END or ERROR was handed over
         self.last_data_at = clock()
         self._thread = threading.Thread(target=self._run, args=(open_stream,), name="llm-stream", daemon=True)
 
@@ -227,18 +230,24 @@ class StreamPump:
             self._abandoned.set()
             self._queue.put((STOPPED, None))
 
-    def _run(self, open_stream: Callable[[Callable[[], None]], Iterable[Any]]) -> None:
+    def _end(self) -> None:
+        if not self._ended and not self._abandoned.is_set():
+            self._ended = True
+            self._queue.put((END, None))
+
+    def _run(self, open_stream: Callable[[Callable[[], None], Callable[[], None]], Iterable[Any]]) -> None:
         stream: Any = None
         try:
-            stream = open_stream(lambda: self._hand_over(ALIVE, None))
+            stream = open_stream(lambda: self._hand_over(ALIVE, None), self._end)
             for chunk in stream:
                 if self._abandoned.is_set():
                     break
                 self._hand_over(CHUNK, chunk)
-            if not self._abandoned.is_set():
-                self._queue.put((END, None))
+            self._end()
         except Exception as exc:  # the consumer classifies it; the thread must not die loudly
-            self._queue.put((ERROR, exc))
+            if not self._ended:  # a failure reading the rest after [DONE] is nobody's business
+                self._ended = True
+                self._queue.put((ERROR, exc))
         finally:
             close = getattr(stream, "close", None)
             if close is not None:

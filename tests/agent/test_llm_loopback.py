@@ -91,9 +91,10 @@ def test_fail_fast_statuses_make_one_request_and_say_what_to_fix(model_server, r
 
 
 class _RawServer:
-    """Answers every POST with one fixed 200 response body (streamed, then closed)."""
+    """Answers every POST with one fixed 200 response body (streamed, then closed; with
+    ``hold``, closed only once it is set)."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, hold: threading.Event | None = None) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -102,6 +103,9 @@ class _RawServer:
                 self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(body)
+                self.wfile.flush()
+                if hold is not None:
+                    hold.wait(20)
 
             def log_message(self, *args) -> None:
                 pass
@@ -146,3 +150,17 @@ def test_subagents_reuse_one_kept_alive_connection_to_the_model_server(model_ser
     assert _turn(first).content == "ok" and _turn(second).content == "ok"
     assert len(server.requests) == 2
     assert server.open_connections == 1
+
+
+def test_a_server_that_keeps_the_stream_open_after_done_does_not_hold_the_turn():
+    """After [DONE] the rest of the response is read (to keep the connection), but the turn is
+    returned at [DONE]: a server that never ends the response does not hold the caller."""
+    body = (b'data: {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}\n\n'
+            b'data: [DONE]\n\n')
+    release = threading.Event()
+    with _RawServer(body, hold=release) as raw:
+        try:
+            turn = _turn(_client(raw.url, stream_idle_timeout_s=15.0))
+            assert (turn.content, turn.finish_reason) == ("ok", "stop")
+        finally:
+            release.set()
