@@ -9,6 +9,7 @@ at all (and an interrupt at the next chunk when one comes sooner).
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -184,6 +185,18 @@ def header_cost_usd(headers: Mapping[str, str]) -> float | None:
     return cost if cost is not None and math.isfinite(cost) and cost >= 0 else None
 
 
+@functools.lru_cache(maxsize=1)
+def _readers() -> Any:
+    """The streams' threads: a reader that is done waits for the next stream instead of
+    exiting, as starting a thread costs its starter a wait for the new thread to run (~35 us
+    of CPU per model call). Never full: a stream never waits for a reader (an abandoned one
+    may hold its reader until the HTTP read timeout). Built on first use: reading the config
+    imports this module."""
+    from offload.engine.pool import DaemonThreadPool
+
+    return DaemonThreadPool(2 ** 31 - 1, "llm-stream")
+
+
 class StreamPump:
     """Opens and reads one stream on a daemon thread; the caller waits for its end with ``get``.
 
@@ -207,10 +220,10 @@ class StreamPump:
         self._on_data, self._clock = on_data, clock
         self._ended = False  # END or ERROR was handed over
         self.last_data_at = clock()
-        self._thread = threading.Thread(target=self._run, args=(open_stream,), name="llm-stream", daemon=True)
+        self._open_stream = open_stream
 
     def start(self) -> StreamPump:
-        self._thread.start()
+        _readers().start(lambda: self._run(self._open_stream))
         return self
 
     def get(self, timeout_s: float) -> tuple[str, Any] | None:

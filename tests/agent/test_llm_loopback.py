@@ -164,3 +164,18 @@ def test_a_server_that_keeps_the_stream_open_after_done_does_not_hold_the_turn()
             assert (turn.content, turn.finish_reason) == ("ok", "stop")
         finally:
             release.set()
+
+
+def test_calls_one_after_another_reuse_the_reader_threads(model_server):
+    """A stream's reader thread waits for the next stream when it is done (starting a thread
+    per model call cost the caller a wait for it), and folds the chunks in there: the
+    observers are told on the reader, not the caller. (A reader still reading the end of its
+    response after [DONE] is busy, so the next call may take another one.)"""
+    server = model_server(Reply(text="ok"))
+    readers: set[threading.Thread] = set()
+    client = _client(server.url)
+    for _ in range(6):
+        turn = client.stream_turn([{"role": "user", "content": "hi"}], [],
+                                  on_activity=lambda: readers.add(threading.current_thread()))
+        assert turn.content == "ok"
+    assert 1 <= len(readers) <= 3 and threading.current_thread() not in readers
