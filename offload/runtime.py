@@ -175,7 +175,7 @@ class Offload(PublicApi):
             load_config=hooks.delegation_config or (lambda: self.config.delegation),
             resolve_credentials=hooks.resolve_credentials or resolve_delegation_credentials,
             build_child=hooks.build_child or build_child_agent, run_child=hooks.run_child or run_single_child,
-            finalize_results=hooks.finalize_results or finalize_child_results), spend=SpendStore(self.home / "state.db"))
+            finalize_results=hooks.finalize_results or finalize_child_results), spend=SpendStore(self.ledger))
         self.admission = self.delegate_tool.admission = Admission(
             tool=self.delegate_tool, ledger=self.ledger, config=self.delegate_tool.seams.load_config,
             parent=lambda: self._queue_parent(), owner_alive=self._owner_alive)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from offload.ledger.codec import decode_row, dumps, loads
 from offload.ledger.memory_side import MemorySideTables
 from offload.ledger.approval_table import MemoryApprovals
+from offload.ledger.spend_table import MemorySpend
 from offload.ledger import browse as browse_sql
 from offload.ledger.browse import Browse
 from offload.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners
@@ -41,6 +42,7 @@ class MemoryStore:
         self.pruned: Counter[tuple[str, str]] = Counter()  # (state, delivery_state) -> units pruned
         self.journal: list[Any] = []  # JournalEntry, in append order; see memory_side
         self.approvals: dict[str, dict[str, Any]] = {}  # request id -> request; see approval_table
+        self.spend: dict[tuple[str, str, str], tuple[int, float, int]] = {}  # (day, session, call) -> spent
 
 
 _named: weakref.WeakValueDictionary[str, MemoryStore] = weakref.WeakValueDictionary()
@@ -70,7 +72,7 @@ def _new_row(row: DispatchRow, state: str, completed_at: float | None, now: floa
             "delivery_claim_pid": None, "delivery_claim_started_at": None, "delivery_progress": 0, "drop_reason": None}
 
 
-class MemoryLedger(MemorySideTables, MemoryApprovals, SingleHostOwners):
+class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, SingleHostOwners):
     """The ledger in a ``MemoryStore``. Thread-safe."""
 
     def __init__(self, store: MemoryStore | None = None) -> None:

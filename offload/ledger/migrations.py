@@ -15,6 +15,9 @@
    earlier versions made on first use; created if missing, rows untouched.
 5. ``async_delegation_approvals``: subagents' terminal commands waiting for a person's answer
    (``offload.ledger.approval_table``); created empty.
+6. ``async_delegation_spend``: what subagents spent per day, session and split call, in the
+   ledger so every host counts in one place (``offload.ledger.spend_table``); on SQLite the rows
+   of the per-home ``subagent_spend`` table earlier versions kept in ``state.db`` move into it.
 
 Invariant: every step is idempotent and runs inside the migration's one transaction.
 """
@@ -29,6 +32,7 @@ from offload.ledger.approval_table import INDEX as _APPROVALS_INDEX, POSTGRES_TA
 from offload.ledger.approval_table import SQLITE_TABLE as _SQLITE_APPROVALS
 from offload.ledger.protocol import parse_json
 from offload.ledger.sqlite_side import SIDE_TABLES as SQLITE_SIDE_TABLES
+from offload.ledger import spend_table
 from offload.ledger.sqlite_rows import _COLUMNS as _SQLITE_COLUMNS, _SCHEMA as _SQLITE_SCHEMA
 from offload.ledger.versions import Component
 
@@ -76,8 +80,19 @@ def _sqlite_approvals(conn: sqlite3.Connection) -> None:
     conn.execute(_APPROVALS_INDEX)
 
 
+def _sqlite_spend(conn: sqlite3.Connection) -> None:
+    for statement in (spend_table.SQLITE_TABLE, *spend_table.INDEXES):
+        conn.execute(statement)
+    legacy = {row[1] for row in conn.execute("PRAGMA table_info(subagent_spend)")}
+    if legacy:  # the per-home table of earlier versions (it may predate the cost columns)
+        conn.execute(spend_table.SQLITE_LEGACY_MOVE.format(
+            cost="cost_usd" if "cost_usd" in legacy else "0",
+            unknown="cost_unknown_calls" if "cost_unknown_calls" in legacy else "0"))
+        conn.execute("DROP TABLE subagent_spend")
+
+
 SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_delivery_columns, _sqlite_side_tables,
-                                     _sqlite_approvals))
+                                     _sqlite_approvals, _sqlite_spend))
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -111,5 +126,10 @@ def _postgres_approvals(conn: Any) -> None:
     conn.execute(_APPROVALS_INDEX)
 
 
+def _postgres_spend(conn: Any) -> None:
+    for statement in (spend_table.POSTGRES_TABLE, *spend_table.INDEXES):
+        conn.execute(statement)
+
+
 POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states, _postgres_delivery_columns,
-                                       _postgres_side_tables, _postgres_approvals))
+                                       _postgres_side_tables, _postgres_approvals, _postgres_spend))

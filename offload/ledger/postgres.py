@@ -35,6 +35,7 @@ from offload.ledger.postgres_listen import CompletionListener
 from offload.ledger.postgres_connections import MISSING as _MISSING, PostgresConnections
 from offload.ledger.postgres_side import PostgresSideTables
 from offload.ledger.approval_table import PostgresApprovals
+from offload.ledger.spend_table import PostgresSpend
 from offload.ledger.postgres_work_queue import PostgresWorkQueue
 from offload.ledger.postgres_outbox import WriteOutbox, no_payload
 from offload.ledger import postgres_replay as replays
@@ -54,7 +55,8 @@ _T = TypeVar("_T")
 LISTEN_WAIT_S = 2.0
 
 
-class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals, BrowseReads, PostgresWorkQueue):
+class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals, PostgresSpend, BrowseReads,
+                     PostgresWorkQueue):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 
     _dialect, _owner_hosts = POSTGRES, True

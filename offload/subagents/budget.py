@@ -1,11 +1,12 @@
 """Spend caps of subagents: tokens and US dollars, per delegation, per session and per day
 (``delegation.max_tokens_*``, ``delegation.max_cost_usd_*``).
 
-Owns ``SpendStore`` (what subagents used, per parent session and UTC day, in the guest table
-``subagent_spend`` of ``state.db``: tokens, the reported cost, and the model calls whose cost was
-not reported), ``DelegationBudget`` (the budget the children of one delegate_task call share,
-which charges the store as they go), ``call_budget`` (a call's budget from its config) and the
-refusal text of ``delegate_task`` for a session or a day over its budget.
+Owns ``SpendStore`` (what subagents used, per UTC day, parent session and delegate_task call, in
+the ledger's ``async_delegation_spend`` table, so every process on one ledger -- a worker on
+another host included -- counts in one place: tokens, the reported cost, and the model calls
+whose cost was not reported), ``DelegationBudget`` (the budget the children of one delegate_task
+call share, which charges the store as they go), ``call_budget`` (a call's budget from its
+config) and the refusal text of ``delegate_task`` for a session or a day over its budget.
 
 Invariants: only usage a server reported is counted as tokens (a server that reports none spends
 no tokens, see docs/delegate-task.md); a cost that was not reported is unknown, never 0: while
@@ -13,34 +14,27 @@ any cost cap is set, such a call stops its child before its next model call, and
 day with such calls is refused by its cost cap. A child stops before its next model call once
 its delegation's budget is used up (the call that crosses it completes), with its partial
 result and the notice ``exhausted()`` returns; a failing spend write is logged and never fails
-a child. A unit queued in the ledger (for ``offload worker``, or at capacity) carries its budget
-(``to_spec``), so the process that runs it -- a worker, or an owner that adopted it after its
-own died -- caps and counts it the same (``budget_from_spec``), in that process's home.
+a child, a failing read refuses the call (its caps cannot be checked). A unit queued in the
+ledger (for ``offload worker``, or at capacity) carries its budget and its call's id
+(``to_spec``); the process that runs it -- a worker, or an owner that adopted it after its own
+died -- charges the same session, day and call, and stops its children on the call's total in
+the ledger, so the units of one split call share one per-delegation budget wherever they run.
 """
 from __future__ import annotations
 
 import logging
 import math
-import sqlite3
+import secrets
 import threading
 import time
-from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from offload.ledger import LedgerError
 
 logger = logging.getLogger(__name__)
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS subagent_spend (day TEXT NOT NULL, session_key TEXT NOT NULL, "
-           "tokens INTEGER NOT NULL, cost_usd REAL NOT NULL DEFAULT 0, "
-           "cost_unknown_calls INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (day, session_key))")
-# Columns a state.db written before cost caps lacks; added in place (the rows keep their tokens).
-_ADDED_COLUMNS = (("cost_usd", "REAL NOT NULL DEFAULT 0"), ("cost_unknown_calls", "INTEGER NOT NULL DEFAULT 0"))
-_ADD = ("INSERT INTO subagent_spend (day, session_key, tokens, cost_usd, cost_unknown_calls) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT (day, session_key) DO UPDATE SET tokens = tokens + excluded.tokens, "
-        "cost_usd = cost_usd + excluded.cost_usd, cost_unknown_calls = cost_unknown_calls + excluded.cost_unknown_calls")
-_SUM = "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(cost_unknown_calls), 0) FROM subagent_spend"
 COST_KEYS = ("max_cost_usd_per_delegation", "max_cost_usd_per_session", "max_cost_usd_per_day")
 
 
@@ -76,50 +70,34 @@ class Spend:
 
 
 class SpendStore:
-    """What subagents used, per parent session and UTC day, in ``path`` (state.db)."""
+    """What subagents used, per UTC day, parent session and call, in the ledger ``ledger()``
+    returns (``offload.ledger.spend_table``)."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
-        self.path, self.clock = Path(path), clock
-        self._lock = threading.Lock()
-        self._migrated = False
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=10)
-        if not self._migrated:
-            conn.execute(_SCHEMA)
-            have = {row[1] for row in conn.execute("PRAGMA table_info(subagent_spend)")}
-            for name, kind in _ADDED_COLUMNS:
-                if name not in have:
-                    try:
-                        conn.execute(f"ALTER TABLE subagent_spend ADD COLUMN {name} {kind}")
-                    except sqlite3.OperationalError as exc:  # another process added it first
-                        if "duplicate column" not in str(exc):
-                            raise
-            self._migrated = True
-        return conn
+    def __init__(self, ledger: Callable[[], Any], clock: Callable[[], float] = time.time) -> None:
+        self.ledger, self.clock = ledger, clock
 
     def today(self) -> str:
         return datetime.fromtimestamp(self.clock(), tz=timezone.utc).strftime("%Y-%m-%d")
 
-    def add(self, session_key: str, tokens: int, cost_usd: float = 0.0, cost_unknown_calls: int = 0) -> None:
+    def add(self, session_key: str, tokens: int, cost_usd: float = 0.0, cost_unknown_calls: int = 0,
+            call_id: str = "") -> None:
         if tokens <= 0 and cost_usd <= 0 and cost_unknown_calls <= 0:
             return
         try:
-            with self._lock, closing(self._connect()) as conn, conn:
-                conn.execute(_ADD, (self.today(), session_key, max(tokens, 0), max(cost_usd, 0.0),
-                                    max(cost_unknown_calls, 0)))
-        except sqlite3.Error:
-            logger.warning("could not record subagent spend (%d tokens, cost %s) in %s", tokens, usd(cost_usd),
-                           self.path, exc_info=True)
+            self.ledger().add_spend(self.today(), session_key, call_id, (tokens, cost_usd, cost_unknown_calls),
+                                    self.clock())
+        except LedgerError:
+            logger.warning("could not record subagent spend (%d tokens, cost %s)", tokens, usd(cost_usd), exc_info=True)
 
     def spend(self, session_key: str) -> tuple[Spend, Spend]:
-        """(what this session's subagents used, what all subagents used today)."""
-        if not self.path.exists():
-            return Spend(), Spend()
-        with self._lock, closing(self._connect()) as conn:
-            session = conn.execute(f"{_SUM} WHERE session_key = ?", (session_key,)).fetchone()
-            day = conn.execute(f"{_SUM} WHERE day = ?", (self.today(),)).fetchone()
-        return Spend(int(session[0]), float(session[1]), int(session[2])), Spend(int(day[0]), float(day[1]), int(day[2]))
+        """(what this session's subagents used, what all subagents used today). Raises LedgerError."""
+        session, day = self.ledger().spend_totals([("session_key", session_key), ("day", self.today())])
+        return Spend(*session), Spend(*day)
+
+    def call_spend(self, call_id: str) -> Spend:
+        """What the units of one delegate_task call used, in every process. Raises LedgerError."""
+        [spent] = self.ledger().spend_totals([("call_id", call_id)])
+        return Spend(*spent)
 
     def totals(self, session_key: str) -> tuple[int, int]:
         """(tokens this session's subagents used, tokens all subagents used today)."""
@@ -130,14 +108,19 @@ class SpendStore:
 class DelegationBudget:
     """The budget the children of one delegate_task call share: ``cap`` tokens and ``cost_cap``
     USD (None: no cap); ``cost_guard`` names the cost caps in force (any of them makes a call of
-    unknown cost stop the children). Every charge also goes to the session's and the day's
-    totals in ``store``. Thread-safe."""
+    unknown cost stop the children). Every charge also goes to ``store`` under the session, the
+    day and ``call_id``. ``shared``: units of this call may run in other processes (a budget
+    rebuilt from a queued row), so the call's total is read from the store, not kept here.
+    Thread-safe."""
 
     def __init__(self, cap: int | None, store: SpendStore | None, session_key: str, *,
-                 cost_cap: float | None = None, cost_guard: str | None = None) -> None:
+                 cost_cap: float | None = None, cost_guard: str | None = None, call_id: str | None = None,
+                 shared: bool = False) -> None:
         self.cap, self.store, self.session_key = cap, store, session_key
         self.cost_cap = cost_cap
         self.cost_guard = cost_guard or ("delegation.max_cost_usd_per_delegation" if cost_cap is not None else None)
+        self.call_id = call_id or f"call_{secrets.token_hex(8)}"
+        self.shared = shared and store is not None
         self.used, self.cost_usd, self.cost_unknown_calls = 0, 0.0, 0
         self._lock = threading.Lock()
 
@@ -152,12 +135,24 @@ class DelegationBudget:
             self.cost_unknown_calls += unknown
             self.cost_usd += cost or 0.0
         if self.store is not None:
-            self.store.add(self.session_key, tokens, cost or 0.0, unknown)
+            self.store.add(self.session_key, tokens, cost or 0.0, unknown, call_id=self.call_id)
 
     def to_spec(self) -> dict[str, Any]:
         """What a queued unit's row carries of this budget, for the process that will run it."""
         return {"max_tokens": self.cap, "max_cost_usd": self.cost_cap, "cost_guard": self.cost_guard,
-                "session_key": self.session_key, "counted": self.store is not None}
+                "session_key": self.session_key, "counted": self.store is not None, "call_id": self.call_id}
+
+    def _spent(self) -> tuple[int, float, int]:
+        """(tokens, USD, calls of unknown cost) this call used: in every process when shared."""
+        if self.shared:
+            try:
+                spent = self.store.call_spend(self.call_id)
+                return spent.tokens, spent.cost_usd, spent.cost_unknown_calls
+            except LedgerError:  # this process's own share is still a floor
+                logger.warning("could not read delegation %s's spend; counting this process's share", self.call_id,
+                               exc_info=True)
+        with self._lock:
+            return self.used, self.cost_usd, self.cost_unknown_calls
 
     def exhausted(self) -> str | None:
         """The notice for a child that must stop now, or None while there is budget left."""
@@ -167,8 +162,7 @@ class DelegationBudget:
     def stop(self) -> tuple[str, str] | None:
         """(exit reason, notice) for a child that must stop now -- ``token_budget``, or
         ``cost_budget`` (also for a cost that was not reported) -- or None."""
-        with self._lock:
-            used, cost, unknown = self.used, self.cost_usd, self.cost_unknown_calls
+        used, cost, unknown = self._spent()
         stop = "so no further model call was made; the output below is what it had so far."
         if self.cap is not None and used >= self.cap:
             return "token_budget", (f"stopped at its token budget: this delegation's subagents used {used} tokens of "
@@ -191,20 +185,21 @@ class DelegationBudget:
 
 def call_budget(cfg: Any, spend: SpendStore | None, session_key: str) -> DelegationBudget | None:
     """The budget of one delegate_task call under ``cfg`` (a ``DelegationConfig``), or None when
-    nothing is capped. Spend is counted in ``spend`` only while a session or day cap is set (a
-    write per model call is not paid for nothing)."""
+    nothing is capped (then nothing is written per model call). While any cap is set, spend is
+    counted in ``spend``: the session and day caps read it, and so do the call's units that run
+    in other processes."""
     scoped = (cfg.max_tokens_per_session, cfg.max_tokens_per_day, cfg.max_cost_usd_per_session, cfg.max_cost_usd_per_day)
-    counted = spend if any(v is not None for v in scoped) else None
     guard = ", ".join(f"delegation.{key}={getattr(cfg, key):g}" for key in COST_KEYS if getattr(cfg, key) is not None)
-    if cfg.max_tokens_per_delegation is None and counted is None and not guard:
+    if cfg.max_tokens_per_delegation is None and all(v is None for v in scoped) and not guard:
         return None
-    return DelegationBudget(cfg.max_tokens_per_delegation, counted, session_key,
+    return DelegationBudget(cfg.max_tokens_per_delegation, spend, session_key,
                             cost_cap=cfg.max_cost_usd_per_delegation, cost_guard=guard or None)
 
 
 def budget_from_spec(spec: Any, store: SpendStore | None) -> DelegationBudget | None:
     """The budget of a unit rebuilt from its ledger row (``DelegationBudget.to_spec``), counted in
-    ``store`` (the running process's) when the dispatching host counted; None: the row has none."""
+    ``store`` (the running process's ledger) when the dispatching host counted, and sharing the
+    call's total with its other units through it; None: the row has none."""
     if not isinstance(spec, Mapping):
         return None  # queued before budgets travelled, or by a call without any
     cap = spec.get("max_tokens")
@@ -214,7 +209,9 @@ def budget_from_spec(spec: Any, store: SpendStore | None) -> DelegationBudget | 
     counted = store if spec.get("counted") else None
     if cap is None and counted is None and cost_cap is None and not guard:
         return None
-    return DelegationBudget(cap, counted, str(spec.get("session_key") or ""), cost_cap=cost_cap, cost_guard=guard)
+    call_id = spec.get("call_id") if isinstance(spec.get("call_id"), str) and spec.get("call_id") else None
+    return DelegationBudget(cap, counted, str(spec.get("session_key") or ""), cost_cap=cost_cap, cost_guard=guard,
+                            call_id=call_id, shared=call_id is not None)
 
 
 def over_budget(cfg: Any, store: SpendStore | None, session_key: str) -> str | None:
@@ -223,7 +220,12 @@ def over_budget(cfg: Any, store: SpendStore | None, session_key: str) -> str | N
     limits = (cfg.max_tokens_per_session, cfg.max_tokens_per_day, cfg.max_cost_usd_per_session, cfg.max_cost_usd_per_day)
     if store is None or all(v is None for v in limits):
         return None
-    session, day = store.spend(session_key)
+    try:
+        session, day = store.spend(session_key)
+    except LedgerError as exc:
+        return (f"not dispatched: the spend caps are set but what subagents spent could not be read from the ledger "
+                f"({exc}), so they cannot be checked. Do the work yourself and tell the user; the operator must fix "
+                "the ledger as its error says, or remove the caps (offload config set delegation.max_... null)")
     for scope, spent, whose, when in (("session", session, "this session's subagents have", ""),
                                       ("day", day, "subagents have", f" today (UTC {store.today()})")):
         refusal = _over(cfg, scope, spent, whose, when)

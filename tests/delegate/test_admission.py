@@ -156,8 +156,10 @@ def test_a_queued_unit_carries_its_token_budget_to_the_process_that_adopts_it(mo
     queued = call(cfg, monkeypatch, goal="wait for the slot", parent_agent=FakeParent(session_id="sess-budget"))
     off = ad.runtime()
     spec = off.ledger().get(queued["delegation_id"]).task
-    assert spec["budget"] == {"max_tokens": 40, "max_cost_usd": None, "cost_guard": None, "session_key": "sess-budget",
-                              "counted": False}
+    call_id = spec["budget"].pop("call_id")
+    assert call_id.startswith("call_") and spec["budget"] == {
+        "max_tokens": 40, "max_cost_usd": None, "cost_guard": None, "session_key": "sess-budget", "counted": True}
+    spec["budget"]["call_id"] = call_id
     gate.release.set()
     wait_event(queued["delegation_id"])
     dead_pid = 2 ** 22 + 17  # beyond pid_max on this machine: no such process
@@ -169,7 +171,9 @@ def test_a_queued_unit_carries_its_token_budget_to_the_process_that_adopts_it(mo
     assert off.admission.pump(foreign=True) == 1
     assert wait_event("deleg_budgetorphan")["status"] == "completed"
     [child] = rebuilt.built
-    assert (child.token_budget.cap, child.token_budget.session_key) == (40, "sess-budget")
+    assert (child.token_budget.cap, child.token_budget.session_key, child.token_budget.call_id) == (
+        40, "sess-budget", call_id)
+    assert child.token_budget.shared  # it stops on the call's total in the ledger, wherever its units run
 
 
 def test_a_queued_row_of_a_live_owner_is_left_to_it(monkeypatch):

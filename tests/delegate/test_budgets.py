@@ -13,6 +13,7 @@ import pytest
 from offload.agent.core import AIAgent
 from offload.agent.llm import AssistantTurn
 from offload.config import ConfigError, set_value
+from offload.ledger import open_ledger
 from offload.subagents.budget import (DelegationBudget, SpendStore, budget_from_spec, call_budget, over_budget,
                                       reported_tokens)
 from offload.subagents.config import DelegationConfig
@@ -38,6 +39,13 @@ class ScriptedLLM:
         return self.turns.pop(0)
 
 
+def spend_store(tmp_path: Path, clock: Clock) -> SpendStore:
+    """A store over the SQLite ledger in ``tmp_path/state.db`` (the spend table's other backends:
+    tests/ledger/test_spend_table.py)."""
+    ledger = open_ledger(tmp_path / "state.db")
+    return SpendStore(lambda: ledger, clock)
+
+
 def usage(tokens: int) -> dict[str, int]:
     return {"prompt_tokens": tokens - 10, "completion_tokens": 10, "total_tokens": tokens}
 
@@ -49,7 +57,7 @@ def test_only_reported_tokens_count() -> None:
 
 def test_the_store_counts_per_session_and_per_utc_day(tmp_path: Path) -> None:
     clock = Clock()
-    store = SpendStore(tmp_path / "state.db", clock)
+    store = spend_store(tmp_path, clock)
     assert store.totals("s1") == (0, 0)  # reading creates nothing
     assert not (tmp_path / "state.db").exists()
     store.add("s1", 300)
@@ -66,7 +74,7 @@ def caps(**keys: Any) -> DelegationConfig:
 
 
 def test_delegate_task_refuses_a_session_or_a_day_over_budget(tmp_path: Path) -> None:
-    store = SpendStore(tmp_path / "state.db", Clock())
+    store = spend_store(tmp_path, Clock())
     assert over_budget(caps(max_tokens_per_session=1000, max_tokens_per_day=1000), store, "s1") is None
     store.add("s1", 600)
     store.add("s2", 500)
@@ -79,7 +87,7 @@ def test_delegate_task_refuses_a_session_or_a_day_over_budget(tmp_path: Path) ->
 
 
 def test_the_store_counts_reported_cost_and_calls_of_unknown_cost_apart(tmp_path: Path) -> None:
-    store = SpendStore(tmp_path / "state.db", Clock())
+    store = spend_store(tmp_path, Clock())
     budget = DelegationBudget(None, store, "s1")
     budget.charge({**usage(100), "cost_usd": 0.25})
     budget.charge(usage(100))  # the provider reported no cost: unknown, not 0
@@ -88,21 +96,30 @@ def test_the_store_counts_reported_cost_and_calls_of_unknown_cost_apart(tmp_path
     assert (session.tokens, session.cost_usd, session.cost_unknown_calls) == (250, 0.25, 1) and day == session
 
 
-def test_a_spend_table_written_before_cost_caps_gains_its_columns_and_keeps_its_tokens(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cost_columns", [False, True])
+def test_the_per_home_spend_table_of_earlier_versions_moves_into_the_ledger(tmp_path: Path, cost_columns) -> None:
+    """Versions before the spend table kept subagent_spend in state.db (first without the cost
+    columns); ledger migration 6 moves its rows, so today's and each session's totals go on."""
     import sqlite3
 
     with sqlite3.connect(tmp_path / "state.db") as db:
+        extra = ", cost_usd REAL NOT NULL DEFAULT 0, cost_unknown_calls INTEGER NOT NULL DEFAULT 0" if cost_columns else ""
         db.execute("CREATE TABLE subagent_spend (day TEXT NOT NULL, session_key TEXT NOT NULL, "
-                   "tokens INTEGER NOT NULL, PRIMARY KEY (day, session_key))")
-        db.execute("INSERT INTO subagent_spend VALUES ('2026-05-28', 's1', 70)")
-    store = SpendStore(tmp_path / "state.db", Clock())
+                   f"tokens INTEGER NOT NULL{extra}, PRIMARY KEY (day, session_key))")
+        db.execute("INSERT INTO subagent_spend (day, session_key, tokens) VALUES ('2026-05-28', 's1', 70)")
+        if cost_columns:
+            db.execute("UPDATE subagent_spend SET cost_usd = 0.25, cost_unknown_calls = 2")
+    store = spend_store(tmp_path, Clock())
     store.add("s1", 30, 0.5)
-    session, _ = store.spend("s1")
-    assert (session.tokens, session.cost_usd, session.cost_unknown_calls) == (100, 0.5, 0)
+    session, day = store.spend("s1")
+    assert (session.tokens, session.cost_usd, session.cost_unknown_calls) == (
+        (100, 0.75, 2) if cost_columns else (100, 0.5, 0)) and day == session
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        assert not db.execute("SELECT name FROM sqlite_master WHERE name = 'subagent_spend'").fetchall()
 
 
 def test_the_cost_caps_refuse_a_session_or_a_day_over_them_or_of_unknown_cost(tmp_path: Path) -> None:
-    store = SpendStore(tmp_path / "state.db", Clock())
+    store = spend_store(tmp_path, Clock())
     store.add("s1", 10, 1.5)
     assert over_budget(caps(max_cost_usd_per_session=2), store, "s1") is None
     refusal = over_budget(caps(max_cost_usd_per_session=1.5), store, "s1")
@@ -140,7 +157,7 @@ def test_a_delegations_cost_budget_stops_its_children_and_an_unknown_cost_stops_
 
 
 def test_a_budget_travels_whole_in_a_queued_row(tmp_path: Path) -> None:
-    store = SpendStore(tmp_path / "state.db", Clock())
+    store = spend_store(tmp_path, Clock())
     sent = call_budget(caps(max_tokens_per_delegation=900, max_cost_usd_per_delegation=0.75,
                             max_cost_usd_per_session=3), store, "s1")
     got = budget_from_spec(json.loads(json.dumps(sent.to_spec())), store)
@@ -150,7 +167,7 @@ def test_a_budget_travels_whole_in_a_queued_row(tmp_path: Path) -> None:
 
 
 def test_the_budget_is_shared_and_charges_the_store(tmp_path: Path) -> None:
-    store = SpendStore(tmp_path / "state.db", Clock())
+    store = spend_store(tmp_path, Clock())
     budget = DelegationBudget(100, store, "s1")
     budget.charge(usage(60))
     assert budget.exhausted() is None

@@ -184,33 +184,51 @@ def test_a_python_consumer_on_the_workers_host_delivers_its_result(cli, model_se
     assert row.owner_pid != os.getpid()
 
 
-def test_a_unit_a_worker_runs_stops_at_its_token_budget_and_is_counted(cli, model_server, write_config, on_workers,
-                                                                      worker, _isolated_hermes_home):
-    """The budget travels in the queued row: the worker caps the unit (the child stops with its
-    partial result and the notice) and counts its tokens for the parent's session."""
-    import sqlite3
+def test_a_unit_a_worker_on_another_host_runs_is_capped_and_counted_against_the_day(
+        cli, model_server, write_config, on_workers, _isolated_hermes_home, tmp_path, workspace):
+    """The budget travels in the queued row: a worker with its own home (another host, sharing
+    only the ledger) caps the unit -- the child stops with its partial result and the notice --
+    and counts its tokens in the shared ledger, so the dispatcher's next call is refused by the
+    day's cap."""
     from offload.testing.model_server import tool_call_reply
+    from tests.e2e.conftest import Cli
+    from tools import async_delegation_delivery as delivery
     from tools.async_delegation import get_durable_delegation
 
     def child(request):  # would work forever: one more command after each result
         return tool_call_reply("run_command", {"command": "echo step"}, text="Found part one.")
     server = model_server(scripted_parent(child=child, delegate={"goal": "count the words"},
                                           on_result=text_reply("The budget stopped it.")))
-    write_config(server, max_tokens_per_delegation=50, max_tokens_per_session=100_000)
+    write_config(server, max_tokens_per_delegation=50, max_tokens_per_day=1)
     on_workers()
-    worker_proc, _ = worker()
-    run = cli("run", "count the words")
-    did = run.wait_for(HANDLE_RE).group(1)
-    worker_proc.wait_for(rf"started {did}")
-    run.wait_for(rf"background result {did} landed")
-    run.wait_for(r"agent> The budget stopped it\.")
-    run.finish()
-    [entry] = get_durable_delegation(did)["result"]["results"]
-    assert (entry["status"], entry["exit_reason"], entry["summary"]) == ("interrupted", "token_budget", "Found part one.")
-    assert "delegation.max_tokens_per_delegation=50" in entry["error"]
-    assert len([r for r in server.requests if request_role(r) == "subagent"]) == 1  # no call after the budget
-    injected = parent_requests_with_results(server)[0]["messages"][-1]["content"]
-    assert "stopped at its token budget" in injected, injected
-    with sqlite3.connect(_isolated_hermes_home / "state.db") as db:
-        [(session, tokens)] = db.execute("SELECT session_key, tokens FROM subagent_spend").fetchall()
-    assert session.startswith("sess_") and tokens == entry["tokens"]["input"] + entry["tokens"]["output"] > 0
+    other_host = tmp_path / "worker-home"
+    other_host.mkdir()
+    (other_host / "config.yaml").write_text((_isolated_hermes_home / "config.yaml").read_text(encoding="utf-8"),
+                                            encoding="utf-8")
+    worker_proc = Cli(("worker", "-c", "2"), other_host, workspace)
+    try:
+        worker_proc.wait_for(WORKER_UP)
+        run = cli("run", "count the words")
+        did = run.wait_for(HANDLE_RE).group(1)
+        worker_proc.wait_for(rf"started {did}")
+        run.wait_for(rf"background result {did} landed")
+        run.wait_for(r"agent> The budget stopped it\.")
+        run.finish()
+        [entry] = get_durable_delegation(did)["result"]["results"]
+        assert (entry["status"], entry["exit_reason"], entry["summary"]) == (
+            "interrupted", "token_budget", "Found part one.")
+        assert "delegation.max_tokens_per_delegation=50" in entry["error"]
+        assert len([r for r in server.requests if request_role(r) == "subagent"]) == 1  # no call after the budget
+        injected = parent_requests_with_results(server)[0]["messages"][-1]["content"]
+        assert "stopped at its token budget" in injected, injected
+        session = delivery.current_ledger().get(did).parent_session_id
+        [(tokens, _, _)] = delivery.current_ledger().spend_totals([("session_key", session)])
+        assert session.startswith("sess_") and tokens == entry["tokens"]["input"] + entry["tokens"]["output"] > 0
+        again = cli("run", "count more words")
+        again.wait_for(r"agent> Started it")
+        assert again.finish() == 0
+        refused = [r for r in server.requests if request_role(r) == "parent" and r["messages"][-1]["role"] == "tool"][-1]
+        assert f"subagents have used {tokens} tokens today" in refused["messages"][-1]["content"]
+        assert "delegation.max_tokens_per_day=1" in refused["messages"][-1]["content"]
+    finally:
+        worker_proc.kill()
