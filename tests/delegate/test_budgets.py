@@ -221,3 +221,22 @@ def test_the_cost_caps_are_validated_config_keys(key: str) -> None:
             set_value(f"delegation.{key}", bad)
     assert set_value(f"delegation.{key}", "2.5")[0] == 2.5
     assert set_value(f"delegation.{key}", "null")[0] is None
+
+
+class BrokenLedger:
+    """A ledger whose spend reads fail (the server went away), and whose writes too."""
+
+    def spend_totals(self, *_: Any) -> None:
+        from offload.ledger import LedgerError
+        raise LedgerError("the PostgreSQL ledger at 127.0.0.1:9 is unreachable", kind="unreachable")
+
+    add_spend = spend_totals
+
+
+def test_spend_that_cannot_be_read_refuses_the_call_and_a_failed_charge_never_fails_the_child() -> None:
+    store = SpendStore(lambda: BrokenLedger(), Clock())
+    refusal = over_budget(caps(max_tokens_per_day=100), store, "s1")
+    assert refusal and "could not be read from the ledger" in refusal and "127.0.0.1:9 is unreachable" in refusal
+    shared = DelegationBudget(100, store, "s1", call_id="call_x", shared=True)
+    shared.charge(usage(100))  # the write fails: logged, the child goes on
+    assert shared.stop()[0] == "token_budget"  # the read fails: this process's own share still counts
