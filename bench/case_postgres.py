@@ -67,8 +67,17 @@ class Schema:
         import psycopg
 
         harness.reset_engine()  # close this process's pools first
-        with psycopg.connect(self.base, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+        for attempt in range(5):
+            try:
+                with psycopg.connect(self.base, autocommit=True) as conn:
+                    conn.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+                return
+            except psycopg.errors.DeadlockDetected:
+                # A statement still finishing in the schema (a burst's last completion) met the
+                # DROP's locks and the server chose the DROP as the victim: it ends, then retry.
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
 
 
 def _on(url: str | None) -> None:
