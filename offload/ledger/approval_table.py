@@ -59,7 +59,8 @@ def _where(request_id: str | None, session_key: str | None, pending_only: bool, 
 
 
 class SqliteApprovals:
-    """Mixed into ``SqliteLedger``: its ``_write`` (group commit) and ``_use`` (reads)."""
+    """Mixed into ``SqliteLedger``: its ``_write`` (group commit) and ``_side_read`` (a read that
+    finds nothing in a ledger without the table)."""
 
     def add_approval(self, request: dict[str, Any]) -> None:
         def write(conn: sqlite3.Connection | None) -> None:
@@ -71,15 +72,7 @@ class SqliteApprovals:
     def approvals(self, *, request_id: str | None = None, session_key: str | None = None,
                   pending_only: bool = False) -> list[dict[str, Any]]:
         where, params = _where(request_id, session_key, pending_only, "?")
-        with self._use() as conn:
-            if conn is None:
-                return []
-            try:
-                found = conn.execute(f"{_SELECT}{where} ORDER BY requested_at", params).fetchall()
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return []
-                raise
+        found = self._side_read(f"{_SELECT}{where} ORDER BY requested_at", tuple(params))
         return [_row(values) for values in found]
 
     def decide_approval(self, request_id: str, state: str, by: str, at: float) -> bool:

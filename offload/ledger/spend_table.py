@@ -69,13 +69,19 @@ def _totals(rows: list[Any], n: int) -> list[Totals]:
     return [(int(r[1]), float(r[2]), int(r[3])) for r in rows] if rows else [ZERO] * n
 
 
-def _values(day: str, session_key: str, call_id: str, spent: Totals, at: float) -> tuple[Any, ...]:
+def _clamped(spent: Totals) -> Totals:
+    """A charge never takes spend away."""
     tokens, cost_usd, unknown = spent
-    return day, session_key, call_id, max(tokens, 0), max(cost_usd, 0.0), max(unknown, 0), at
+    return max(tokens, 0), max(cost_usd, 0.0), max(unknown, 0)
+
+
+def _values(day: str, session_key: str, call_id: str, spent: Totals, at: float) -> tuple[Any, ...]:
+    return (day, session_key, call_id, *_clamped(spent), at)
 
 
 class SqliteSpend:
-    """Mixed into ``SqliteLedger``: its ``_write`` (group commit) and ``_use`` (reads)."""
+    """Mixed into ``SqliteLedger``: its ``_write`` (group commit) and ``_side_read`` (a read that
+    finds nothing in a ledger without the table)."""
 
     def add_spend(self, day: str, session_key: str, call_id: str, spent: Totals, at: float) -> None:
         def write(conn: sqlite3.Connection | None) -> None:
@@ -84,15 +90,7 @@ class SqliteSpend:
 
     def spend_totals(self, scopes: Sequence[tuple[str, str]]) -> list[Totals]:
         statement, params = _sums(scopes, "?")
-        with self._use() as conn:
-            if conn is None:
-                return [ZERO] * len(scopes)
-            try:
-                return _totals(conn.execute(statement, params).fetchall(), len(scopes))
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return [ZERO] * len(scopes)
-                raise
+        return _totals(self._side_read(statement, tuple(params)), len(scopes))
 
 
 class PostgresSpend:
@@ -111,7 +109,7 @@ class MemorySpend:
     """Mixed into ``MemoryLedger``: ``self.store.spend`` under the store's lock."""
 
     def add_spend(self, day: str, session_key: str, call_id: str, spent: Totals, at: float) -> None:
-        _, _, _, tokens, cost_usd, unknown, _ = _values(day, session_key, call_id, spent, at)
+        tokens, cost_usd, unknown = _clamped(spent)
         with self.store.lock:
             self.store.created = True
             old = self.store.spend.get((day, session_key, call_id), ZERO)
