@@ -40,6 +40,15 @@ def expire(url: str, token: int) -> None:
         conn.execute("UPDATE async_delegation_owners SET expires_at = 0 WHERE token = %s", (token,))
 
 
+def dispatched_then_expired(owner: PostgresLedger, url: str, *ids: str) -> int:
+    """``ids`` dispatched under the owner's lease, then the lease run out: its token."""
+    for did in ids:
+        owner.persist_dispatch(row(did), T0)
+    token = owner.lease.current()
+    expire(url, token)
+    return token
+
+
 def state(url: str, did: str) -> tuple[str, Any]:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute("SELECT state, event_json FROM async_delegations WHERE delegation_id=%s",
@@ -72,10 +81,7 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list]:
 
 def test_a_write_after_a_takeover_is_refused(hosts, pg_schema):
     owner, rescuer = hosts
-    owner.persist_dispatch(row("deleg_a"), T0)
-    owner.persist_dispatch(row("deleg_b"), T0)
-    token = owner.lease.current()
-    expire(pg_schema.url, token)
+    token = dispatched_then_expired(owner, pg_schema.url, "deleg_a", "deleg_b")
     assert rescuer.settle_abandoned("deleg_a", {"status": "unknown"}, {"status": "unknown"}, T0 + 9) is True
 
     assert owner.record_unit_child("deleg_b", {"index": 0, "status": "completed"}, T0 + 10) is False
@@ -90,9 +96,7 @@ def test_a_write_after_a_takeover_is_refused(hosts, pg_schema):
 
 def test_a_takeover_waits_for_a_write_in_flight_and_leaves_its_result_standing(hosts, pg_schema):
     owner, rescuer = hosts
-    owner.persist_dispatch(row("deleg_a"), T0)
-    token = owner.lease.current()
-    expire(pg_schema.url, token)
+    token = dispatched_then_expired(owner, pg_schema.url, "deleg_a")
     # The owner's completion is in flight: it holds the fence lock shared and has written.
     with psycopg.connect(pg_schema.url) as writer:
         writer.execute(FENCE_LOCK, (token,))
@@ -110,10 +114,7 @@ def test_a_takeover_waits_for_a_write_in_flight_and_leaves_its_result_standing(h
 
 def test_a_write_that_starts_during_a_takeover_waits_for_it_and_is_refused(hosts, pg_schema):
     owner, rescuer = hosts
-    owner.persist_dispatch(row("deleg_a"), T0)
-    owner.persist_dispatch(row("deleg_b"), T0)
-    token = owner.lease.current()
-    expire(pg_schema.url, token)
+    token = dispatched_then_expired(owner, pg_schema.url, "deleg_a", "deleg_b")
     with psycopg.connect(pg_schema.url) as takeover:  # the rescuer's settle, open: lease deleted, not committed
         assert rescuer._revoke_expired(takeover, token) is True
         thread, completed = in_thread(lambda: owner.persist_completion(
