@@ -1,4 +1,5 @@
-"""The ledger's schema migrations, one ``versions.Component`` per backend with the same numbers:
+"""The ledger's schema migrations, one ``versions.Component`` per backend; a number means the
+same step on both (the last may be one backend's only):
 
 1. the tables as they were before versions existed: created, or reconciled by adding the
    columns an older layout lacks (rows untouched);
@@ -18,6 +19,9 @@
 6. ``async_delegation_spend``: what subagents spent per day, session and split call, in the
    ledger so every host counts in one place (``offload.ledger.spend_table``); on SQLite the rows
    of the per-home ``subagent_spend`` table earlier versions kept in ``state.db`` move into it.
+7. PostgreSQL only: the functions a unit's dispatch and completion call (``offload_dispatch``,
+   ``offload_complete``: ``offload.ledger.postgres_functions``). SQLite stays at 6 (it has no
+   such step), so an older offload still opens a home's ``state.db``.
 
 Invariant: every step is idempotent and runs inside the migration's one transaction.
 """
@@ -131,5 +135,13 @@ def _postgres_spend(conn: Any) -> None:
         conn.execute(statement)
 
 
+def _postgres_functions(conn: Any) -> None:
+    from offload.ledger.postgres_functions import FUNCTIONS
+
+    for statement in FUNCTIONS:
+        conn.execute(statement)
+
+
 POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states, _postgres_delivery_columns,
-                                       _postgres_side_tables, _postgres_approvals, _postgres_spend))
+                                       _postgres_side_tables, _postgres_approvals, _postgres_spend,
+                                       _postgres_functions))

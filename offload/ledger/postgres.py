@@ -40,6 +40,7 @@ from offload.ledger.postgres_work_queue import PostgresWorkQueue
 from offload.ledger.postgres_outbox import WriteOutbox, no_payload
 from offload.ledger import postgres_replay as replays
 from offload.ledger import postgres_queue as work_queue
+from offload.ledger import postgres_functions as functions
 from offload.ledger import postgres_script as script
 from offload.ledger.postgres_sql import (
     CLAIM, COMPLETE_REPLAYED, DB_NOW, SELECT, SETTLE_ABANDONED, TABLE_EXISTS, completion_values, decode,
@@ -124,7 +125,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
     def persist_dispatch(self, row: DispatchRow, now: float, write: Callable[[Any], None] | None = None) -> None:
         def insert(conn: Any) -> None:
             # never stamps a row with a revoked lease: the insert is gated on the lease row
-            self._tokens[row.delegation_id], _ = self._leased(conn, lambda token: script.dispatch(
+            self._tokens[row.delegation_id], _ = self._leased(conn, lambda token: functions.dispatch(
                 conn, dispatch_values(row, now, self.host_id, token), token))
 
         def replay(conn: Any) -> None:
@@ -151,7 +152,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
         admitted = [True]
 
         def write(conn: Any) -> None:
-            token, admitted[0] = self._leased(conn, lambda token: script.dispatch(
+            token, admitted[0] = self._leased(conn, lambda token: functions.dispatch(
                 conn, dispatch_values(row, now, self.host_id, token), token, max_running))
             if admitted[0]:
                 self._tokens[row.delegation_id] = token
@@ -185,7 +186,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
             # notifies, all only while our lease exists
             update = (state, completed_at, now, event_json, result_json, row.delegation_id, token)
             whole = completion_values(row, state, completed_at, now, event_json, result_json, self.host_id, token)
-            if not script.complete(conn, token, update, whole, notify_channel(self._schema), row.delegation_id):
+            if not functions.complete(conn, token, update, whole, notify_channel(self._schema), row.delegation_id):
                 raise self._fenced(row.delegation_id, token)
             self._tokens.pop(row.delegation_id, None)
         self._partials.forget(row.delegation_id)  # its children are all in ``result``

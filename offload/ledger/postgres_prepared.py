@@ -88,6 +88,11 @@ def ran(conn: Any, new: list[str], ok: bool) -> None:
         _ON_CONNECTION[conn] = None
 
 
+def enabled() -> bool:
+    """Whether this process still prepares statements (no ``MISMATCH`` seen)."""
+    return _enabled
+
+
 def mismatched() -> None:
     """A session did not hold what this process prepared (see the module doc): plain text
     from now on, in this process."""

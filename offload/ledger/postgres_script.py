@@ -1,5 +1,6 @@
-"""The PostgreSQL ledger's hot writes in one round trip each: a unit's dispatch (with the
-cross-host capacity check), a worker's claim, a finished child, the completion with its NOTIFY.
+"""The PostgreSQL ledger's hot writes in one round trip each: a worker's claim, a finished
+child, a queued unit with its NOTIFY, and a completion whose row vanished (a unit's dispatch and
+its common completion are server-side functions: ``postgres_functions``).
 
 Each is one simple-query string of a few statements (psycopg's ``ClientCursor`` binds the
 parameters on the client), which PostgreSQL runs as ONE implicit transaction:
@@ -27,9 +28,7 @@ from psycopg.pq import ExecStatus
 from offload.ledger import postgres_prepared as prepared
 from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, LIVE_SLOTS
 from offload.ledger.postgres_lease import FENCE_LOCK
-from offload.ledger.postgres_sql import (
-    _COLUMNS, _WRITE_COLUMNS, FENCE, INSERT_DISPATCH, UPDATE_COMPLETION, SQL,
-)
+from offload.ledger.postgres_sql import _COLUMNS, _WRITE_COLUMNS, FENCE, SQL
 
 Statement = tuple[str, Sequence[Any]]
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -41,7 +40,6 @@ LEASE_HELD = "SELECT" + LEASED
 ROOM = f" ({LIVE_SLOTS}) < %s"
 
 
-
 def _type(declaration: str) -> str:
     return next(t for t in ("double precision", "bigint", "text") if declaration.startswith(t))
 
@@ -51,10 +49,6 @@ _TYPES = {name: _type(declaration) for name, declaration in _COLUMNS}
 # parameter in a select list would be text).
 _INSERT_SELECT = (f"INSERT INTO async_delegations ({', '.join(_WRITE_COLUMNS)}) SELECT "
                   + ", ".join(f"%s::{_TYPES[c]}" for c in _WRITE_COLUMNS))
-_ON_CONFLICT = INSERT_DISPATCH[INSERT_DISPATCH.index(" ON CONFLICT"):]
-DISPATCH = _INSERT_SELECT + " WHERE" + LEASED + _ON_CONFLICT
-DISPATCH_WITHIN = _INSERT_SELECT + " WHERE" + LEASED + " AND" + ROOM + _ON_CONFLICT
-COMPLETE = UPDATE_COMPLETION + " AND" + LEASED
 INSERT_COMPLETION = _INSERT_SELECT + " WHERE" + LEASED + " ON CONFLICT (delegation_id) DO NOTHING"
 NOTIFY_ANY = "SELECT pg_notify(%s, %s)"
 NOTIFY = NOTIFY_ANY + " WHERE" + LEASED
@@ -98,25 +92,12 @@ def _send(cur: Any, sqls: list[str], params: list[Any]) -> int:
     return skip
 
 
-def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | None = None) -> tuple[bool, bool]:
-    """Write the ``running`` row (``INSERT_DISPATCH`` values) under ``token``; with
-    ``max_running`` only if a slot is free on all hosts (under the capacity lock).
-    (whether the lease is held, whether the row was written)."""
-    if max_running is None:
-        _, (_, held), (written, _) = run(conn, [(FENCE_LOCK, (token,)), (LEASE_HELD, (token,)),
-                                                (DISPATCH, (*values, token))])
-    else:
-        _, (_, held), (written, _) = run(conn, [(LOCK_CAPACITY_AND_FENCE, (CAPACITY_LOCK_KEY, token)),
-                                                (LEASE_HELD, (token,)), (DISPATCH_WITHIN, (*values, token, max_running))])
-    return bool(held[0][0]), written > 0
-
-
-def complete(conn: Any, token: int, update: Sequence[Any], insert: Sequence[Any], channel: str,
-             delegation_id: str) -> bool:
-    """The terminal write (``UPDATE_COMPLETION`` params, else the whole row inserted if it
-    vanished) and its NOTIFY, only while ``token``'s lease exists; whether it did."""
-    _, (_, held), *_ = run(conn, [(FENCE_LOCK, (token,)), (LEASE_HELD, (token,)), (COMPLETE, (*update, token)),
-                                  (INSERT_COMPLETION, (*insert, token)), (NOTIFY, (channel, delegation_id, token))])
+def complete_whole(conn: Any, token: int, whole: Sequence[Any], channel: str, delegation_id: str) -> bool:
+    """A completion whose row no longer runs under ``token``: the whole row (``completion_values``)
+    inserted if it vanished, and the NOTIFY, only while the lease exists; whether it does. (The
+    common case, the row still running, is ``postgres_functions.complete``.)"""
+    _, (_, held), *_ = run(conn, [(FENCE_LOCK, (token,)), (LEASE_HELD, (token,)),
+                                  (INSERT_COMPLETION, (*whole, token)), (NOTIFY, (channel, delegation_id, token))])
     return bool(held[0][0])
 
 

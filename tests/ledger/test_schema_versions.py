@@ -21,6 +21,7 @@ from tests.e2e.conftest import offload
 
 T0 = 1_700_000_000.0
 NEWER = SQLITE_LEDGER.version + 1  # a version only a newer offload knows
+NEWER_PG = POSTGRES_LEDGER.version + 1  # the same on PostgreSQL (its step 7 is its own)
 _DELIVERY_COLUMNS = ("delivery_claim_pid", "delivery_claim_started_at", "delivery_progress", "drop_reason")
 # state.db as offload wrote it before schema versions (commit 44c8b85), word for word.
 _PREVIOUS_LAYOUT = (
@@ -253,10 +254,10 @@ def test_an_older_offload_on_a_shared_postgres_ledger_stops_instead_of_writing(p
     newer.persist_dispatch(DispatchRow("deleg_a", "agent:main", T0, {"goal": "g"}), T0)  # tables at this version
     newer.close()
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute("UPDATE offload_schema SET version=%s WHERE component='ledger'", (NEWER,))
+        conn.execute("UPDATE offload_schema SET version=%s WHERE component='ledger'", (NEWER_PG,))
     older = _pg_ledger(pg.url)
     try:
-        with pytest.raises(SchemaTooNew, match=f"ledger schema version {NEWER}, but this offload knows versions up to "
+        with pytest.raises(SchemaTooNew, match=f"ledger schema version {NEWER_PG}, but this offload knows versions up to "
                                                  f"{POSTGRES_LEDGER.version}"):
             older.pending_rows()
         with pytest.raises(SchemaTooNew):
@@ -264,11 +265,11 @@ def test_an_older_offload_on_a_shared_postgres_ledger_stops_instead_of_writing(p
     finally:
         older.close()
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM offload_schema").fetchall() == [(NEWER,)]
+        assert conn.execute("SELECT version FROM offload_schema").fetchall() == [(NEWER_PG,)]
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
     for command in (("agents",), ("worker",)):  # a listing, and a worker that would run units on it
         refused = offload(*command, OFFLOAD_LEDGER_URL=pg.url, OFFLOAD_BASE_URL="http://127.0.0.1:9/v1")
-        assert refused.returncode == 2 and f"ledger schema version {NEWER}" in refused.stderr, refused
+        assert refused.returncode == 2 and f"ledger schema version {NEWER_PG}" in refused.stderr, refused
         assert "Upgrade offload here" in refused.stderr and "offload:" in refused.stderr
 
 
