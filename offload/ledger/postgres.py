@@ -185,7 +185,8 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
             # moves the row still running under our token (or writes a vanished one whole) and
             # notifies, all only while our lease exists
             update = (state, completed_at, now, event_json, result_json, row.delegation_id, token)
-            whole = completion_values(row, state, completed_at, now, event_json, result_json, self.host_id, token)
+            whole = lambda: completion_values(  # noqa: E731 - the rare vanished row only
+                row, state, completed_at, now, event_json, result_json, self.host_id, token)
             if not functions.complete(conn, token, update, whole, notify_channel(self._schema), row.delegation_id):
                 raise self._fenced(row.delegation_id, token)
             self._tokens.pop(row.delegation_id, None)

@@ -24,7 +24,7 @@ arguments change is a new migration that drops the old signature.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from offload.ledger import postgres_prepared as prepared
 from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, LIVE_SLOTS
@@ -108,12 +108,12 @@ def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | No
     return written != LEASE_GONE, written > 0
 
 
-def complete(conn: Any, token: int, update: Sequence[Any], whole: Sequence[Any], channel: str,
+def complete(conn: Any, token: int, update: Sequence[Any], whole: Callable[[], Sequence[Any]], channel: str,
              delegation_id: str) -> bool:
     """The terminal write of the row running under ``token`` (``update``: ``UPDATE_COMPLETION``'s
     values) and its NOTIFY, only while the lease exists; whether it does. A row that no longer
-    runs under the token is written ``whole`` if it vanished (a second round trip, rare)."""
+    runs under the token is written ``whole()`` if it vanished (a second round trip, rare)."""
     written = _one(conn, _CALL_COMPLETE, (*update, channel))
     if written == 0:
-        return script.complete_whole(conn, token, whole, channel, delegation_id)
+        return script.complete_whole(conn, token, whole(), channel, delegation_id)
     return written != LEASE_GONE
