@@ -38,6 +38,7 @@ from offload.ledger.approval_table import PostgresApprovals
 from offload.ledger.spend_table import PostgresSpend
 from offload.ledger.postgres_work_queue import PostgresWorkQueue
 from offload.ledger.postgres_outbox import WriteOutbox, no_payload
+from offload.ledger.postgres_riders import RETRY, Riders
 from offload.ledger import postgres_replay as replays
 from offload.ledger import postgres_queue as work_queue
 from offload.ledger import postgres_functions as functions
@@ -78,6 +79,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
         self.fleet_full = False  # the last work-queue claim found no slot free on all hosts
         self._listener: CompletionListener | None = None
         self.outbox = WriteOutbox(self.location, clock=clock)
+        self._riders = Riders()  # completions waiting to ride a dispatch's round trip
 
     def exists(self) -> bool:
         return bool(self._run(lambda conn: conn.execute(TABLE_EXISTS).fetchone()[0]))
@@ -126,7 +128,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
         def insert(conn: Any) -> None:
             # never stamps a row with a revoked lease: the insert is gated on the lease row
             self._tokens[row.delegation_id], _ = self._leased(conn, lambda token: functions.dispatch(
-                conn, dispatch_values(row, now, self.host_id, token), token))
+                conn, dispatch_values(row, now, self.host_id, token), token, riders=self._riders.take()))
 
         def replay(conn: Any) -> None:
             # Never replaces a row: one that exists was written by this very dispatch before its
@@ -153,7 +155,7 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
 
         def write(conn: Any) -> None:
             token, admitted[0] = self._leased(conn, lambda token: functions.dispatch(
-                conn, dispatch_values(row, now, self.host_id, token), token, max_running))
+                conn, dispatch_values(row, now, self.host_id, token), token, max_running, self._riders.take()))
             if admitted[0]:
                 self._tokens[row.delegation_id] = token
         self.persist_dispatch(row, now, write=write)
@@ -180,19 +182,34 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
         state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
         event_json, result_json = dumps(event), dumps(result)
 
-        def write(conn: Any) -> None:
-            token = self._tokens.get(row.delegation_id) or self.lease.token(conn)
+        def update(token: int) -> tuple[Any, ...]:
+            return state, completed_at, now, event_json, result_json, row.delegation_id, token
+
+        def write(conn: Any, written: int | None = None, token: int | None = None) -> None:
+            token = token or self._tokens.get(row.delegation_id) or self.lease.token(conn)
             # moves the row still running under our token (or writes a vanished one whole) and
             # notifies, all only while our lease exists
-            update = (state, completed_at, now, event_json, result_json, row.delegation_id, token)
             whole = lambda: completion_values(  # noqa: E731 - the rare vanished row only
                 row, state, completed_at, now, event_json, result_json, self.host_id, token)
-            if not functions.complete(conn, token, update, whole, notify_channel(self._schema), row.delegation_id):
+            if not functions.complete(conn, token, update(token), whole, notify_channel(self._schema),
+                                      row.delegation_id, written):
                 raise self._fenced(row.delegation_id, token)
             self._tokens.pop(row.delegation_id, None)
+
+        def ride_or_write() -> None:
+            """Along the next dispatch's round trip while this process is dispatching
+            (``postgres_riders``), else on its own."""
+            token = self._tokens.get(row.delegation_id)
+            if token is not None and self._schema is not None:
+                written = self._riders.ride(functions.completion(update(token), notify_channel(self._schema)))
+                if written is not RETRY:
+                    if written == 0:  # its row vanished: written whole, on its own
+                        return self._run(lambda conn: write(conn, written, token), create=True)
+                    return write(None, written, token)  # settled (or fenced) without another exchange
+            return self._run(write, create=True)
         self._partials.forget(row.delegation_id)  # its children are all in ``result``
         self._write("recording a completion", row.delegation_id, write, write,
-                    lambda: len(event_json) + len(result_json), create=True)
+                    lambda: len(event_json) + len(result_json), create=True, now=ride_or_write)
 
     def _leased(self, conn: Any, attempt: Callable[[int], tuple[bool, _T]]) -> tuple[int, _T]:
         """``attempt(token)`` under this process's lease: (held, value). Once more under a new
@@ -381,10 +398,12 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
         return self._write(what, delegation_id, update, update, no_payload, missing=False)
 
     def _write(self, what: str, delegation_id: str, write: Callable[[Any], _T], replay: Callable[[Any], Any],
-               measure: Callable[[], int], *, create: bool = False, missing: Any = _MISSING) -> _T:
-        """A durable write through the outbox: made now, or kept in order while the server is
-        unreachable and replayed (``replay``: the idempotent, fenced form) once it is back."""
-        return self.outbox.submit(what, delegation_id, lambda: self._run(write, create=create, missing=missing),
+               measure: Callable[[], int], *, create: bool = False, missing: Any = _MISSING,
+               now: Callable[[], _T] | None = None) -> _T:
+        """A durable write through the outbox: made now (``now()``, by default ``write`` on a
+        pooled connection), or kept in order while the server is unreachable and replayed
+        (``replay``: the idempotent, fenced form) once it is back."""
+        return self.outbox.submit(what, delegation_id, now or (lambda: self._run(write, create=create, missing=missing)),
                                   lambda: self._run(replay, create=create, missing=missing), measure)
 
     def _catch_up(self) -> None:

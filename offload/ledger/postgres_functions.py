@@ -23,12 +23,14 @@ arguments change is a new migration that drops the old signature.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, Sequence
 
 from offload.ledger import postgres_prepared as prepared
 from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, LIVE_SLOTS
 from offload.ledger.postgres_lease import FENCE_LOCK
+from offload.ledger.postgres_riders import RETRY, Rider
 from offload.ledger import postgres_script as script
 from offload.ledger.postgres_script import LEASED, _TYPES
 from offload.ledger.postgres_sql import _WRITE_COLUMNS, INSERT_DISPATCH, UPDATE_COMPLETION
@@ -89,31 +91,66 @@ _CALL_COMPLETE = _call("offload_complete", _COMPLETE_PARAMS)
 
 
 def _one(conn: Any, call: str, params: Sequence[Any]) -> int:
-    """The function's result. Prepared by psycopg after a few uses on a connection, unless this
+    return _row(conn, call, params)[0]
+
+
+def _row(conn: Any, call: str, params: Sequence[Any]) -> tuple[Any, ...]:
+    """The call's one row. Prepared by psycopg after a few uses on a connection, unless this
     process found the server's sessions do not keep what it prepares (``postgres_prepared``):
     then, and after the failure that shows it (nothing of the call ran), never."""
     try:
-        return conn.execute(call, params, prepare=None if prepared.enabled() else False).fetchone()[0]
+        return conn.execute(call, params, prepare=None if prepared.enabled() else False).fetchone()
     except prepared.MISMATCH:
         prepared.mismatched()
-        return conn.execute(call, params, prepare=False).fetchone()[0]
+        return conn.execute(call, params, prepare=False).fetchone()
 
 
-def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | None = None) -> tuple[bool, bool]:
+def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | None = None,
+             riders: Sequence[Rider] = ()) -> tuple[bool, bool]:
     """Write the ``running`` row (``dispatch_values``, ``token`` last) under ``token``; with
-    ``max_running`` only if a slot is free on all hosts (under the capacity lock).
-    (whether the lease is held, whether the row was written)."""
+    ``max_running`` only if a slot is free on all hosts (under the capacity lock). ``riders``:
+    completions sent first in the same round trip and transaction, each answered here
+    (``postgres_riders``). (whether the lease is held, whether the row was written)."""
     assert values[-1] == token
-    written = _one(conn, _CALL_DISPATCH, (token, max_running, *values[:-1]))
+    params = (token, max_running, *values[:-1])
+    written = _carrying(conn, riders, params) if riders else _one(conn, _CALL_DISPATCH, params)
     return written != LEASE_GONE, written > 0
 
 
+def _carrying(conn: Any, riders: Sequence[Rider], params: Sequence[Any]) -> int:
+    """The riders' completions, then the dispatch, as one statement (``_CARRY``): one round
+    trip, one transaction. The completions go first (PostgreSQL evaluates a select list left
+    to right, and each function's statements see what the earlier ones wrote), so the
+    dispatch's slot count no longer sees their units running."""
+    try:
+        *results, written = _row(conn, _carry(len(riders)), [*(p for r in riders for p in r.params), *params])
+    except BaseException:
+        for rider in riders:
+            rider.answer(RETRY)  # each sends itself (after a lost connection, a no-op if this committed)
+        raise
+    for rider, result in zip(riders, results):
+        rider.answer(result)
+    return written
+
+
+@functools.lru_cache(maxsize=None)
+def _carry(riders: int) -> str:
+    return "SELECT " + ", ".join([_CALL_COMPLETE[len("SELECT "):]] * riders + [_CALL_DISPATCH[len("SELECT "):]])
+
+
+def completion(update: Sequence[Any], channel: str) -> tuple[Any, ...]:
+    """The completion function's arguments (``update``: ``UPDATE_COMPLETION``'s values)."""
+    return (*update, channel)
+
+
 def complete(conn: Any, token: int, update: Sequence[Any], whole: Callable[[], Sequence[Any]], channel: str,
-             delegation_id: str) -> bool:
+             delegation_id: str, written: int | None = None) -> bool:
     """The terminal write of the row running under ``token`` (``update``: ``UPDATE_COMPLETION``'s
     values) and its NOTIFY, only while the lease exists; whether it does. A row that no longer
-    runs under the token is written ``whole()`` if it vanished (a second round trip, rare)."""
-    written = _one(conn, _CALL_COMPLETE, (*update, channel))
+    runs under the token is written ``whole()`` if it vanished (a second round trip, rare).
+    ``written``: the function's result when a dispatch already carried it."""
+    if written is None:
+        written = _one(conn, _CALL_COMPLETE, completion(update, channel))
     if written == 0:
         return script.complete_whole(conn, token, whole(), channel, delegation_id)
     return written != LEASE_GONE
