@@ -111,23 +111,23 @@ def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | No
     ``max_running`` only if a slot is free on all hosts (under the capacity lock). ``riders``:
     completions sent first in the same round trip and transaction, each answered here
     (``postgres_riders``). (whether the lease is held, whether the row was written)."""
-    assert values[-1] == token
-    params = (token, max_running, *values[:-1])
-    written = _carrying(conn, riders, params) if riders else _one(conn, _CALL_DISPATCH, params)
+    try:
+        assert values[-1] == token
+        params = (token, max_running, *values[:-1])
+        written = _carrying(conn, riders, params) if riders else _one(conn, _CALL_DISPATCH, params)
+    finally:
+        for rider in riders:
+            if not rider.done.is_set():  # nothing committed (or nobody knows): it sends itself,
+                rider.answer(RETRY)  # which after a lost connection is a no-op if this did commit
     return written != LEASE_GONE, written > 0
 
 
 def _carrying(conn: Any, riders: Sequence[Rider], params: Sequence[Any]) -> int:
-    """The riders' completions, then the dispatch, as one statement (``_CARRY``): one round
+    """The riders' completions, then the dispatch, as one statement (``_carry``): one round
     trip, one transaction. The completions go first (PostgreSQL evaluates a select list left
     to right, and each function's statements see what the earlier ones wrote), so the
     dispatch's slot count no longer sees their units running."""
-    try:
-        *results, written = _row(conn, _carry(len(riders)), [*(p for r in riders for p in r.params), *params])
-    except BaseException:
-        for rider in riders:
-            rider.answer(RETRY)  # each sends itself (after a lost connection, a no-op if this committed)
-        raise
+    *results, written = _row(conn, _carry(len(riders)), [*(p for r in riders for p in r.params), *params])
     for rider, result in zip(riders, results):
         rider.answer(result)
     return written

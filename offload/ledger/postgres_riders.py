@@ -2,7 +2,7 @@
 
 While a process is dispatching (a dispatch was sent within ``WINDOW_S``), a unit's completion
 does not make its own round trip and commit at once: it waits up to ``WAIT_S`` for the next
-dispatch, which sends it first in the same pipeline and transaction (``postgres_functions``),
+dispatch, which sends it first in the same statement and transaction (``postgres_functions``),
 then hands each rider its function's result. Two writes then cost the server one round trip,
 one commit and one WAL flush instead of two, and both ends less CPU; a dispatcher never waits
 for anyone (it carries only what is queued when it sends, never an exchange in flight). A
