@@ -32,7 +32,7 @@ from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY, LIVE_SLOTS
 from offload.ledger.postgres_lease import FENCE_LOCK
 from offload.ledger.postgres_riders import RETRY, Rider
 from offload.ledger import postgres_script as script
-from offload.ledger.postgres_script import LEASED, _TYPES
+from offload.ledger.postgres_script import LEASED, LOCK_CAPACITY, _TYPES
 from offload.ledger.postgres_sql import _WRITE_COLUMNS, INSERT_DISPATCH, UPDATE_COMPLETION
 
 LEASE_GONE = -1
@@ -69,7 +69,7 @@ _LEASE_CHECK = f"  IF NOT{_bound(LEASED, ['p_token'])} THEN RETURN {LEASE_GONE};
 _DISPATCH_PARAMS = (("p_token", "bigint"), ("p_max_running", "bigint"), *_ROW[:-1])  # the row's last: the token
 DISPATCH = _create("offload_dispatch", _DISPATCH_PARAMS, "\n".join((
     "  IF p_max_running IS NOT NULL THEN",
-    f"    PERFORM pg_advisory_xact_lock(hashtext('{CAPACITY_LOCK_KEY}' || current_schema()));",
+    f"    {_perform(LOCK_CAPACITY, repr(CAPACITY_LOCK_KEY))};",
     "  END IF;",
     f"  {_perform(FENCE_LOCK, 'p_token')};",
     _LEASE_CHECK,
@@ -114,7 +114,8 @@ def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | No
     try:
         assert values[-1] == token
         params = (token, max_running, *values[:-1])
-        written = _carrying(conn, riders, params) if riders else _one(conn, _CALL_DISPATCH, params)
+        written = _carrying(conn, riders, params, max_running is not None) if riders else _one(
+            conn, _CALL_DISPATCH, params)
     finally:
         for rider in riders:
             if not rider.done.is_set():  # nothing committed (or nobody knows): it sends itself,
@@ -122,20 +123,25 @@ def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | No
     return written != LEASE_GONE, written > 0
 
 
-def _carrying(conn: Any, riders: Sequence[Rider], params: Sequence[Any]) -> int:
+def _carrying(conn: Any, riders: Sequence[Rider], params: Sequence[Any], capacity: bool) -> int:
     """The riders' completions, then the dispatch, as one statement (``_carry``): one round
     trip, one transaction. The completions go first (PostgreSQL evaluates a select list left
     to right, and each function's statements see what the earlier ones wrote), so the
-    dispatch's slot count no longer sees their units running."""
-    *results, written = _row(conn, _carry(len(riders)), [*(p for r in riders for p in r.params), *params])
-    for rider, result in zip(riders, results):
+    dispatch's slot count no longer sees their units running. A dispatch within the capacity
+    takes the capacity lock before them: locks in the order every claim takes them (capacity,
+    then a fence), never a fence held while waiting for the capacity."""
+    lock = (CAPACITY_LOCK_KEY,) if capacity else ()
+    *results, written = _row(conn, _carry(len(riders), capacity),
+                             [*lock, *(p for r in riders for p in r.params), *params])
+    for rider, result in zip(riders, results[len(lock):]):
         rider.answer(result)
     return written
 
 
 @functools.lru_cache(maxsize=None)
-def _carry(riders: int) -> str:
-    return "SELECT " + ", ".join([_CALL_COMPLETE[len("SELECT "):]] * riders + [_CALL_DISPATCH[len("SELECT "):]])
+def _carry(riders: int, capacity: bool) -> str:
+    calls = [LOCK_CAPACITY[len("SELECT "):]] * capacity + [_CALL_COMPLETE[len("SELECT "):]] * riders
+    return "SELECT " + ", ".join([*calls, _CALL_DISPATCH[len("SELECT "):]])
 
 
 def completion(update: Sequence[Any], channel: str) -> tuple[Any, ...]:

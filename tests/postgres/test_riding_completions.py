@@ -15,6 +15,8 @@ import pytest
 from bench import worker_probe
 from offload.ledger import postgres_connections, postgres_riders
 from offload.ledger.postgres import PostgresLedger
+from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY
+from offload.ledger.postgres_lease import TAKEOVER_LOCK
 from offload.ledger.protocol import DispatchRow, LedgerError
 
 pytestmark = pytest.mark.timeout(60)
@@ -124,3 +126,26 @@ def test_when_the_carriers_statement_fails_the_rider_writes_itself(ledger, pg_sc
     thread.join(20)
     assert outcome == [None] and stored(pg_schema.url, "deleg_a")[0] == "completed"
     assert stored(pg_schema.url, "deleg_b") is None
+
+
+def test_a_carrier_within_the_capacity_waits_for_its_lock_holding_no_fence(ledger, pg_schema):
+    """Locks in the order every claim takes them: the capacity lock, then a fence. A carrier
+    that took its rider's fence first and then waited for the capacity could deadlock with a
+    claim (capacity held, waiting for a fence) behind a takeover (waiting for that first fence)."""
+    from tests.postgres.test_fence_lock import in_thread, wait_until_blocked
+
+    assert ledger.persist_dispatch_within(row("deleg_a"), T0, max_running=10)
+    token = ledger.lease.current()
+    thread, outcome = completing(ledger, "deleg_a")
+    with psycopg.connect(pg_schema.url) as claim, psycopg.connect(pg_schema.url) as takeover:
+        claim.execute("SELECT pg_advisory_xact_lock(hashtext(%s || current_schema()))", (CAPACITY_LOCK_KEY,))
+        carrier, admitted = in_thread(lambda: ledger.persist_dispatch_within(row("deleg_b"), T0, max_running=10))
+        wait_until_blocked(pg_schema.url)  # the carrier waits for the capacity lock
+        try_takeover = TAKEOVER_LOCK.replace("pg_advisory_xact_lock", "pg_try_advisory_xact_lock")
+        assert takeover.execute(try_takeover, (token,)).fetchone()[0], "the carrier holds its rider's fence"
+        takeover.rollback()
+        claim.rollback()  # the capacity is free again: the carrier goes on
+        carrier.join(20)
+    thread.join(20)
+    assert admitted == [True] and outcome == [None]
+    assert stored(pg_schema.url, "deleg_a")[0] == "completed" and stored(pg_schema.url, "deleg_b")[0] == "running"
