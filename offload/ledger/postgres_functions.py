@@ -52,7 +52,7 @@ def _bound(sql: str, names: Sequence[str]) -> str:
 
 
 def _perform(select: str, *names: str) -> str:
-    return "PERFORM " + _bound(select[len("SELECT "):], names)
+    return "PERFORM " + _bound(select.removeprefix("SELECT "), names)
 
 
 def _create(name: str, params: Sequence[tuple[str, str]], body: str) -> str:
@@ -62,7 +62,8 @@ def _create(name: str, params: Sequence[tuple[str, str]], body: str) -> str:
 
 
 def _call(name: str, params: Sequence[tuple[str, str]]) -> str:
-    return f"SELECT {name}({', '.join(f'%s::{kind}' for _, kind in params)})"
+    """The call as an expression of a select list, its arguments cast to the declared types."""
+    return f"{name}({', '.join(f'%s::{kind}' for _, kind in params)})"
 
 
 _LEASE_CHECK = f"  IF NOT{_bound(LEASED, ['p_token'])} THEN RETURN {LEASE_GONE}; END IF;"
@@ -88,10 +89,8 @@ COMPLETE = _create("offload_complete", _COMPLETE_PARAMS, "\n".join((
 FUNCTIONS = (DISPATCH, COMPLETE)
 _CALL_DISPATCH = _call("offload_dispatch", _DISPATCH_PARAMS)
 _CALL_COMPLETE = _call("offload_complete", _COMPLETE_PARAMS)
-
-
-def _one(conn: Any, call: str, params: Sequence[Any]) -> int:
-    return _row(conn, call, params)[0]
+_COMPLETE_ALONE = f"SELECT {_CALL_COMPLETE}"
+_LOCK_CAPACITY = LOCK_CAPACITY.removeprefix("SELECT ")
 
 
 def _row(conn: Any, call: str, params: Sequence[Any]) -> tuple[Any, ...]:
@@ -113,9 +112,8 @@ def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | No
     (``postgres_riders``). (whether the lease is held, whether the row was written)."""
     try:
         assert values[-1] == token
-        params = (token, max_running, *values[:-1])
-        written = _carrying(conn, riders, params, max_running is not None) if riders else _one(
-            conn, _CALL_DISPATCH, params)
+        # with riders, a dispatch within the capacity takes its lock before their fences
+        written = _carrying(conn, riders, (token, max_running, *values[:-1]), bool(riders) and max_running is not None)
     finally:
         for rider in riders:
             if not rider.done.is_set():  # nothing committed (or nobody knows): it sends itself,
@@ -124,7 +122,8 @@ def dispatch(conn: Any, values: Sequence[Any], token: int, max_running: int | No
 
 
 def _carrying(conn: Any, riders: Sequence[Rider], params: Sequence[Any], capacity: bool) -> int:
-    """The riders' completions, then the dispatch, as one statement (``_carry``): one round
+    """The riders' completions (none: the dispatch alone), then the dispatch, as one statement
+    (``_carry``): one round
     trip, one transaction. The completions go first (PostgreSQL evaluates a select list left
     to right, and each function's statements see what the earlier ones wrote), so the
     dispatch's slot count no longer sees their units running. A dispatch within the capacity
@@ -140,8 +139,7 @@ def _carrying(conn: Any, riders: Sequence[Rider], params: Sequence[Any], capacit
 
 @functools.lru_cache(maxsize=None)
 def _carry(riders: int, capacity: bool) -> str:
-    calls = [LOCK_CAPACITY[len("SELECT "):]] * capacity + [_CALL_COMPLETE[len("SELECT "):]] * riders
-    return "SELECT " + ", ".join([*calls, _CALL_DISPATCH[len("SELECT "):]])
+    return "SELECT " + ", ".join([_LOCK_CAPACITY] * capacity + [_CALL_COMPLETE] * riders + [_CALL_DISPATCH])
 
 
 def completion(update: Sequence[Any], channel: str) -> tuple[Any, ...]:
@@ -156,7 +154,7 @@ def complete(conn: Any, token: int, update: Sequence[Any], whole: Callable[[], S
     runs under the token is written ``whole()`` if it vanished (a second round trip, rare).
     ``written``: the function's result when a dispatch already carried it."""
     if written is None:
-        written = _one(conn, _CALL_COMPLETE, completion(update, channel))
+        [written] = _row(conn, _COMPLETE_ALONE, completion(update, channel))
     if written == 0:
         return script.complete_whole(conn, token, whole(), channel, delegation_id)
     return written != LEASE_GONE
