@@ -8,8 +8,11 @@ Invariants beyond the ledger contract:
 - every claim is one conditional ``UPDATE`` (PostgreSQL re-checks the condition after a row
   lock wait, so of N racing consumers exactly one wins); multi-row claims use
   ``FOR UPDATE SKIP LOCKED``; nothing is read-then-written without a row lock;
-- the hot writes (dispatch, work-queue claim, finished child, completion with its NOTIFY) are
-  one round trip each (``postgres_script``), fenced as below;
+- the hot writes are one round trip each, fenced as below: a unit's dispatch and its completion
+  call server-side functions (``postgres_functions``), and a completion rides the next dispatch
+  while the process is dispatching (``postgres_riders``); a work-queue claim and a finished
+  child are scripts of statements (``postgres_script``);
+- delivery claims are ``postgres_delivery``'s;
 - each process holds an owner lease (``postgres_lease``); terminal writes and
   per-child records are fenced by its token, recovery of another host's rows needs its lease
   to have expired on the database clock;
@@ -37,6 +40,7 @@ from offload.ledger.postgres_side import PostgresSideTables
 from offload.ledger.approval_table import PostgresApprovals
 from offload.ledger.spend_table import PostgresSpend
 from offload.ledger.postgres_work_queue import PostgresWorkQueue
+from offload.ledger.postgres_delivery import PostgresDeliveryClaims
 from offload.ledger.postgres_outbox import WriteOutbox, no_payload
 from offload.ledger.postgres_riders import RETRY, Riders
 from offload.ledger import postgres_replay as replays
@@ -44,7 +48,7 @@ from offload.ledger import postgres_queue as work_queue
 from offload.ledger import postgres_functions as functions
 from offload.ledger import postgres_script as script
 from offload.ledger.postgres_sql import (
-    CLAIM, COMPLETE_REPLAYED, DB_NOW, SELECT, SETTLE_ABANDONED, TABLE_EXISTS, completion_values, decode,
+    DB_NOW, SELECT, SETTLE_ABANDONED, TABLE_EXISTS, completion_values, decode,
     dispatch_values, notify_channel, queue_channel,
 )
 from offload.ledger.postgres_sql import SQL as _SQL
@@ -58,7 +62,7 @@ LISTEN_WAIT_S = 2.0
 
 
 class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals, PostgresSpend, BrowseReads,
-                     PostgresWorkQueue):
+                     PostgresWorkQueue, PostgresDeliveryClaims):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 
     _dialect, _owner_hosts = POSTGRES, True
@@ -318,69 +322,6 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
         rows = self._select(_SQL.by_id_where, (delegation_id,))
         return rows[0] if rows else None
 
-    # -- delivery claims ------------------------------------------------------------------
-    def claimed_rows(self) -> list[LedgerRow]:
-        return self._select(_SQL.claimed_where, ())
-
-    def claim_abandoned(self, row: LedgerRow, alive: OwnerCheck) -> bool:
-        """Whether the claim holder is known dead: its process on this host, its lease elsewhere."""
-        extra = row.extra or {}
-        if row.delivery_claim is None or row.delivery_claim_pid is None:
-            return False
-        if extra.get("claim_host") == self.host_id:
-            return not alive(row.delivery_claim_pid, row.delivery_claim_started_at)
-        return extra.get("claim_token") is not None and not extra.get("claim_lease_live")
-
-    def claim_delivery(self, delegation_id: str, claim: str, now: float, lease_s: float,
-                       holder: tuple[int, int | None] | None = None) -> bool | None:
-        self._catch_up()  # a claim is granted only on a row this process's kept writes are in
-        pid, started = holder or (None, None)
-
-        def claim_row(conn: Any) -> bool | None:
-            # The lease makes this process's death visible to other hosts (its claim then lapses
-            # with the lease, not the claim lease); a consumer takes one at its first claim.
-            token = self.lease.token(conn)
-            if conn.execute(CLAIM, (claim, now, pid, started, self.host_id, token, delegation_id,
-                                    now - lease_s)).rowcount:
-                return True
-            found = conn.execute(_SQL.claim_holder, (delegation_id,)).fetchone()
-            if found is None:
-                return None
-            return found[0] == claim  # our own claim: the first try committed but its answer was lost
-        return self._run(claim_row, missing=None)
-
-    def complete_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
-        # Replayed, the claim itself may never have reached the server (it was granted in memory
-        # while the server was down), so a row nobody else has claimed is completed too.
-        return self._write("completing a delivery", delegation_id,
-                           _updating(_SQL.complete, (now, now, delegation_id, claim)),
-                           _updating(COMPLETE_REPLAYED, (now, now, delegation_id, claim)), no_payload, missing=False)
-
-    def release_delivery(self, delegation_id: str, claim: str, now: float, max_attempts: int,
-                         reason: str | None = None) -> str:
-        def release(conn: Any) -> Any:
-            return conn.execute(_SQL.release, (max_attempts, max_attempts, reason, max_attempts, now, delegation_id,
-                                               claim)).fetchone()
-        state = self._write("releasing a delivery", delegation_id, release, release, no_payload, missing=None)
-        return state[0] if state else ""
-
-    def defer_delivery(self, delegation_id: str, claim: str, now: float) -> bool:
-        return self._update(_SQL.defer, (now, delegation_id, claim), "deferring a delivery", delegation_id)
-
-    def record_progress(self, delegation_id: str, claim: str, parts: int, now: float) -> bool:
-        return self._update(_SQL.progress, (parts, now, delegation_id, claim), "recording a delivery's progress",
-                            delegation_id)
-
-    def drop_delivery(self, delegation_id: str, claim: str | None, now: float, reason: str | None = None) -> bool:
-        if claim is None:
-            return self._update(_SQL.drop, (now, reason, delegation_id), "dropping a delivery", delegation_id)
-        return self._update(_SQL.drop_claimed, (now, reason, delegation_id, claim), "dropping a delivery",
-                            delegation_id)
-
-    def mark_delivered(self, delegation_id: str, now: float) -> bool:
-        return self._update(_SQL.mark_delivered, (now, now, delegation_id), "acknowledging a delivery",
-                            delegation_id)
-
     # -- housekeeping -----------------------------------------------------------------------
     def prune(self, now: float, retention_s: float, max_settled: int) -> int:
         def prune_rows(conn: Any) -> int:
@@ -393,10 +334,6 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
         return self._run(prune_rows, missing=0)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _update(self, statement: str, params: tuple[Any, ...], what: str, delegation_id: str) -> bool:
-        update = _updating(statement, params)
-        return self._write(what, delegation_id, update, update, no_payload, missing=False)
-
     def _write(self, what: str, delegation_id: str, write: Callable[[Any], _T], replay: Callable[[Any], Any],
                measure: Callable[[], int], *, create: bool = False, missing: Any = _MISSING,
                now: Callable[[], _T] | None = None) -> _T:
@@ -416,6 +353,3 @@ class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals,
         return self._run(lambda conn: [decode(r) for r in conn.execute(f"{SELECT} {tail}", params).fetchall()],
                          missing=[])
 
-
-def _updating(statement: str, params: tuple[Any, ...]) -> Callable[[Any], bool]:
-    return lambda conn: conn.execute(statement, params).rowcount > 0
