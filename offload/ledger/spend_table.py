@@ -36,21 +36,19 @@ INDEXES = (
     " WHERE call_id <> ''",
 )
 _COLUMNS = "day, session_key, call_id, tokens, cost_usd, cost_unknown_calls, updated_at"
-_ADD = (f"INSERT INTO async_delegation_spend ({_COLUMNS}) VALUES ({{marks}})"
-        " ON CONFLICT (day, session_key, call_id) DO UPDATE SET"
-        " tokens = async_delegation_spend.tokens + excluded.tokens,"
-        " cost_usd = async_delegation_spend.cost_usd + excluded.cost_usd,"
-        " cost_unknown_calls = async_delegation_spend.cost_unknown_calls + excluded.cost_unknown_calls,"
-        " updated_at = excluded.updated_at")
+# what an insert onto an existing row does: it adds
+_ACCUMULATE = (" ON CONFLICT (day, session_key, call_id) DO UPDATE SET"
+               " tokens = async_delegation_spend.tokens + excluded.tokens,"
+               " cost_usd = async_delegation_spend.cost_usd + excluded.cost_usd,"
+               " cost_unknown_calls = async_delegation_spend.cost_unknown_calls + excluded.cost_unknown_calls")
+_ADD = (f"INSERT INTO async_delegation_spend ({_COLUMNS}) VALUES ({{marks}})" + _ACCUMULATE
+        + ", updated_at = excluded.updated_at")
 SQLITE_ADD = _ADD.format(marks=",".join("?" * 7))
 POSTGRES_ADD = _ADD.format(marks=",".join(["%s"] * 7))
 # Rows of the per-home table earlier versions kept in state.db (migration 6 moves them here).
 SQLITE_LEGACY_MOVE = ("INSERT INTO async_delegation_spend (day, session_key, call_id, tokens, cost_usd,"
                       " cost_unknown_calls) SELECT day, session_key, '', tokens, {cost}, {unknown} FROM subagent_spend"
-                      " WHERE true ON CONFLICT (day, session_key, call_id) DO UPDATE SET"
-                      " tokens = async_delegation_spend.tokens + excluded.tokens,"
-                      " cost_usd = async_delegation_spend.cost_usd + excluded.cost_usd,"
-                      " cost_unknown_calls = async_delegation_spend.cost_unknown_calls + excluded.cost_unknown_calls")
+                      " WHERE true" + _ACCUMULATE)
 
 
 def _sums(scopes: Sequence[tuple[str, str]], mark: str) -> tuple[str, list[str]]:
