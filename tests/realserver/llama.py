@@ -21,6 +21,11 @@ from pathlib import Path
 import pytest
 
 START_COMMAND = 'eval "$(.ci/llama-up)"'
+# ggml's "extra" buffer types (CPU repacking, and the AMX backend on CPUs that have it) stay off:
+# an AMX build crashed with SIGSEGV in ggml_backend_amx_mul_mat while loading any model. The flag
+# covers this server; the variable covers the model servers a router (--models-dir) starts.
+NO_REPACK_ARGS = ("--no-repack",)
+NO_REPACK_ENV = {"LLAMA_ARG_REPACK": "0"}
 READY_TIMEOUT_S = 180.0  # loading the model takes a second or two; a loaded CI machine, much longer
 
 
@@ -55,8 +60,9 @@ class LlamaServer:
         # -t 2: the machine has two cores; --no-webui: an API server only; --temp 0: the same
         # answer every run (greedy sampling), so a test sees what the last run saw.
         command = [binary, "--host", "127.0.0.1", "--port", str(self.port), "-t", "2", "--no-webui",
-                   "--temp", "0", "--seed", "28", *args]
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                   "--temp", "0", "--seed", "28", *NO_REPACK_ARGS, *args]
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **NO_REPACK_ENV})
 
     def wait_ready(self) -> LlamaServer:
         deadline = time.monotonic() + READY_TIMEOUT_S
