@@ -29,7 +29,8 @@ from typing import Any, Callable, Mapping, Protocol
 
 from offload.agent.activity import ActivityTracker
 from offload.agent.child import derive_child_settings
-from offload.agent.llm import DEFAULT_STREAM_IDLE_TIMEOUT_S, AssistantTurn, LLMClient, LLMError, ModelNotFoundError
+from offload.agent.llm import (CHILD_IDLE_TIMEOUT_KEY, DEFAULT_STREAM_IDLE_TIMEOUT_S, PARENT_IDLE_TIMEOUT_KEY, AssistantTurn,
+                              LLMClient, LLMError, ModelNotFoundError)
 from offload.agent.prompts import default_system_prompt
 from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
@@ -116,8 +117,9 @@ class AIAgent:
     @property
     def llm(self) -> TurnStreamer:
         if self._llm is None:
+            key = CHILD_IDLE_TIMEOUT_KEY if self._delegate_depth else PARENT_IDLE_TIMEOUT_KEY  # what sets its limit
             self._llm = LLMClient(self.model, self.base_url, self.api_key,
-                                  stream_idle_timeout_s=self.stream_idle_timeout_s)
+                                  stream_idle_timeout_s=self.stream_idle_timeout_s, idle_timeout_key=key)
         return self._llm
 
     def close(self) -> None:

@@ -31,6 +31,9 @@ def _entries(event: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(results, list) and results:
         entries = [r for r in results if isinstance(r, dict)]
         return sorted(entries, key=lambda r: r.get("task_index") if isinstance(r.get("task_index"), int) else 0)
+    indexes = [i for i in event.get("task_indexes") or range(len(event.get("goals") or [])) if isinstance(i, int)]
+    if event.get("is_batch") and len(indexes) > 1:  # no child reported (a recovered unit): each shares its outcome
+        return [{**event, "task_index": i} for i in indexes]
     return [event]  # a single-task unit carries its outcome at the top level
 
 
