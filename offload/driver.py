@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from offload.agent.run_state import unknown_usage_note
 from offload.context import result_chain
 from offload import exit_codes
 from offload.cli.views import Ui
@@ -147,13 +148,12 @@ class SessionDriver:
         """Tokens (and cost, when the provider reports one) of this process's turns, with the
         subagents whose results were delivered here (or that ran inline) included."""
         totals = getattr(self.conversation.agent, "usage_totals", None)
-        unreported = int(totals.get("tokens_unreported") or 0) if isinstance(totals, dict) else 0
-        if not isinstance(totals, dict) or not (totals.get("input_tokens") or totals.get("output_tokens") or unreported):
+        unknown = unknown_usage_note(totals) if isinstance(totals, dict) else None
+        if not isinstance(totals, dict) or not (totals.get("input_tokens") or totals.get("output_tokens") or unknown):
             return None
         cost = totals.get("cost_usd")
         cost_text = f"cost ${cost:.4f}" if isinstance(cost, (int, float)) else "cost not reported by the provider"
-        unknown = (f"; {unreported} model run(s) whose server reported no usage are not counted (unknown)"
-                   if unreported else "")
+        unknown = f"; {unknown}" if unknown else ""
         return (f"tokens used by this run: {totals['input_tokens']:,} in / {totals['output_tokens']:,} out, "
                 f"subagents included ({cost_text}{unknown})")
 
