@@ -43,6 +43,11 @@ def child_mark(state: str, entry: Any = None) -> tuple[str, str]:
     return MARKS[state], state
 
 
+def child_tone(state: str, entry: Any = None) -> str:
+    """The tone of a child: a truncated one (``child_mark``) is ``warn``, never green."""
+    return "warn" if isinstance(entry, dict) and is_truncated(entry) else tone(state)
+
+
 def tone(word: Any) -> str:
     """The tone of a unit or child state (any stored spelling), a delivery state or an owner fate."""
     text = str(word or "").strip().lower()
