@@ -29,8 +29,8 @@ from typing import Any, Callable, Mapping, Protocol
 
 from offload.agent.activity import ActivityTracker
 from offload.agent.child import derive_child_settings
-from offload.agent.llm import (CHILD_IDLE_TIMEOUT_KEY, DEFAULT_STREAM_IDLE_TIMEOUT_S, PARENT_IDLE_TIMEOUT_KEY, AssistantTurn,
-                              LLMClient, LLMError, ModelNotFoundError)
+from offload.agent.llm import (CHILD_IDLE_TIMEOUT_KEY, DEFAULT_STREAM_IDLE_TIMEOUT_S, PARENT_IDLE_TIMEOUT_KEY,
+                              AssistantTurn, LLMClient, LLMError, ModelNotFoundError)
 from offload.agent.prompts import default_system_prompt
 from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets

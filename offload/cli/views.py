@@ -174,7 +174,8 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
 
     def status(rec: dict[str, Any]) -> str:
         cut = sum(1 for child in rec["children"] if child.get("truncated"))
-        text = (f"{rec['state']}{f' ({cut} {TRUNCATED_WORD})' if cut else ''}  finished {_age(rec['completed_at'], now)} ago  "
+        state = f"{rec['state']} ({cut} {TRUNCATED_WORD})" if cut else rec["state"]
+        text = (f"{state}  finished {_age(rec['completed_at'], now)} ago  "
                 f"{rec['delivery_state']} (attempts {rec['delivery_attempts']})")
         if rec["delivery_state"] == "dropped" and rec.get("drop_reason"):
             return f"{text}  dropped: {rec['drop_reason']}"
