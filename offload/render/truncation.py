@@ -55,7 +55,9 @@ def _cut_off(entry: Mapping[str, Any]) -> bool:
 def truncated_suffix(entry: Mapping[str, Any]) -> str:
     """The short marker on a truncated result's status line or task header."""
     if _cut_off(entry):
-        return f"TRUNCATED: the model's reply was cut off ({entry.get('finish_reason') or 'no finish_reason'}) — incomplete"
+        said = entry.get("finish_reason")
+        said = said if said in ("length", "content_filter") else "no finish_reason"  # the client's "missing" too
+        return f"TRUNCATED: the model's reply was cut off ({said}) — incomplete"
     return MAX_ITERATIONS_SUFFIX
 
 

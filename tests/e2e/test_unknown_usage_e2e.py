@@ -62,6 +62,7 @@ def test_a_reply_without_finish_reason_is_not_blamed_on_a_token_limit(model_serv
     assert "the stream ended without a finish_reason" in text, text
     assert "output token limit" not in text
     assert "ended the stream early" in text
+    assert "cut off (no finish_reason) — incomplete" in text  # the task header, not the client's word "missing"
 
 
 def test_a_reply_cut_at_the_length_limit_still_suggests_raising_it(model_server, write_config):
