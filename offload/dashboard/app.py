@@ -34,7 +34,7 @@ from offload.dashboard.security import Guard
 from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
-from offload.render.state_style import tone
+from offload.render.state_style import TRUNCATED_MARK, TRUNCATED_WORD, child_mark, tone
 from offload.render.text import format_age
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ def _templates() -> Environment:
     env.filters["age"] = lambda s: format_age(s) if isinstance(s, (int, float)) else "-"
     env.filters["secs"] = lambda s: f"{s:.1f} s" if isinstance(s, (int, float)) else "-"
     env.globals["tone"] = tone  # one colour language with the CLI (offload.render.state_style)
+    env.globals["child_mark"] = child_mark  # a cut-off child's ⚠ TRUNCATED, as the CLI draws it
+    env.globals["TRUNCATED"] = f"{TRUNCATED_MARK} {TRUNCATED_WORD}"
     env.filters["duration"] = _duration
     env.filters["clock"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
     return env
