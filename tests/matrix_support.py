@@ -8,9 +8,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
 
@@ -18,6 +20,7 @@ import httpx
 import pytest
 
 START_COMMAND = 'eval "$(.ci/synapse-up)"'
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -153,3 +156,36 @@ def wait_until(check: Callable[[], Any], what: str, timeout_s: float = 60.0, eve
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(every_s)
+
+
+class OwnSynapse:
+    """A Synapse of one test's own (``.ci/synapse-up`` with its own directory), for a test that
+    restarts the server; ``restart()`` stops it and starts it again on the same port and data."""
+
+    def __init__(self, directory: Path) -> None:
+        synapse_server()  # skip (or fail under CI) where the shared one is missing: the tooling is too
+        self.env = {**os.environ, "OFFLOAD_SYNAPSE_DIR": str(directory)}
+        self.server = self._up()
+
+    def _up(self) -> Synapse:
+        out = subprocess.run([str(ROOT / ".ci" / "synapse-up")], env=self.env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        values = dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines()
+                      if line.startswith("export "))
+        return Synapse(values["OFFLOAD_TEST_SYNAPSE_URL"], values["OFFLOAD_TEST_SYNAPSE_SECRET"],
+                       values["OFFLOAD_TEST_SYNAPSE_SERVER_NAME"])
+
+    def stop(self) -> None:
+        subprocess.run([str(ROOT / ".ci" / "synapse-up"), "stop"], env=self.env, check=True, timeout=60)
+
+    def restart(self) -> None:
+        self.stop()
+        restarted = self._up()
+        assert restarted.url == self.server.url, (restarted, self.server)
+
+    def __enter__(self) -> OwnSynapse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

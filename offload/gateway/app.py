@@ -114,11 +114,11 @@ class GatewayApp:
         if not self.access.serves_chat(message.route.chat_id):
             self._refuse(message.route)
             return
+        if message.button:  # a press of an Approve / Deny button: approvals checks who may decide
+            self.approvals.on_press(message)
+            return
         if not self.access.serves_user(message.user_id):
             self._refuse_user(message)
-            return
-        if message.button:  # a press of an Approve / Deny button under an approval request
-            self.approvals.on_press(message)
             return
         key = session_key(self.platform.name, message)
         chat = self.chat_for(key, message.route, message.chat_type)
