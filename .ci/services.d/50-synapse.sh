@@ -1,4 +1,4 @@
-# Synapse, Matrix's reference homeserver, for the gateway's Matrix tests (tests/gateway/matrix,
+# Synapse, Matrix's reference homeserver, for the gateway's Matrix tests (tests/gateway/test_matrix_*.py,
 # tests/e2e/test_gateway_matrix_*.py). Sourced by .ci/run before the tests. .ci/synapse-up
 # installs matrix-synapse from PyPI into its own cached venv (first run on a machine only),
 # starts it on 127.0.0.1 with SQLite and registration by shared secret, and exports
