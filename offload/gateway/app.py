@@ -1,4 +1,10 @@
-"""``GatewayApp``: serves every allowed chat of one platform until stopped.
+"""``GatewayApp``: serves every allowed chat of one platform until stopped; ``serve_all`` runs
+the apps of every configured platform (Telegram, Matrix) in one process.
+
+What the seam lacked with one platform, and has now: the app polled with Telegram's settings
+(each app gets its platform's poll timeout), held one set of chat ids and named Telegram's
+config keys to strangers (each platform brings an ``Access``: chats, users, its own texts), and
+one ``run`` owned the process (``start`` per app, one ``serve_all`` waits on them all).
 
 The poll loop reads incoming messages, refuses chats not on the allow-list (once per chat,
 remembered in the gateway state, and nothing runs for them; the refusal tells the chat its id,
@@ -10,7 +16,8 @@ another shows subagents' approval requests with buttons (``offload/gateway/appro
 
 Invariant: one ``ChatSession`` per session key per process, and that chat's session id lives
 in the gateway state, so after a restart a chat continues the same stored session and its
-results still route to it.
+results still route to it. A user not on a non-empty user allow-list gets one notice per
+chat and nothing runs for them.
 """
 from __future__ import annotations
 
@@ -58,7 +65,7 @@ class GatewayApp:
         self._chats_lock = threading.Lock()
         self.watcher = DeliveryWatcher(platform.name, runtime.bus, runtime.deliveries, self.chat_for,
                                        consumer=f"gateway-{platform.name}", backoff_s=cfg.retry_backoff_s,
-                                       allowed=access.serves_chat)
+                                       allowed=access.serves_chat, allowed_key=access.chat_key)
         self.approvals = GatewayApprovals(platform, runtime.ledger, state, access.serves_chat, access.serves_user)
 
     def chat_for(self, key: str, route: Route, chat_type: str) -> ChatSession:
