@@ -6,6 +6,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
+def _http_url(value: str, example: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http(s) URL such as {example}")
+    return value.rstrip("/")
+
+
 class TelegramConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -21,9 +27,7 @@ class TelegramConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _http(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http(s) URL such as https://api.telegram.org")
-        return value.rstrip("/")
+        return _http_url(value, "https://api.telegram.org")
 
 
 class MatrixConfig(BaseModel):
@@ -45,9 +49,7 @@ class MatrixConfig(BaseModel):
     @field_validator("homeserver")
     @classmethod
     def _http(cls, value: str) -> str:
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http(s) URL such as https://matrix.example.org")
-        return value.rstrip("/")
+        return _http_url(value, "https://matrix.example.org") if value else value
 
     @field_validator("user_id")
     @classmethod

@@ -273,6 +273,8 @@ def test_a_result_reaches_its_thread_once_across_a_sigkill_and_a_synapse_restart
         second.wait_for(r"serving Matrix as @bot")
         wait_said(people, room, "result of alpha-fast", thread=root, gateway=second)
         wait_said(people, room, "Result noted.", thread=root)
+        wait_said(people, room, "result of a thread-fast", thread="")  # the root message's own work
+        wait_until(lambda: not pending_rows(runtime.ledger()), "every result acknowledged")
         stop(second)
         third = cli("gateway", "-v")  # a second restart must not show it again either
         third.wait_for(r"restored \d+ undelivered result")

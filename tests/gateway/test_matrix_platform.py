@@ -46,6 +46,20 @@ def platform_for(bot_and_alice, synapse, tmp_path):
         client.close()
 
 
+@pytest.fixture
+def talking(platform_for, bot_and_alice):
+    """A room alice and the bot share, the platform synced past its history, and alice's first
+    message ("hi") handed over: (platform, room, what was handed over)."""
+    bot, alice = bot_and_alice
+    room = alice.create_room(invite=[bot.user_id])
+    bot.join(room)
+    platform, got = platform_for(), []
+    platform.poll(1, got.append)
+    alice.say(room, "hi")
+    poll_until(platform, got, 1)
+    return platform, room, got
+
+
 def poll_until(platform: MatrixPlatform, got: list, count: int, rounds: int = 20) -> None:
     for _ in range(rounds):
         if len(got) >= count:
@@ -70,30 +84,21 @@ def test_no_history_on_the_first_start_and_a_restart_continues_where_it_stopped(
     assert [m.text for m in got] == ["one", "two", "while it was down", "three"]  # nothing skipped, nothing twice
 
 
-def test_a_batch_handled_before_a_crash_is_not_handed_over_twice(platform_for, bot_and_alice):
-    bot, alice = bot_and_alice
-    room = alice.create_room(invite=[bot.user_id])
-    bot.join(room)
-    platform, got = platform_for(), []
-    platform.poll(1, got.append)
+def test_a_batch_handled_before_a_crash_is_not_handed_over_twice(platform_for, bot_and_alice, talking):
+    platform, room, got = talking
     before = platform.state.read()["since"]
-    alice.say(room, "once")
-    poll_until(platform, got, 1)
+    bot_and_alice[1].say(room, "once")
+    poll_until(platform, got, 2)
     platform.state.update(lambda data: data.__setitem__("since", before))  # as if the save was lost
     again = platform_for()
-    alice.say(room, "next")
-    poll_until(again, got, 2)
-    assert [m.text for m in got] == ["once", "next"]
+    bot_and_alice[1].say(room, "next")
+    poll_until(again, got, 3)
+    assert [m.text for m in got] == ["hi", "once", "next"]
 
 
-def test_a_result_sent_twice_with_its_delegation_id_is_one_event(platform_for, bot_and_alice):
+def test_a_result_sent_twice_with_its_delegation_id_is_one_event(platform_for, bot_and_alice, talking):
+    platform, room, got = talking
     bot, alice = bot_and_alice
-    room = alice.create_room(invite=[bot.user_id])
-    bot.join(room)
-    platform, got = platform_for(), []
-    platform.poll(1, got.append)
-    alice.say(room, "hi")
-    poll_until(platform, got, 1)
     with sending_result("deleg_x"):
         first = platform.send(got[0].route, "the result", header="Background result deleg_x")
         retried = platform_for().send(got[0].route, "the result", header="Background result deleg_x")
@@ -101,14 +106,9 @@ def test_a_result_sent_twice_with_its_delegation_id_is_one_event(platform_for, b
     assert len(alice.messages(room, bot.user_id)) == 1
 
 
-def test_a_reply_approve_to_a_request_is_a_press_of_its_first_button(platform_for, bot_and_alice):
-    bot, alice = bot_and_alice
-    room = alice.create_room(invite=[bot.user_id])
-    bot.join(room)
-    platform, got = platform_for(), []
-    platform.poll(1, got.append)
-    alice.say(room, "hi")
-    poll_until(platform, got, 1)
+def test_a_reply_approve_to_a_request_is_a_press_of_its_first_button(bot_and_alice, talking):
+    platform, room, got = talking
+    alice = bot_and_alice[1]
     [request] = platform.send(got[0].route, "may I?", header="Approval needed",
                               buttons=[("Approve", "apr:r1:allow"), ("Deny", "apr:r1:deny")])
     alice.say(room, "> <@bot> may I?\n\ndeny", reply_to=request)
