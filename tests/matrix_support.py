@@ -160,7 +160,7 @@ def wait_until(check: Callable[[], Any], what: str, timeout_s: float = 60.0, eve
 
 class OwnSynapse:
     """A Synapse of one test's own (``.ci/synapse-up`` with its own directory), for a test that
-    restarts the server; ``restart()`` stops it and starts it again on the same port and data."""
+    restarts the server; ``stop()`` then ``start()`` brings it back on the same port and data."""
 
     def __init__(self, directory: Path) -> None:
         synapse_server()  # skip (or fail under CI) where the shared one is missing: the tooling is too
@@ -179,8 +179,8 @@ class OwnSynapse:
     def stop(self) -> None:
         subprocess.run([str(ROOT / ".ci" / "synapse-up"), "stop"], env=self.env, check=True, timeout=60)
 
-    def restart(self) -> None:
-        self.stop()
+    def start(self) -> None:
+        """Start it again (after ``stop``): same data, same port, so the same URL."""
         restarted = self._up()
         assert restarted.url == self.server.url, (restarted, self.server)
 

@@ -253,7 +253,8 @@ def test_an_encrypted_room_is_told_once_that_the_bot_cannot_read_it(configure, s
 
 def test_a_result_reaches_its_thread_once_across_a_sigkill_and_a_synapse_restart(
         configure, cli, tmp_path, runtime, monkeypatch):
-    """Its own Synapse (restarted mid-test): the shared one stays up for the other tests."""
+    """Its own Synapse (stopped while the gateway is dead, started again while the next one
+    retries): the shared one stays up for the other tests."""
     with OwnSynapse(tmp_path / "synapse") as own:
         people = {role: register(own.server, role) for role in ("bot", "alice")}
         monkeypatch.setenv("MATRIX_ACCESS_TOKEN", people["bot"].token)
@@ -268,9 +269,11 @@ def test_a_result_reaches_its_thread_once_across_a_sigkill_and_a_synapse_restart
         wait_until(lambda: [r for r in running_rows(runtime.ledger())
                             if len((r.result or {}).get("results") or []) >= 1], "one child recorded")
         first.kill()  # SIGKILL: one child finished, one still running
-        own.restart()
+        own.stop()  # the homeserver goes down too, and the next gateway starts without it
         second = cli("gateway", "-v")
         second.wait_for(r"serving Matrix as @bot")
+        second.wait_for(r"matrix sync: network error .* retrying")
+        own.start()
         wait_said(people, room, "result of alpha-fast", thread=root, gateway=second)
         wait_said(people, room, "Result noted.", thread=root)
         wait_said(people, room, "result of a thread-fast", thread="")  # the root message's own work
