@@ -285,3 +285,17 @@ def test_a_result_reaches_its_thread_once_across_a_sigkill_and_a_synapse_restart
         assert len(results(people, room, thread=root)) == 1
         assert "alpha" not in str(results(people, room, thread=""))  # there: the root message's own work
         assert pending_rows(runtime.ledger()) == []
+
+
+@pytest.mark.parametrize("matrix, token, expected", [
+    ({}, "", r"no Matrix access token: export MATRIX_ACCESS_TOKEN="),
+    ({"user_id": ""}, "tok-4711", r"gateway.matrix.homeserver is set but not the bot's id"),
+    ({}, "wrong-token", r"M_UNKNOWN_TOKEN.*gateway.matrix.token_env"),
+])
+def test_a_matrix_gateway_that_cannot_serve_says_what_to_fix(configure, cli, monkeypatch, matrix, token, expected):
+    configure(chat_parent(lambda text: {"goal": text}, echo_goal), matrix=matrix)
+    monkeypatch.setenv("MATRIX_ACCESS_TOKEN", token)
+    proc = cli("gateway")
+    assert proc.finish() == 2
+    proc.wait_for(expected)
+    assert "Traceback" not in proc.output and (not token or token not in proc.output)
