@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from offload.gateway.matrix.client import MatrixClient
 from offload.gateway.matrix.ids import decode, encode
 from offload.gateway.matrix.text import MAX_EVENT_BYTES, render_parts
-from offload.gateway.platform import SENDING_RESULT, Incoming, Route
+from offload.gateway.platform import SENDING_RESULT, Incoming, Route, SendFailed
 from offload.gateway.state import GatewayState
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,12 @@ class MatrixPlatform:
             timeout_s * 1000), filter_id=_SYNC_FILTER))
         rooms = sync.get("rooms") or {}
         for room_id, room in (rooms.get("invite") or {}).items():
-            self._invited(room_id, room)
+            try:
+                self._invited(room_id, room)
+            except SendFailed:
+                raise  # the server is unreachable: this batch (and its token) is fetched again
+            except Exception as exc:  # withdrawn meanwhile, refused: never fatal to polling
+                logger.warning("could not answer the invitation to room %s: %s", room_id, exc)
         count = 0
         if not first:  # the first sync is history: answer invitations, hand over nothing
             for room_id, room in (rooms.get("join") or {}).items():
