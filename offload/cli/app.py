@@ -279,10 +279,11 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
 
 @app.command()
 def gateway(verbose: bool = _VERBOSE) -> None:
-    """Serve Telegram chats: one agent session per chat/thread, background results delivered back.
+    """Serve Telegram chats and Matrix rooms: one agent session per chat/thread, background results delivered back.
 
-    Needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
-    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN). See docs/gateway.md."""
+    Telegram needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
+    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN); Matrix needs gateway.matrix.homeserver,
+    .user_id and the access token in MATRIX_ACCESS_TOKEN (gateway.matrix.token_env). See docs/gateway.md."""
     from offload.cli.gateway import run_gateway
 
     raise typer.Exit(run_gateway(verbose))
