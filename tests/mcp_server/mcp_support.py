@@ -81,10 +81,16 @@ class HttpServer:
     def __init__(self, home: Path, *args: str, model: GatedModel | None = None) -> None:
         self.proc = subprocess.Popen([OFFLOAD, "mcp", "--http", "--port", "0", *args], env=server_env(home, model),
                                      cwd=str(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.seen: list[str] = []
         self.url = self._await_url()
 
+    @property
+    def banner(self) -> str:
+        """What it printed on stderr up to its start line."""
+        return "".join(self.seen)
+
     def _await_url(self) -> str:
-        seen: list[str] = []
+        seen = self.seen
         timer = threading.Timer(self.START_TIMEOUT_S, self.proc.kill)  # a hung start ends the read below
         timer.start()
         try:
