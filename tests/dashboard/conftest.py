@@ -135,7 +135,8 @@ class Served:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+        """What a script sends: the token, and the dashboard's own Origin (needed by actions)."""
+        return {"Authorization": f"Bearer {self.token}", "Origin": self.url}
 
     def get(self, path: str, **kwargs: Any) -> Any:
         import httpx
