@@ -115,9 +115,10 @@ class TokenStore:
         """(name, created_at) of every token, without the secrets."""
         if not self.path.exists():
             return []
-        return [(n, e.get("created_at")) for n, e in sorted(self._read()["tokens"].items())]
+        return [(n, e.get("created_at")) for n, e in sorted(self._read(strict=False)["tokens"].items())]
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self, strict: bool = True) -> dict[str, Any]:
+        """The parsed file; ``strict``: refuse a short token (not when rewriting: rotate repairs it)."""
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
@@ -128,7 +129,7 @@ class TokenStore:
         with os.fdopen(fd, "rb") as file:
             _check_private(self.path, os.fstat(file.fileno()))
             raw = file.read()
-        return _parse(self.path, raw)
+        return _parse(self.path, raw, strict)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, Any]]:
@@ -139,7 +140,7 @@ class TokenStore:
         lock_fd = os.open(self.home / (FILE_NAME + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            data = self._read()
+            data = self._read(strict=False)
             yield data
             _write_atomic(self.path, json.dumps(data, indent=2, sort_keys=True).encode() + b"\n")
             self._seen = None
@@ -168,7 +169,7 @@ def _check_private(path: Path, info: os.stat_result) -> None:
                        "run offload as its owner, or move the file aside and a new one is made")
 
 
-def _parse(path: Path, raw: bytes) -> dict[str, Any]:
+def _parse(path: Path, raw: bytes, strict: bool) -> dict[str, Any]:
     broken = (f"the token store {path} is damaged ({{}}); move it aside (`offload token rotate` makes a new "
               "one; clients then need the new token)")
     try:
@@ -181,7 +182,8 @@ def _parse(path: Path, raw: bytes) -> dict[str, Any]:
     for name, entry in entries.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
             raise CliError(broken.format(f"token {name!r} has no 'token' text"))
-        check_length(entry["token"], f"the token {name!r} in {path}", f"offload token rotate {name}")
+        if strict:
+            check_length(entry["token"], f"the token {name!r} in {path}", f"offload token rotate {name}")
     return data
 
 
