@@ -28,7 +28,6 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 def server(tmp_path, model):
     TokenStore(tmp_path).rotate()  # the operator token, as `offload token rotate` makes it
     running = HttpServer(tmp_path, model=model)
-    running.token = TokenStore(tmp_path).get()
     yield running
     running.stop()
 
