@@ -64,6 +64,9 @@ class Guard:
             await _adopt_token(conn, token)(scope, receive, send)
             return
         refusal = _refusal(conn, token)
+        if refusal is not None and scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # refused before the handshake
+            return
         if refusal is not None:
             await refusal(scope, receive, send)
             return
