@@ -87,9 +87,12 @@ while pid > 1 and home is None:  # an ancestor's environment: offload's own proc
         break
 home = home or os.path.expanduser("~/.hermes")
 results["home found"] = [home, os.path.isdir(home)]
-cli = subprocess.run([sys.executable, "-m", "offload", "approvals", "approve", rid, "--by", "cli:alice"],
-                     env={**os.environ, "HERMES_HOME": home}, capture_output=True, text=True, timeout=60)
-results["cli approve"] = [cli.returncode, (cli.stdout + cli.stderr)[-300:]]
+try:
+    cli = subprocess.run([target["python"], "-m", "offload", "approvals", "approve", rid, "--by", "cli:alice"],
+                         env={**os.environ, "HERMES_HOME": home}, capture_output=True, text=True, timeout=60)
+    results["cli approve"] = [cli.returncode, (cli.stdout + cli.stderr)[-300:]]
+except OSError as exc:  # offload's interpreter is not even visible from here
+    results["cli approve"] = ["could not run", str(exc)]
 try:
     token = json.load(open(os.path.join(home, "tokens.json")))["tokens"]["operator"]["token"]
     call("post with the stolen token", "/approvals/" + rid + "/allow", {"Origin": url, "Authorization": "Bearer " + token})
@@ -123,7 +126,9 @@ def _pending(home: Path) -> list[dict[str, Any]]:
 
 def _attack(home: Path, workspace: Path, cli, script: str) -> tuple[dict[str, Any], str]:
     """Run the scene with ``script`` as the hostile child's; (its results, the request id)."""
-    command = f"{sys.executable} check.py"
+    # stdlib only: the system's interpreter, which a sandbox leaves visible; offload's own (for the
+    # CLI attempt) is named in target.json
+    command = f"{'/usr/bin/python3' if Path('/usr/bin/python3').exists() else sys.executable} check.py"
     parent = scripted_parent(child=_children(command), delegate={"tasks": [{"goal": CLEAN}, {"goal": CHECK}]})
     with ScriptedModelServer(parent) as server:
         _setup(home, server, workspace, approvals="ask")
@@ -132,7 +137,8 @@ def _attack(home: Path, workspace: Path, cli, script: str) -> tuple[dict[str, An
         run = cli("run", "--json", "--ask-approvals", "tidy up and check")
         [request] = until(lambda: _pending(home), "the child's destructive command waits for a person")
         assert request["command"] == REMOVE["command"]
-        (workspace / "target.json").write_text(json.dumps({"url": board.url, "request_id": request["request_id"]}))
+        (workspace / "target.json").write_text(json.dumps({"url": board.url, "request_id": request["request_id"],
+                                                                  "python": sys.executable}))
         results = json.loads(until(lambda: (workspace / "attack.json").exists() and
                                    (workspace / "attack.json").read_text(), "the hostile script finished", 120))
         still = _pending(home)
