@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Awaitable, Callable
 from urllib.parse import unquote, urlsplit
 
-import anyio
-import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, ElicitationResult, ListRoots, MCPServer, Resolve
 from mcp_types import CallToolResult, ListRootsResult, TextContent
@@ -30,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_WAIT_S = 30.0
 MAX_WAIT_S = 3600.0
+LEGACY_RESULT_WAIT_S = 60.0  # tasks/result blocks until the task ends, re-reading at least this often
 INSTRUCTIONS = ("offload runs subagents in the background and keeps every delegation in a durable ledger. "
                 "delegate_task returns a delegation_id at once; keep working, then collect the result with "
                 "delegation_result (wait_s waits for it) or watch it with delegation_status. Results survive a "
@@ -85,8 +84,11 @@ class Tools:
         return Scope(self.namespace or default_namespace(client_name(ctx)))
 
     async def _call(self, work: Callable[[], CallToolResult]) -> CallToolResult:
+        return await self._call_async(lambda: anyio.to_thread.run_sync(work))
+
+    async def _call_async(self, work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
         try:
-            return await anyio.to_thread.run_sync(work)
+            return await work()
         except McpInputError as exc:
             return _tool_error(str(exc))
         except Exception as exc:  # the tool boundary: the client gets a reason, the server keeps serving
@@ -126,21 +128,20 @@ class Tools:
                                "wait_s=60 and call again while it runs")
         scope = self.scope(ctx)
 
-        def progress(step: int, steps: int, message: str) -> None:
-            anyio.from_thread.run(ctx.report_progress, step, steps, message)
-
         elicits = approvals.elicits(ctx)
+        ledger = self.service.off.ledger()
+        asked = (lambda did: approvals.waiting(ledger, did)) if elicits else None
 
-        def work() -> CallToolResult:
-            ledger = self.service.off.ledger()
-            approvals.settle(ledger, request, approvals.allows_elicited(answer), approvals.decider(ctx))
-            asked = (lambda did: approvals.waiting(ledger, did)) if elicits else None
-            out = self.service.result(self.service.wait(scope, delegation_id, wait_s, progress, asked))
+        async def work() -> CallToolResult:
+            await anyio.to_thread.run_sync(lambda: approvals.settle(ledger, request, approvals.allows_elicited(answer),
+                                                                    approvals.decider(ctx)))
+            row = await self.service.wait(scope, delegation_id, wait_s, ctx.report_progress, asked)
+            out = await anyio.to_thread.run_sync(lambda: self.service.result(row))
             if asked is not None and out.get("state") in UNFINISHED_STATES and asked(out["delegation_id"]):
                 out["note"] = approvals.WAITING_NOTE
                 return _tool_result(out, f"{approvals.WAITING_NOTE} ({_result_text(out)})")
             return _tool_result(out, _result_text(out))
-        return await self._call(work)
+        return await self._call_async(work)
 
     async def list_delegations(self, ctx: Context, limit: int = 50) -> CallToolResult:
         """Your delegations, newest first: id, state, what it was about, whether you read its result."""
@@ -160,9 +161,14 @@ def build_server(tools: Tools) -> MCPServer:
 
     from offload.mcp_server.tasks import TasksExtension
 
-    tasks = TasksExtension(tools.service, tools.scope, tools.service.result)
+    from offload.mcp_server.tasks_legacy import LegacyTasks
+
+    service = tools.service
+    legacy = LegacyTasks(service, tools.scope, service.result,
+                         lambda scope, did: service.wait(scope, did, LEGACY_RESULT_WAIT_S))
+    tasks = TasksExtension(service, tools.scope, service.result, legacy)
     server = MCPServer("offload", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING",
-                       extensions=[tasks])
+                       extensions=[tasks], middleware=[legacy])
     approvals.register(server, tools)  # the approval resolvers find the service through it
     for fn in (tools.delegate_task, tools.delegation_status, tools.delegation_result, tools.list_delegations,
                tools.stop_delegation):
