@@ -37,6 +37,7 @@ from offload.ledger import LedgerRow
 from offload.ledger_view import LedgerView
 from offload.mcp_server.watcher import Watcher
 from offload.runtime import Offload
+from offload.subagents.admission import SYNC_OPTION
 from offload.subagents.approvals import pending as approvals_pending
 
 SESSION_PREFIX = "mcp:"
@@ -137,7 +138,7 @@ class McpDelegations:
             reset_current_session_key(session)
             reset_session_env()
         if handle.get("status") == "error":
-            raise McpInputError(str(handle.get("error")))
+            raise McpInputError(without_sync_option(str(handle.get("error"))))
         handle["note"] = COLLECT_NOTE
         return handle
 
@@ -265,6 +266,15 @@ class McpDelegations:
         """Whether a stop of this delegation was asked through this server (a task then reports
         ``cancelled`` at once, never ``working`` again)."""
         return delegation_id in self._cancelling
+
+
+def without_sync_option(text: str) -> str:
+    """A refusal's text without the in-process tool's ``background=false`` way out, which MCP
+    does not offer."""
+    for option in (SYNC_OPTION, ", run this task synchronously (background=false),",
+                   ", or run this task synchronously (background=false)"):
+        text = text.replace(option, "," if option.endswith(",") else "")
+    return text
 
 
 def _progress(doc: dict[str, Any]) -> tuple[int, int]:
