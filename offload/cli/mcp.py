@@ -77,4 +77,5 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         from offload.mcp_server.http import serve_http
 
         serve_http(server, host, port, token, allow_host,
-                   lambda url: typer.echo(f"offload mcp on {url} (Ctrl-C stops it)", err=True))
+                   lambda url: typer.echo(f"offload mcp on {url} (Ctrl-C stops it)", err=True),
+                   on_exit=service.watcher.close)

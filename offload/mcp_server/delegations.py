@@ -50,7 +50,7 @@ COLLECT_NOTE = ("Running in the background; nothing is pushed to you over MCP. C
 # (progress, total, message): starting is one step and each child done one more, so the value
 # only grows (MCP's rule) from a queued unit (0) through its start (1) to its last child.
 AsyncProgress = Callable[[int, int, str], Awaitable[None]]
-FALLBACK_S = 5.0  # a wait re-reads its row at least this often, whatever the watcher says
+FALLBACK_S = 30.0  # a wait re-reads its row at least this often, whatever the watcher says
 QUEUED_NOTE = "queued: every background slot is busy; it starts by itself when one frees"
 
 

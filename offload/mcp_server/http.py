@@ -6,6 +6,8 @@ Invariants, each applied before a request reaches the SDK:
   ``--allow-host`` names), the one check of every HTTP server offload runs (DNS rebinding);
 - Origin: a request carrying an ``Origin`` header must come from one of those same names, so a
   page on another site cannot drive the server from a browser;
+- sessions: an idle one expires after ``SESSION_IDLE_S`` (longer than the longest wait), so
+  clients that vanish do not accumulate; no namespace depends on a session;
 - token: with ``--token``, every request carries ``Authorization: Bearer TOKEN`` (compared in
   constant time); the token is the outer boundary between clients, namespaces sit inside it. A
   bind off loopback without a token is refused before anything listens.
@@ -29,6 +31,8 @@ from offload.http_security import HostCheck, HostGuard
 
 MCP_PATH = "/mcp"
 LISTEN_BACKLOG = 2048  # uvicorn's own default
+SESSION_IDLE_S = 3900.0  # an idle session expires after longer than the longest wait (3600 s)
+SHUTDOWN_GRACE_S = 5  # in-flight requests end at once on SIGTERM (waits are woken); a stream left open is cut
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -84,21 +88,30 @@ def http_app(server: MCPServer, host: str, token: str | None, allowed_hosts: Ite
     SDK's own header check is off: ours is the one offload applies everywhere)."""
     check_bind(host, token)
     hosts = HostCheck(host, allowed_hosts)
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host,
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host, session_idle_timeout=SESSION_IDLE_S,
                                      transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     return HostGuard(OriginGuard(BearerGuard(app, token), hosts), hosts)
 
 
 def serve_http(server: MCPServer, host: str, port: int, token: str | None, allowed_hosts: Iterable[str] = (),
-               on_start: Callable[[str], None] | None = None) -> None:
+               on_start: Callable[[str], None] | None = None, on_exit: Callable[[], None] | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM (uvicorn's handling); ``on_start(url)`` once the port is
-    bound (port 0 = any free port, so a caller learns which)."""
+    bound (port 0 = any free port, so a caller learns which); ``on_exit()`` as the signal
+    arrives, so long polls end at once with their current state instead of holding the
+    shutdown (uvicorn waits for in-flight requests, at most ``SHUTDOWN_GRACE_S``)."""
     import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            if on_exit is not None:
+                on_exit()
+            super().handle_exit(sig, frame)
 
     app = http_app(server, host, token, allowed_hosts)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
     try:
         sock.bind((host.strip("[]"), port))
         sock.listen(LISTEN_BACKLOG)  # listening before we announce: early connects wait for uvicorn to accept
@@ -109,4 +122,5 @@ def serve_http(server: MCPServer, host: str, port: int, token: str | None, allow
     bound, bound_port = sock.getsockname()[:2]
     if on_start is not None:
         on_start(f"http://{'[' + bound + ']' if ':' in bound else bound}:{bound_port}{MCP_PATH}")
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
+    Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+           ).run(sockets=[sock])

@@ -91,3 +91,27 @@ def test_a_killed_http_server_s_delegation_is_recovered_after_a_restart(tmp_path
         anyio.run(collect)
     finally:
         second.stop()
+
+
+def test_sigterm_ends_an_open_long_poll_at_once_with_its_current_state(tmp_path, model):
+    running = HttpServer(tmp_path, "--token", TOKEN, model=model)
+    outcome: dict = {}
+
+    async def body():
+        async with http_client(running.url, TOKEN) as client:
+            handle = (await call(client, "delegate_task", goal=f"{HOLD} long")).structured_content
+
+            async def wait() -> None:
+                outcome["result"] = await client.call_tool("delegation_result",
+                                                           {"delegation_id": handle["delegation_id"], "wait_s": 3600})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await call(client, "delegation_status", delegation_id=handle["delegation_id"])
+                running.proc.send_signal(signal.SIGTERM)
+    try:
+        anyio.run(body)
+        assert running.proc.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it shut down
+    finally:
+        model.gate.set()
+        running.stop()
+    assert outcome["result"].structured_content["state"] == "running"  # its state then, not a wait of 3600 s
