@@ -34,11 +34,15 @@ def node() -> str:
     return os.environ.get("OFFLOAD_TEST_NODE") or shutil.which("node") or "node"
 
 
+def run_node(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    folder = clients_dir()
+    return subprocess.run([node(), str(folder / script), *args], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S)
+
+
 def run_client(script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``script`` with ``args``; its JSON report (the test fails with it when it failed)."""
-    folder = clients_dir()
-    proc = subprocess.run([node(), str(folder / script), *args], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S)
+    proc = run_node(script, *args, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     report = json.loads(lines[-1]) if lines else {}
     assert proc.returncode == 0 and report.get("ok"), (f"{script} {' '.join(args)} failed (exit {proc.returncode}): "
