@@ -50,6 +50,7 @@ COLLECT_NOTE = ("Running in the background; nothing is pushed to you over MCP. C
 # (progress, total, message): starting is one step and each child done one more, so the value
 # only grows (MCP's rule) from a queued unit (0) through its start (1) to its last child.
 AsyncProgress = Callable[[int, int, str], Awaitable[None]]
+ECHO_MAX_CHARS = 200  # a goal echoed in a handle, a status or a list row
 FALLBACK_S = 30.0  # a wait re-reads its row at least this often, whatever the watcher says
 QUEUED_NOTE = "queued: every background slot is busy; it starts by itself when one frees"
 
@@ -140,7 +141,9 @@ class McpDelegations:
         if handle.get("status") == "error":
             raise McpInputError(without_sync_option(str(handle.get("error"))))
         handle["note"] = COLLECT_NOTE
-        return handle
+        if "goals" in handle:
+            handle["goals"] = [clip(g) for g in handle["goals"]]
+        return {k: clip(v) if k == "goal" else v for k, v in handle.items()}
 
     # -- reads ------------------------------------------------------------------------------------
     def rows(self, scope: Scope) -> list[LedgerRow]:
@@ -185,6 +188,9 @@ class McpDelegations:
                 child.update(api_calls=seen.get("api_calls"), current_tool=seen.get("current_tool"),
                              seconds_since_activity=seen.get("seconds_since_activity"))
         done, total = _progress(doc)
+        doc["label"] = clip(doc.get("label"))
+        for child in doc["children"]:
+            child["goal"] = clip(child.get("goal"))
         return {**doc, "delegation_id": row.delegation_id, "children_done": done, "children_total": total,
                 "delivered": row.delivery_state == "delivered", "owner_pid": row.owner_pid, "owner": live["owner"]}
 
@@ -237,7 +243,7 @@ class McpDelegations:
 
     def listing(self, scope: Scope, limit: int = 50) -> list[dict[str, Any]]:
         """This scope's delegations, newest first."""
-        return [{"delegation_id": r.delegation_id, "state": unit_state(r.state), "label": ledger_rows.label(r),
+        return [{"delegation_id": r.delegation_id, "state": unit_state(r.state), "label": clip(ledger_rows.label(r)),
                  "delivered": r.delivery_state == "delivered", "dispatched_at": r.dispatched_at}
                 for r in self.rows(scope)[:limit]]
 
@@ -266,6 +272,14 @@ class McpDelegations:
         """Whether a stop of this delegation was asked through this server (a task then reports
         ``cancelled`` at once, never ``working`` again)."""
         return delegation_id in self._cancelling
+
+
+def clip(text: Any, limit: int = ECHO_MAX_CHARS) -> Any:
+    """A goal echoed back cut to ``limit`` characters (saying how much was cut); the client has it
+    whole. Anything but a long string is returned unchanged."""
+    if not isinstance(text, str) or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters]"
 
 
 def without_sync_option(text: str) -> str:

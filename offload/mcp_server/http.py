@@ -9,7 +9,8 @@ Invariants, each applied before a request reaches the SDK:
 - sessions: an idle one expires after ``SESSION_IDLE_S`` (longer than the longest wait), so
   clients that vanish do not accumulate; no namespace depends on a session;
 - token: with ``--token``, every request carries ``Authorization: Bearer TOKEN`` (compared in
-  constant time); the token is the outer boundary between clients, namespaces sit inside it. A
+  constant time); the 401 keeps ``WWW-Authenticate: Bearer``, and the OAuth discovery it starts
+  in some clients (``/.well-known/...``) fails at once with a 404 saying to send the token; the token is the outer boundary between clients, namespaces sit inside it. A
   bind off loopback without a token is refused before anything listens.
 """
 from __future__ import annotations
@@ -64,6 +65,10 @@ class OriginGuard:
         return bool(netloc) and self.check.accepts(netloc)
 
 
+NO_OAUTH = PlainTextResponse("404: this MCP server does not use OAuth; send Authorization: Bearer <token> (the "
+                              "--token it was started with)\n", status_code=404)
+
+
 class BearerGuard:
     """ASGI middleware: ``Authorization: Bearer TOKEN`` on every request when a token is set."""
 
@@ -71,6 +76,11 @@ class BearerGuard:
         self.app, self.token = app, token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.token and scope["type"] == "http" and str(scope.get("path", "")).startswith("/.well-known/"):
+            # A client seeing the 401 looks for OAuth metadata: there is none, and it must learn so at
+            # once (a 401 here too would send it through a whole OAuth flow first).
+            await NO_OAUTH(scope, receive, send)
+            return
         if self.token and scope["type"] == "http" and not self._authorized(Headers(scope=scope)):
             refusal = PlainTextResponse("401: this MCP server needs Authorization: Bearer <token> (the --token it was "
                                         "started with)\n", status_code=401, headers={"WWW-Authenticate": "Bearer"})

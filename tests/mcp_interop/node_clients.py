@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
-INSTALL = "source .ci/services.d/45-node-mcp-clients.sh  (npm ci in tests/mcp_interop, Node >= 20)"
+INSTALL = "source .ci/services.d/45-node-mcp-clients.sh  (npm ci in tests/mcp_interop, Node >= 22)"
 RUN_TIMEOUT_S = 180
 
 

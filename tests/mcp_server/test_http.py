@@ -46,7 +46,12 @@ def test_dispatch_returns_at_once_results_arrive_and_namespaces_stay_apart(serve
 
 def test_requests_without_the_token_or_for_a_foreign_name_are_refused(server):
     with httpx.Client(timeout=10) as raw:
-        assert raw.post(server.url, json=INITIALIZE, headers=HEADERS).status_code == 401
+        tokenless = raw.post(server.url, json=INITIALIZE, headers=HEADERS)
+        assert tokenless.status_code == 401 and tokenless.headers["WWW-Authenticate"] == "Bearer"
+        base = server.url.rsplit("/mcp", 1)[0]
+        for discovery in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-authorization-server"):
+            answer = raw.get(base + discovery)  # where an OAuth-minded client goes after the 401
+            assert answer.status_code == 404 and "does not use OAuth" in answer.text
         wrong = raw.post(server.url, json=INITIALIZE, headers={**HEADERS, "Authorization": "Bearer nope"})
         assert wrong.status_code == 401
         authorized = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
