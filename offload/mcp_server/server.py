@@ -26,6 +26,7 @@ from offload.subagents.args import TaskArgs
 from offload.toolsets.toolset_names import KNOWN_TOOLSETS
 from offload.mcp_server.approvals import ApprovalAnswer, approval_answer, asked_request
 from offload.engine.states import UNFINISHED as UNFINISHED_STATES
+from offload.mcp_server.first_run import FirstRun
 from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, client_name, default_namespace
 
 logger = logging.getLogger(__name__)
@@ -81,9 +82,10 @@ class Tools:
     (``--namespace``), else each client's default; ``all_namespaces``: an operator's view."""
 
     def __init__(self, service: McpDelegations, namespace: str | None = None, all_namespaces: bool = False,
-                 use_roots: bool = True) -> None:
+                 use_roots: bool = True, first_run: FirstRun | None = None) -> None:
         self.service, self.namespace, self.all_namespaces = service, namespace, all_namespaces
         self.use_roots = use_roots  # False: --workspace was given, and it wins over the client's roots
+        self.first_run = first_run or FirstRun()
 
     def scope(self, ctx: Any) -> Scope:
         """The namespace of a request (``ctx``: a tool's ``Context`` or a method's request context)."""
@@ -114,6 +116,9 @@ class Tools:
         arguments = {k: v for k, v in (("goal", goal), ("tasks", listed), ("context", context),
                                        ("toolsets", toolsets)) if v is not None}
         workspace = first_root(roots) if self.use_roots else None
+        refusal = self.first_run.problem(workspace)
+        if refusal:
+            return _tool_error(refusal)
         no_ask = None if approvals.elicits(ctx) else approvals.NO_ELICITATION
         return await self._call(lambda: _tool_result(self.service.delegate(scope, arguments, workspace, no_ask)))
 
