@@ -4,8 +4,9 @@ behind the checks the MCP transport spec asks for.
 Invariants, each applied before a request reaches the SDK:
 - Host: only the names ``offload.http_security`` allows (loopback names, the bound address,
   ``--allow-host`` names), the one check of every HTTP server offload runs (DNS rebinding);
-- Origin: a request carrying an ``Origin`` header must come from one of those same names, so a
-  page on another site cannot drive the server from a browser;
+- Origin: a request carrying an ``Origin`` header must come from one of those same names and
+  the server's own port, so a page on another site, or another service on localhost, cannot
+  drive the server from a browser;
 - sessions: an idle one expires after ``SESSION_IDLE_S`` (longer than the longest wait), so
   clients that vanish do not accumulate; no namespace depends on a session;
 - token: with ``--token``, every request carries ``Authorization: Bearer TOKEN`` (compared in
@@ -31,6 +32,7 @@ from offload import http_security
 from offload.http_security import HostCheck, HostGuard
 
 MCP_PATH = "/mcp"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 LISTEN_BACKLOG = 2048  # uvicorn's own default
 SESSION_IDLE_S = 3900.0  # an idle session expires after longer than the longest wait (3600 s)
 SHUTDOWN_GRACE_S = 5  # in-flight requests end at once on SIGTERM (waits are woken); a stream left open is cut
@@ -49,20 +51,26 @@ class OriginGuard:
         self.app, self.check = app, check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        origin = Headers(scope=scope).get("origin") if scope["type"] == "http" else None
-        if origin is not None and not self._accepts(origin):
+        headers = Headers(scope=scope) if scope["type"] == "http" else None
+        origin = headers.get("origin") if headers is not None else None
+        if origin is not None and not self._accepts(origin, headers.get("host")):
             refusal = PlainTextResponse(f"403: requests from the web origin {origin!r} are refused (MCP clients send "
-                                        "no Origin, or one of this server's own names)\n", status_code=403)
+                                        "no Origin, or one of this server's own names and its port)\n", status_code=403)
             await refusal(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
-    def _accepts(self, origin: str) -> bool:
+    def _accepts(self, origin: str, host: str | None) -> bool:
+        """The origin names a host this server answers to, on this server's port (the Host
+        header's): another service on localhost is another origin."""
         try:
-            netloc = urlsplit(origin).netloc
+            parts = urlsplit(origin)
+            served = urlsplit(f"//{host}") if host else None
+            origin_port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+            served_port = (served.port or 80) if served is not None else None
         except ValueError:
             return False
-        return bool(netloc) and self.check.accepts(netloc)
+        return bool(parts.netloc) and self.check.accepts(parts.netloc) and origin_port == served_port
 
 
 NO_OAUTH = PlainTextResponse("404: this MCP server does not use OAuth; send Authorization: Bearer <token> (the "

@@ -59,7 +59,10 @@ def test_requests_without_the_token_or_for_a_foreign_name_are_refused(server):
         assert rebound.status_code == 403 and "--allow-host" in rebound.text
         page = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://evil.example"})
         assert page.status_code == 403
-        own = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://127.0.0.1"})
+        other_port = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://localhost:9999"})
+        assert other_port.status_code == 403  # another service on this machine is another origin
+        port = server.url.split(":")[2].split("/")[0]
+        own = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": f"http://127.0.0.1:{port}"})
         assert own.status_code == 200, own.text
 
 
