@@ -6,21 +6,13 @@
 import { Client, StreamableHTTPClientTransport, ProtocolError } from "@modelcontextprotocol/client";
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 import { createTaskSessionFromClient } from "@modelcontextprotocol/ext-tasks/client";
+import { check, done, seen } from "./report.mjs";
 
 const argv = process.argv.slice(2);
 const token = argv.includes("--token") ? argv[argv.indexOf("--token") + 1] : undefined;
-const seen = { protocol: null, era: null, checks: [] };
 const clientInfo = { name: "ext-tasks-interop", version: "2.4.0" };
 const clientCapabilities = {};
 const anyJson = { "~standard": { version: 1, vendor: "offload-interop", validate: (value) => ({ value }) } };
-
-function check(ok, what, detail) {
-  seen.checks.push(what);
-  if (!ok) {
-    console.log(JSON.stringify({ ...seen, failed: what, detail }));
-    process.exit(1);
-  }
-}
 
 function transport() {
   if (argv[0] === "--stdio") return new StdioClientTransport({ command: argv[1], args: argv.slice(2), env: process.env, stderr: "inherit" });
@@ -75,4 +67,4 @@ try {
   await session.close();
   await client.close();
 }
-console.log(JSON.stringify({ ...seen, ok: true }));
+done();

@@ -4,19 +4,11 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { check, done, seen } from "./report.mjs";
 
 const argv = process.argv.slice(2);
 const tasks = argv.includes("--tasks");
 const token = argv.includes("--token") ? argv[argv.indexOf("--token") + 1] : undefined;
-const seen = { protocol: null, tools: [], checks: [] };
-
-function check(ok, what, detail) {
-  seen.checks.push(what);
-  if (!ok) {
-    console.log(JSON.stringify({ ...seen, failed: what, detail }));
-    process.exit(1);
-  }
-}
 
 function transport() {
   if (argv[0] === "--stdio") {
@@ -77,4 +69,4 @@ try {
 } finally {
   await client.close();
 }
-console.log(JSON.stringify({ ...seen, ok: true }));
+done();
