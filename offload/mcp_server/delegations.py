@@ -226,9 +226,11 @@ class McpDelegations:
 
     def _look(self, scope: Scope, wanted: Any, asked: Callable[[str], bool] | None
               ) -> tuple[LedgerRow, tuple[int, int, str] | None, bool]:
+        seen = self._fingerprint()  # before the row: a change after this read still differs from it
         row = self.find(scope, wanted)
         if row.state not in UNFINISHED:
             return row, None, False
+        self.watcher.saw(seen)
         return row, wait_step(self.status(row)), bool(asked is not None and asked(row.delegation_id))
 
     def result(self, row: LedgerRow) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from typing import Any, Callable
 
 import anyio
@@ -42,8 +41,10 @@ class Watcher:
         if bus is not None:
             self._threads.append(threading.Thread(target=self._drain, name="offload-mcp-bus", daemon=True))
         self._listener: Any = None
+        self._last: Any = None  # the fingerprint last read
 
     def start(self, ledger: Any = None) -> "Watcher":
+        self._last = self._read()  # the baseline: a wait's first poll compares with a state from before it
         for thread in self._threads:
             thread.start()
         self._listen(ledger)
@@ -94,6 +95,13 @@ class Watcher:
         with self._lock:
             return self._events.setdefault(loop, asyncio.Event())
 
+    def saw(self, fingerprint: Any) -> None:
+        """A waiter read its row after reading ``fingerprint``: the poller compares with that, so
+        a unit that started and finished between two polls (the same set of unfinished rows
+        before and after) still wakes it."""
+        with self._lock:
+            self._last = fingerprint
+
     def waiting(self, delta: int) -> None:
         with self._lock:
             self._waiters += delta
@@ -107,20 +115,25 @@ class Watcher:
                 continue
             self.changed()
 
+    def _read(self) -> Any:
+        try:
+            return self.fingerprint()
+        except Exception:
+            logger.debug("reading the ledger's fingerprint failed", exc_info=True)
+            return None
+
     def _poll(self) -> None:
-        last: Any = None
+        """While anybody waits, compare the fingerprint with the last one read. Idle, nothing is
+        read. Each waiter hands over the fingerprint it read before its row (``saw``), so a change
+        after a waiter's read always differs from the last fingerprint (at worst a waiter re-reads
+        its row for nothing)."""
         while not self._stop.wait(self.poll_s):
             with self._lock:
                 idle = self._waiters == 0
-            if idle:  # the last fingerprint stays: the first poll of the next wait compares with it
+            if idle:
                 continue
-            started = time.monotonic()
-            try:
-                now = self.fingerprint()
-            except Exception:
-                logger.debug("reading the ledger's fingerprint failed", exc_info=True)
-                continue
-            if last is not None and now != last:
+            now = self._read()
+            with self._lock:
+                changed, self._last = now is not None and now != self._last, now if now is not None else self._last
+            if changed:
                 self.changed()
-            last = now
-            logger.debug("ledger poll took %.1f ms", (time.monotonic() - started) * 1000)
