@@ -64,6 +64,7 @@ def test_a_long_wait_reports_children_done_as_progress(tmp_path, model):
             assert result.structured_content["children_done"] == 2
     anyio.run(body)
     assert (2, 3) in seen and all(total == 3 for _, total in seen)  # steps: started, then each of 2 children
+    assert seen[-1] == (3, 3)  # the last notification reaches the total as the delegation finishes
 
 
 class SecondGate(GatedModel):
