@@ -18,3 +18,10 @@ class RequestError(OffloadError, ValueError):
     """A call of the Python API that cannot be served as it is (an empty or placeholder goal, an
     unknown delegation id, a closed ``Offload``); nothing was started or changed. The message
     says what to pass instead."""
+
+
+def install_extra(extra: str) -> str:
+    """The command that installs one of offload's extras. offload is not on the package index
+    (and a name anyone could register there is no install hint), so it is the editable install
+    from a clone, as the README's first lines do."""
+    return f"from your offload clone: pip install -e '.[{extra}]'"

@@ -25,7 +25,7 @@ from offload.cli import approvals as cli_approvals
 from offload.cli import ledger as cli_ledger
 from offload.cli import mcp as cli_mcp
 from offload.cli import tokens as cli_tokens
-from offload.errors import CliError
+from offload.errors import CliError, install_extra
 
 if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only chat, run and demo load it
     from offload.driver import SessionDriver
@@ -196,7 +196,7 @@ def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to b
         from offload.dashboard.server import DashboardServer
     except ImportError as exc:
         raise CliError(f"the dashboard needs its libraries ({exc.name} is missing): "
-                       "pip install 'offload[dashboard]'") from None
+                       f"{install_extra('dashboard')}") from None
 
     from offload import token_store
     from offload.cli.ledger import runtime

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from offload.errors import CliError
+from offload.errors import CliError, install_extra
 
 PARENT_SESSION = "mcp-server"  # the never-run parent agent whose endpoint and toolsets children inherit
 
@@ -43,7 +43,7 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
     try:
         from offload.mcp_server.server import Tools, build_server
     except ImportError as exc:
-        raise CliError(f"offload mcp needs the MCP SDK ({exc.name} is missing): pip install 'offload[mcp]'") from None
+        raise CliError(f"offload mcp needs the MCP SDK ({exc.name} is missing): {install_extra('mcp')}") from None
     from offload.cli.views import Ui, make_console
     from offload.config import load_config
     from offload.mcp_server.delegations import McpDelegations
@@ -68,12 +68,19 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         cfg = cfg.model_copy(update=start_demo_endpoint(stderr_ui))
     if workspace is not None:
         cfg = cfg.model_copy(update={"workspace": str(workspace)})
+    from offload.mcp_server.first_run import FirstRun
+
+    first_run = FirstRun.check(cfg, workspace is not None)
+    for problem in (first_run.key, first_run.cwd):
+        if problem:
+            logging.getLogger("offload.mcp").warning("%s", problem)  # one line; delegate_task answers the same
     with Offload(cfg) as off:
         def build_parent(root: Path | None) -> object:
             return off.build_agent(PARENT_SESSION, config=cfg.model_copy(update={"workspace": str(root)}) if root else None)
 
         service = McpDelegations(off, build_parent)
-        server = build_server(Tools(service, namespace, all_namespaces, use_roots=workspace is None))
+        server = build_server(Tools(service, namespace, all_namespaces, use_roots=workspace is None,
+                                    first_run=first_run))
         if not http:
             server.run()
             return
@@ -82,4 +89,5 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         serve_http(server, host, port, verify, allow_host,
                    lambda url: typer.echo(f"offload mcp on {url} (Ctrl-C stops it); clients send Authorization: "
                                           f"Bearer TOKEN, the token of {source} (`offload token show`, or one per "
-                                          "client: `offload token add NAME`)", err=True))
+                                          "client: `offload token add NAME`)", err=True),
+                   on_exit=service.watcher.close)

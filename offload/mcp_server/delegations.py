@@ -20,7 +20,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
+
+import anyio
+import anyio.to_thread
 
 from offload import control_requests, ledger_rows, result as result_doc
 from offload.context.approval import (
@@ -32,11 +35,13 @@ from offload.errors import CliError
 from offload.ids import resolve
 from offload.ledger import LedgerRow
 from offload.ledger_view import LedgerView
+from offload.mcp_server.watcher import Watcher
 from offload.runtime import Offload
+from offload.subagents.admission import SYNC_OPTION
+from offload.subagents.approvals import pending as approvals_pending
 
 SESSION_PREFIX = "mcp:"
 LISTED_MAX = 1000  # settled rows read when resolving an id or listing a namespace
-RECHECK_S = 0.5  # a wait re-reads the ledger this often: another process may finish the row
 COLLECT_NOTE = ("Running in the background; nothing is pushed to you over MCP. Collect the result with "
                 "delegation_result(delegation_id=..., wait_s=...) (it waits up to wait_s seconds and returns "
                 "early when the subagents finish), or check progress with delegation_status. Carry on with "
@@ -44,7 +49,9 @@ COLLECT_NOTE = ("Running in the background; nothing is pushed to you over MCP. C
 
 # (progress, total, message): starting is one step and each child done one more, so the value
 # only grows (MCP's rule) from a queued unit (0) through its start (1) to its last child.
-Progress = Callable[[int, int, str], None]
+AsyncProgress = Callable[[int, int, str], Awaitable[None]]
+ECHO_MAX_CHARS = 200  # a goal echoed in a handle, a status or a list row
+FALLBACK_S = 30.0  # a wait re-reads its row at least this often, whatever the watcher says
 QUEUED_NOTE = "queued: every background slot is busy; it starts by itself when one frees"
 
 
@@ -89,23 +96,20 @@ class McpDelegations:
         self.off, self.build_parent = off, build_parent
         self._parents: dict[Path | None, Any] = {}
         self._parents_lock = threading.Lock()
+        self._cancelling: set[str] = set()  # ids stopped through this server
         self.view = LedgerView(off.ledger())
-        self._changed = threading.Condition()
-        self._drainer = threading.Thread(target=self._drain_bus, name="offload-mcp-bus", daemon=True)
-        self._drainer.start()
+        # Nobody else reads this process's completion bus: each event only wakes the waiters
+        # (what they hand over is read from the ledger, where the event was recorded first).
+        self.watcher = Watcher(self._fingerprint, off.bus.completion_queue).start(off.ledger())
         off.deliveries.recover_abandoned()  # rows a killed server left running
 
-    # -- completion signal ------------------------------------------------------------------------
-    def _drain_bus(self) -> None:
-        """Nobody else reads this process's completion bus: each event only wakes the waiters
-        (what they hand over is read from the ledger, where the event was recorded first)."""
-        while not self.off.closed:
-            try:
-                self.off.bus.completion_queue.get(timeout=RECHECK_S)
-            except Exception:  # queue.Empty: look at ``closed`` again
-                continue
-            with self._changed:
-                self._changed.notify_all()
+    # -- what a wait watches ----------------------------------------------------------------------
+    def _fingerprint(self) -> tuple[Any, ...]:
+        """The unfinished rows' states and the pending approval requests: a change of either
+        wakes the waiters (a child done, a row finished anywhere, a command waiting)."""
+        rows = [*self.view.queued(), *self.view.running()]
+        asks = [r.get("request_id") for r in approvals_pending(self.off.ledger())]
+        return tuple(sorted((r.delegation_id, r.state, r.updated_at) for r in rows)), tuple(asks)
 
     # -- dispatch ---------------------------------------------------------------------------------
     def parent(self, workspace: Path | None = None) -> Any:
@@ -135,12 +139,14 @@ class McpDelegations:
             reset_current_session_key(session)
             reset_session_env()
         if handle.get("status") == "error":
-            raise McpInputError(str(handle.get("error")))
+            raise McpInputError(without_sync_option(str(handle.get("error"))))
         handle["note"] = COLLECT_NOTE
-        return handle
+        if "goals" in handle:
+            handle["goals"] = [clip(g) for g in handle["goals"]]
+        return {k: clip(v) if k == "goal" else v for k, v in handle.items()}
 
     # -- reads ------------------------------------------------------------------------------------
-    def _rows(self, scope: Scope) -> list[LedgerRow]:
+    def rows(self, scope: Scope) -> list[LedgerRow]:
         rows = [*self.view.queued(), *self.view.running(), *self.view.pending(), *self.view.settled(LISTED_MAX)]
         seen: dict[str, LedgerRow] = {}
         for row in rows:
@@ -155,7 +161,7 @@ class McpDelegations:
             raise McpInputError("delegation_id is required: pass the id delegate_task returned (a unique prefix is "
                                 "enough); list_delegations lists them")
         exact = self.view.get(wanted.strip())
-        rows = [exact] if exact is not None and scope.sees(exact) else self._rows(scope)
+        rows = [exact] if exact is not None and scope.sees(exact) else self.rows(scope)
         try:
             full_id = resolve(wanted, (r.delegation_id for r in rows), kind="delegation", id_prefix="deleg_",
                               listing="list_delegations")
@@ -182,31 +188,50 @@ class McpDelegations:
                 child.update(api_calls=seen.get("api_calls"), current_tool=seen.get("current_tool"),
                              seconds_since_activity=seen.get("seconds_since_activity"))
         done, total = _progress(doc)
+        doc["label"] = clip(doc.get("label"))
+        for child in doc["children"]:
+            child["goal"] = clip(child.get("goal"))
         return {**doc, "delegation_id": row.delegation_id, "children_done": done, "children_total": total,
                 "delivered": row.delivery_state == "delivered", "owner_pid": row.owner_pid, "owner": live["owner"]}
 
-    def wait(self, scope: Scope, wanted: Any, wait_s: float, progress: Progress | None = None,
-             asked: Callable[[str], bool] | None = None) -> LedgerRow:
-        """The row, once it left the live states or ``wait_s`` passed; ``progress`` is told
-        each change: queued, started, and each child done (``wait_step``); it ends early once
-        ``asked(id)``: an approval request of the unit waits for the client (``mcp_server.approvals``)."""
-        row = self.find(scope, wanted)
+    async def wait(self, scope: Scope, wanted: Any, wait_s: float, progress: AsyncProgress | None = None,
+                   asked: Callable[[str], bool] | None = None) -> LedgerRow:
+        """The row, once it left the live states, ``wait_s`` passed or the server shuts down;
+        ``progress`` is told each change: queued, started, and each child done (``wait_step``);
+        it ends early once ``asked(id)``: an approval request of the unit waits for the client
+        (``mcp_server.approvals``). The wait sleeps on the shared watcher, holding no thread
+        (reads run on one briefly)."""
         deadline = time.monotonic() + max(0.0, wait_s)
-        last = None
-        while row.state in UNFINISHED:
-            step = wait_step(self.status(row))
-            if progress is not None and step != last:
-                progress(*step)
-                last = step
-            if asked is not None and asked(row.delegation_id):
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            with self._changed:
-                self._changed.wait(min(remaining, RECHECK_S))
-            row = self.find(scope, row.delegation_id)
-        return row
+        last, wanted_id = None, wanted
+        self.watcher.waiting(1)
+        try:
+            while True:
+                armed = self.watcher.armed()  # before the read: a change after it still wakes us
+                row, step, ask = await anyio.to_thread.run_sync(lambda: self._look(scope, wanted_id, asked))
+                wanted_id = row.delegation_id
+                if row.state not in UNFINISHED:
+                    if progress is not None and last is not None:
+                        await progress(last[1], last[1], f"finished: {unit_state(row.state)}")  # reaches its total
+                    return row
+                if progress is not None and step != last:
+                    await progress(*step)
+                    last = step
+                remaining = deadline - time.monotonic()
+                if ask or remaining <= 0 or self.watcher.closing:
+                    return row
+                with anyio.move_on_after(min(remaining, FALLBACK_S)):
+                    await armed.wait()
+        finally:
+            self.watcher.waiting(-1)
+
+    def _look(self, scope: Scope, wanted: Any, asked: Callable[[str], bool] | None
+              ) -> tuple[LedgerRow, tuple[int, int, str] | None, bool]:
+        seen = self._fingerprint()  # before the row: a change after this read still differs from it
+        row = self.find(scope, wanted)
+        if row.state not in UNFINISHED:
+            return row, None, False
+        self.watcher.saw(seen)
+        return row, wait_step(self.status(row)), bool(asked is not None and asked(row.delegation_id))
 
     def result(self, row: LedgerRow) -> dict[str, Any]:
         """The status, and for a finished row the text the agent reads (``text``), which is then
@@ -220,20 +245,52 @@ class McpDelegations:
 
     def listing(self, scope: Scope, limit: int = 50) -> list[dict[str, Any]]:
         """This scope's delegations, newest first."""
-        return [{"delegation_id": r.delegation_id, "state": unit_state(r.state), "label": ledger_rows.label(r),
+        return [{"delegation_id": r.delegation_id, "state": unit_state(r.state), "label": clip(ledger_rows.label(r)),
                  "delivered": r.delivery_state == "delivered", "dispatched_at": r.dispatched_at}
-                for r in self._rows(scope)[:limit]]
+                for r in self.rows(scope)[:limit]]
 
     def stop(self, scope: Scope, wanted: Any) -> dict[str, Any]:
-        """Ask the delegation's owner (this process or another) to interrupt it; its partial
-        result is still recorded and collected with delegation_result."""
+        """Stop the delegation: a queued one leaves the queue at once (it never starts; reported
+        as ``interrupted``, as ``offload stop`` does), a running one is interrupted by its owner
+        (this process or another); the partial result is collected with delegation_result."""
         row = self.find(scope, wanted)
+        if row.state == QUEUED and self.off.admission.cancel(lambda r: r.delegation_id == row.delegation_id,
+                                                             "stopped over MCP"):
+            self._cancelling.add(row.delegation_id)
+            row = self.view.get(row.delegation_id) or row
+            return {**self.status(row), "stopped": True,
+                    "note": "removed from the queue before it started; it will not run"}
+        if row.state == QUEUED:
+            row = self.find(scope, row.delegation_id)  # it started meanwhile: interrupt it instead
         if row.state not in ACTIVE_STATES:
             return {**self.status(row), "stopped": False,
                     "note": f"{row.delegation_id} is not running (it is {row.state}); nothing to stop"}
         control_requests.request(self.off.ledger(), row.delegation_id)
+        self._cancelling.add(row.delegation_id)
         return {**self.status(row), "stopped": True,
                 "note": "stop requested; collect the partial result with delegation_result"}
+
+    def cancelling(self, delegation_id: str) -> bool:
+        """Whether a stop of this delegation was asked through this server (a task then reports
+        ``cancelled`` at once, never ``working`` again)."""
+        return delegation_id in self._cancelling
+
+
+def clip(text: Any, limit: int = ECHO_MAX_CHARS) -> Any:
+    """A goal echoed back cut to ``limit`` characters (saying how much was cut); the client has it
+    whole. Anything but a long string is returned unchanged."""
+    if not isinstance(text, str) or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters]"
+
+
+def without_sync_option(text: str) -> str:
+    """A refusal's text without the in-process tool's ``background=false`` way out, which MCP
+    does not offer."""
+    for option in (SYNC_OPTION, ", run this task synchronously (background=false),",
+                   ", or run this task synchronously (background=false)"):
+        text = text.replace(option, "," if option.endswith(",") else "")
+    return text
 
 
 def _progress(doc: dict[str, Any]) -> tuple[int, int]:

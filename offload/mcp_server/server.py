@@ -12,24 +12,32 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Awaitable, Callable
 from urllib.parse import unquote, urlsplit
 
-import anyio
-import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, ElicitationResult, ListRoots, MCPServer, Resolve
 from mcp_types import CallToolResult, ListRootsResult, TextContent
 
-from offload.mcp_server import approvals
+from pydantic import Field
+
+from offload.mcp_server import approvals, schemas
+from offload.subagents.args import TaskArgs
+from offload.toolsets.toolset_names import KNOWN_TOOLSETS
 from offload.mcp_server.approvals import ApprovalAnswer, approval_answer, asked_request
 from offload.engine.states import UNFINISHED as UNFINISHED_STATES
+from offload.mcp_server.first_run import FirstRun
 from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, client_name, default_namespace
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WAIT_S = 30.0
 MAX_WAIT_S = 3600.0
+TOOLSETS = f"Toolsets the subagents may use (default: all this server allows), among {', '.join(KNOWN_TOOLSETS)}."
+DelegationId = Annotated[str, Field(min_length=1, description=schemas.DELEGATION_ID)]
+WaitS = Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=schemas.WAIT_S)]
+Limit = Annotated[int, Field(ge=1, le=1000, description=schemas.LIMIT)]
+LEGACY_RESULT_WAIT_S = 60.0  # tasks/result blocks until the task ends, re-reading at least this often
 INSTRUCTIONS = ("offload runs subagents in the background and keeps every delegation in a durable ledger. "
                 "delegate_task returns a delegation_id at once; keep working, then collect the result with "
                 "delegation_result (wait_s waits for it) or watch it with delegation_status. Results survive a "
@@ -74,9 +82,10 @@ class Tools:
     (``--namespace``), else each client's default; ``all_namespaces``: an operator's view."""
 
     def __init__(self, service: McpDelegations, namespace: str | None = None, all_namespaces: bool = False,
-                 use_roots: bool = True) -> None:
+                 use_roots: bool = True, first_run: FirstRun | None = None) -> None:
         self.service, self.namespace, self.all_namespaces = service, namespace, all_namespaces
         self.use_roots = use_roots  # False: --workspace was given, and it wins over the client's roots
+        self.first_run = first_run or FirstRun()
 
     def scope(self, ctx: Any) -> Scope:
         """The namespace of a request (``ctx``: a tool's ``Context`` or a method's request context)."""
@@ -85,8 +94,11 @@ class Tools:
         return Scope(self.namespace or default_namespace(client_name(ctx)))
 
     async def _call(self, work: Callable[[], CallToolResult]) -> CallToolResult:
+        return await self._call_async(lambda: anyio.to_thread.run_sync(work))
+
+    async def _call_async(self, work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
         try:
-            return await anyio.to_thread.run_sync(work)
+            return await work()
         except McpInputError as exc:
             return _tool_error(str(exc))
         except Exception as exc:  # the tool boundary: the client gets a reason, the server keeps serving
@@ -94,62 +106,52 @@ class Tools:
             return _tool_error(f"offload failed unexpectedly ({type(exc).__name__}: {exc}); retry once, and if it "
                                "fails again see the server's log (stderr)")
 
-    async def delegate_task(self, ctx: Context, goal: str | None = None, tasks: list[dict[str, Any]] | None = None,
-                            context: str | None = None, toolsets: list[str] | None = None,
+    async def delegate_task(self, ctx: Context, goal: Annotated[str | None, Field(description=schemas.GOAL)] = None,
+                            tasks: Annotated[list[TaskArgs] | None, Field(description=schemas.TASKS)] = None,
+                            context: Annotated[str | None, Field(description=schemas.CONTEXT)] = None,
+                            toolsets: Annotated[list[str] | None, Field(description=TOOLSETS)] = None,
                             roots: Annotated[ListRootsResult | None, Resolve(client_roots)] = None) -> CallToolResult:
-        """Hand one goal (``goal``), or several (``tasks``: a list of {goal, context, toolsets, group}), to
-        subagents in the background. Returns at once with the delegation_id; collect the result later with
-        delegation_result. ``context``: what the subagents need to know (they do not see this conversation)."""
         scope = self.scope(ctx)
-        arguments = {k: v for k, v in (("goal", goal), ("tasks", tasks), ("context", context),
+        listed = [t.model_dump(exclude_none=True) for t in tasks] if tasks is not None else None
+        arguments = {k: v for k, v in (("goal", goal), ("tasks", listed), ("context", context),
                                        ("toolsets", toolsets)) if v is not None}
         workspace = first_root(roots) if self.use_roots else None
+        refusal = self.first_run.problem(workspace)
+        if refusal:
+            return _tool_error(refusal)
         no_ask = None if approvals.elicits(ctx) else approvals.NO_ELICITATION
         return await self._call(lambda: _tool_result(self.service.delegate(scope, arguments, workspace, no_ask)))
 
-    async def delegation_status(self, ctx: Context, delegation_id: str) -> CallToolResult:
-        """The state of a delegation (a unique prefix of its id is enough) and each subagent's progress:
-        status, API calls so far and the tool it is running."""
+    async def delegation_status(self, ctx: Context, delegation_id: DelegationId) -> CallToolResult:
         scope = self.scope(ctx)
         return await self._call(lambda: _tool_result(self.service.status(self.service.find(scope, delegation_id))))
 
     async def delegation_result(
-            self, ctx: Context, delegation_id: str, wait_s: float = DEFAULT_WAIT_S,
+            self, ctx: Context, delegation_id: DelegationId, wait_s: WaitS = DEFAULT_WAIT_S,
             request: Annotated[dict[str, Any] | None, Resolve(asked_request)] = None,
             answer: Annotated[ElicitationResult[ApprovalAnswer], Resolve(approval_answer)] = None) -> CallToolResult:
-        """The delegation's result, waiting up to ``wait_s`` seconds for it (0: do not wait). While it still
-        runs you get its state and progress instead; call again to keep waiting. Reading a finished result in
-        full acknowledges it. While you wait, a subagent's command that needs your approval is put to you
-        through elicitation, if your client supports it."""
-        if not 0 <= wait_s <= MAX_WAIT_S:
-            return _tool_error(f"wait_s must be between 0 and {MAX_WAIT_S:g} seconds (got {wait_s:g}); pass e.g. "
-                               "wait_s=60 and call again while it runs")
         scope = self.scope(ctx)
 
-        def progress(step: int, steps: int, message: str) -> None:
-            anyio.from_thread.run(ctx.report_progress, step, steps, message)
-
         elicits = approvals.elicits(ctx)
+        ledger = self.service.off.ledger()
+        asked = (lambda did: approvals.waiting(ledger, did)) if elicits else None
 
-        def work() -> CallToolResult:
-            ledger = self.service.off.ledger()
-            approvals.settle(ledger, request, approvals.allows_elicited(answer), approvals.decider(ctx))
-            asked = (lambda did: approvals.waiting(ledger, did)) if elicits else None
-            out = self.service.result(self.service.wait(scope, delegation_id, wait_s, progress, asked))
+        async def work() -> CallToolResult:
+            await anyio.to_thread.run_sync(lambda: approvals.settle(ledger, request, approvals.allows_elicited(answer),
+                                                                    approvals.decider(ctx)))
+            row = await self.service.wait(scope, delegation_id, wait_s, ctx.report_progress, asked)
+            out = await anyio.to_thread.run_sync(lambda: self.service.result(row))
             if asked is not None and out.get("state") in UNFINISHED_STATES and asked(out["delegation_id"]):
                 out["note"] = approvals.WAITING_NOTE
                 return _tool_result(out, f"{approvals.WAITING_NOTE} ({_result_text(out)})")
             return _tool_result(out, _result_text(out))
-        return await self._call(work)
+        return await self._call_async(work)
 
-    async def list_delegations(self, ctx: Context, limit: int = 50) -> CallToolResult:
-        """Your delegations, newest first: id, state, what it was about, whether you read its result."""
+    async def list_delegations(self, ctx: Context, limit: Limit = 50) -> CallToolResult:
         scope = self.scope(ctx)
         return await self._call(lambda: _tool_result({"delegations": self.service.listing(scope, max(1, limit))}))
 
-    async def stop_delegation(self, ctx: Context, delegation_id: str) -> CallToolResult:
-        """Interrupt a running delegation; its partial result is still recorded: collect it with
-        delegation_result."""
+    async def stop_delegation(self, ctx: Context, delegation_id: DelegationId) -> CallToolResult:
         scope = self.scope(ctx)
         return await self._call(lambda: _tool_result(self.service.stop(scope, delegation_id)))
 
@@ -160,11 +162,23 @@ def build_server(tools: Tools) -> MCPServer:
 
     from offload.mcp_server.tasks import TasksExtension
 
-    tasks = TasksExtension(tools.service, tools.scope, tools.service.result)
+    from offload.mcp_server.tasks_legacy import LegacyTasks
+
+    service = tools.service
+    legacy = LegacyTasks(service, tools.scope, service.result,
+                         lambda scope, did: service.wait(scope, did, LEGACY_RESULT_WAIT_S))
+    tasks = TasksExtension(service, tools.scope, service.result, legacy)
+    surface = schemas.ToolSurface(lambda: _input_schemas(server))
     server = MCPServer("offload", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING",
-                       extensions=[tasks])
+                       extensions=[tasks], middleware=[schemas.Unoffered(), surface, legacy])
     approvals.register(server, tools)  # the approval resolvers find the service through it
     for fn in (tools.delegate_task, tools.delegation_status, tools.delegation_result, tools.list_delegations,
                tools.stop_delegation):
-        server.add_tool(fn, name=fn.__name__, description=fn.__doc__)
+        shown = schemas.TOOLS[fn.__name__]
+        server.add_tool(fn, name=fn.__name__, title=shown["title"], description=shown["description"],
+                        annotations=shown["annotations"])
     return server
+
+
+async def _input_schemas(server: MCPServer) -> dict[str, Any]:
+    return {tool.name: tool.input_schema for tool in await server.list_tools()}

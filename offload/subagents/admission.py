@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 FOREIGN_CHECK_S = 2.0  # how often a consumer looks for queued rows of owners that died
 _NEVER_FULL = 1 << 30  # the capacity passed where a unit must never be refused for it
 
+SYNC_OPTION = ", or delegate with background=false"  # a surface without background=false drops it (MCP)
 _NOTE = ("All {cap} background slots are busy (delegation.max_concurrent_children), so this is QUEUED: it starts by "
          "itself when a slot frees, and each result arrives as a new message after you END YOUR TURN; do not poll "
          "or wait for it. Tell the user it is queued and carry on.")
@@ -73,6 +74,7 @@ class Admission:
         self._adopted: set[str] = set()  # rows of a dead owner this process took and had to put back
         self._lock = threading.Lock()  # guards the dicts and the set
         self._pumping = threading.Lock()  # one pump at a time: rows are taken in order
+        self._admitting = threading.Lock()  # one bound check and its writes at a time: the queue holds its limit
         self._next_foreign_check = 0.0
         # Which rows of owners that died this process starts: all by default; a one-request
         # process (offload run) only its own session's, since it exits once those are in.
@@ -88,9 +90,25 @@ class Admission:
         """Queue the completion ``units`` of one call under ``call_id``; the handle the agent gets."""
         cfg = units[0].cfg
         ledger = self.ledger()
-        refusal = self._over_bound(ledger, cfg, origin, len(units))
-        if refusal:
-            return {"status": "error", "error": refusal}
+        with self._admitting:  # the bound's count and the rows written are one step in this process
+            refusal = self._over_bound(ledger, cfg, origin, len(units))
+            if refusal:
+                return {"status": "error", "error": refusal}
+            handles = self._enqueue(call_id, units, origin, ledger)
+        if isinstance(handles, str):
+            return {"status": "error", "error": handles}
+        handle: dict[str, Any] = {
+            "status": "dispatched", "mode": "background", "state": QUEUED, "count": len(units[0].tasks),
+            "delegation_id": handles[0]["delegation_id"], "goals": units[0].goals,
+            "note": _NOTE.format(cap=cfg.max_concurrent_children)}
+        if len(units) > 1:
+            handle["units"] = handles
+        self.pump()  # a slot may have freed meanwhile
+        return handle
+
+    def _enqueue(self, call_id: str, units: list[Batch], origin: Origin, ledger: DelegationLedger
+                 ) -> list[dict[str, Any]] | str:
+        """Write the units' queued rows; their handles, or why the ledger refused."""
         slot_key = call_id if len(units) > 1 else None  # the units of one call share one slot
         pid, started = current_owner()
         handles = []
@@ -109,17 +127,9 @@ class Admission:
                 with self._lock:
                     self._held.pop(unit_id, None)
                 done = f" ({len(handles)} unit(s) before it were queued and will run)" if handles else ""
-                return {"status": "error", "error": f"all background slots are busy and the call could not be "
-                        f"queued in the ledger: {exc}{done}"}
+                return f"all background slots are busy and the call could not be queued in the ledger: {exc}{done}"
             handles.append({"delegation_id": unit_id, "group": unit.group, "task_indexes": unit.indexes})
-        handle: dict[str, Any] = {
-            "status": "dispatched", "mode": "background", "state": QUEUED, "count": len(units[0].tasks),
-            "delegation_id": handles[0]["delegation_id"], "goals": units[0].goals,
-            "note": _NOTE.format(cap=cfg.max_concurrent_children)}
-        if len(units) > 1:
-            handle["units"] = handles
-        self.pump()  # a slot may have freed meanwhile
-        return handle
+        return handles
 
     @staticmethod
     def _over_bound(ledger: DelegationLedger, cfg: DelegationConfig, origin: Origin, adding: int) -> str | None:
@@ -132,7 +142,7 @@ class Admission:
             if count + adding > limit:
                 return (f"not started: all {cfg.max_concurrent_children} background slots are busy and {count} "
                         f"unit(s) {whose} already wait (delegation.{key}={limit}). Wait for results to arrive, "
-                        f"do this yourself, or delegate with background=false; the operator can raise it: "
+                        f"do this yourself{SYNC_OPTION}; the operator can raise it: "
                         f"offload config set delegation.{key} {max(limit * 2, limit + adding)}")
         return None
 

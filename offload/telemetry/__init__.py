@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Mapping
 
+from offload.errors import install_extra
+
 
 def tracing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the standard OTEL_* variables ask for traces (read without importing OpenTelemetry)."""
@@ -34,5 +36,5 @@ def install_tracing_from_env() -> bool:
         return export.install_from_env() is not None
     except ImportError as exc:
         sys.stderr.write(f"offload: OTEL_* variables ask for traces, but {exc.name} is not installed "
-                         "(pip install 'offload[dashboard]'); running without traces\n")
+                         f"({install_extra('dashboard')}); running without traces\n")
         return False

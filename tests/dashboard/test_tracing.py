@@ -179,4 +179,4 @@ def test_otel_variables_without_the_extra_warn_and_run_untraced():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
                           env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
     assert done.stdout.strip() == "False"
-    assert "pip install 'offload[dashboard]'); running without traces" in done.stderr
+    assert "pip install -e '.[dashboard]'); running without traces" in done.stderr

@@ -45,10 +45,12 @@ def server_env(home: Path, model: GatedModel | None) -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def mcp_client(home: Path, *args: str, model: GatedModel | None = None, name: str = "pytest-client",
                      cwd: Path | None = None, tolerate_exit: bool = False,
-                     extensions: list[Any] | None = None, **client_options: Any) -> AsyncIterator[Client]:
+                     extensions: list[Any] | None = None, env: dict[str, str] | None = None,
+                     **client_options: Any) -> AsyncIterator[Client]:
     """A ``Client`` on a fresh ``offload mcp ARGS`` over stdio; ``tolerate_exit``: the test
-    kills the server, so the connection's teardown errors are expected."""
-    params = StdioServerParameters(command=OFFLOAD, args=["mcp", *args], env=server_env(home, model),
+    kills the server, so the connection's teardown errors are expected; ``env``: the server's
+    whole environment (default: ``server_env``)."""
+    params = StdioServerParameters(command=OFFLOAD, args=["mcp", *args], env=env or server_env(home, model),
                                    cwd=str(cwd or home))
     client = Client(params, client_info=Implementation(name=name, version="1"), read_timeout_seconds=60,
                     extensions=extensions, **client_options)

@@ -49,7 +49,12 @@ def test_dispatch_returns_at_once_results_arrive_and_namespaces_stay_apart(serve
 
 def test_requests_without_the_token_or_for_a_foreign_name_are_refused(server):
     with httpx.Client(timeout=10) as raw:
-        assert raw.post(server.url, json=INITIALIZE, headers=HEADERS).status_code == 401
+        tokenless = raw.post(server.url, json=INITIALIZE, headers=HEADERS)
+        assert tokenless.status_code == 401 and tokenless.headers["WWW-Authenticate"] == "Bearer"
+        base = server.url.rsplit("/mcp", 1)[0]
+        for discovery in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-authorization-server"):
+            answer = raw.get(base + discovery)  # where an OAuth-minded client goes after the 401
+            assert answer.status_code == 404 and "does not use OAuth" in answer.text
         wrong = raw.post(server.url, json=INITIALIZE, headers={**HEADERS, "Authorization": "Bearer nope"})
         assert wrong.status_code == 401
         authorized = {**HEADERS, "Authorization": f"Bearer {server.token}"}
@@ -57,7 +62,10 @@ def test_requests_without_the_token_or_for_a_foreign_name_are_refused(server):
         assert rebound.status_code == 403 and "--allow-host" in rebound.text
         page = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://evil.example"})
         assert page.status_code == 403
-        own = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://127.0.0.1"})
+        other_port = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://localhost:9999"})
+        assert other_port.status_code == 403  # another service on this machine is another origin
+        port = server.url.split(":")[2].split("/")[0]
+        own = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": f"http://127.0.0.1:{port}"})
         assert own.status_code == 200, own.text
 
 
@@ -122,3 +130,27 @@ def test_a_killed_http_server_s_delegation_is_recovered_after_a_restart(tmp_path
         anyio.run(collect)
     finally:
         second.stop()
+
+
+def test_sigterm_ends_an_open_long_poll_at_once_with_its_current_state(tmp_path, model):
+    running = HttpServer(tmp_path, "--token", TOKEN, model=model)
+    outcome: dict = {}
+
+    async def body():
+        async with http_client(running.url, TOKEN) as client:
+            handle = (await call(client, "delegate_task", goal=f"{HOLD} long")).structured_content
+
+            async def wait() -> None:
+                outcome["result"] = await client.call_tool("delegation_result",
+                                                           {"delegation_id": handle["delegation_id"], "wait_s": 3600})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await call(client, "delegation_status", delegation_id=handle["delegation_id"])
+                running.proc.send_signal(signal.SIGTERM)
+    try:
+        anyio.run(body)
+        assert running.proc.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it shut down
+    finally:
+        model.gate.set()
+        running.stop()
+    assert outcome["result"].structured_content["state"] == "running"  # its state then, not a wait of 3600 s

@@ -10,7 +10,9 @@ import time
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 from mcp_types import ListRootsResult, Root
+from mcp_types.jsonrpc import METHOD_NOT_FOUND
 
 from tests.mcp_server.mcp_support import (GATE_TIMEOUT_S, HOLD, OFFLOAD, GatedModel, call, mcp_client, server_env,
                                           tool_error)
@@ -62,6 +64,7 @@ def test_a_long_wait_reports_children_done_as_progress(tmp_path, model):
             assert result.structured_content["children_done"] == 2
     anyio.run(body)
     assert (2, 3) in seen and all(total == 3 for _, total in seen)  # steps: started, then each of 2 children
+    assert seen[-1] == (3, 3)  # the last notification reaches the total as the delegation finishes
 
 
 class SecondGate(GatedModel):
@@ -135,10 +138,45 @@ def test_bad_input_is_a_tool_error_naming_the_fix_and_the_server_keeps_serving(t
             assert "goal" in await tool_error(client, "delegate_task")
             assert "placeholder" in (await tool_error(client, "delegate_task", goal="TODO")).lower()
             assert "delegation_id is required" in await tool_error(client, "delegation_status", delegation_id=" ")
-            assert "wait_s must be between" in await tool_error(client, "delegation_result", delegation_id="x",
-                                                               wait_s=-1)
-            handle = (await call(client, "delegate_task", goal="still serving")).structured_content
-            assert handle["status"] == "dispatched"
+            assert await tool_error(client, "delegation_result", delegation_id="x", wait_s=-1) == (
+                "delegation_result: wait_s: -1 is less than the minimum of 0")
+            refused = await tool_error(client, "delegate_task", goal="look", contxt="lost context")
+            assert refused == ("delegate_task has no argument 'contxt'; its arguments are context, goal, tasks, "
+                               "toolsets (check the spelling)")
+            wrong = await tool_error(client, "delegation_result", delegation_id="x", wait_s="soon")
+            assert wrong.startswith("delegation_result: wait_s: 'soon' is not of type") and "pydantic" not in wrong
+            assert "tasks.0" in await tool_error(client, "delegate_task", tasks=[{"goal": "a", "gaol": "b"}])
+            long_goal = "explore " + "x" * 200_000
+            handle = (await call(client, "delegate_task", goal=long_goal)).structured_content
+            assert handle["status"] == "dispatched" and len(json.dumps(handle)) < 5_000
+            status = (await call(client, "delegation_status", delegation_id=handle["delegation_id"])).structured_content
+            listed = (await call(client, "list_delegations")).structured_content
+            assert len(json.dumps(status)) < 5_000 and len(json.dumps(listed)) < 5_000
+            assert "more characters]" in status["label"]
+    anyio.run(body)
+
+
+def test_the_tools_describe_themselves_to_a_client_s_model(tmp_path):
+    async def body():
+        async with mcp_client(tmp_path) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            for tool in tools.values():
+                assert tool.title and tool.description and "``" not in tool.description and tool.output_schema
+                for name, prop in tool.input_schema["properties"].items():
+                    assert prop.get("description"), (tool.name, name)
+            delegate = tools["delegate_task"].input_schema
+            assert set(delegate["properties"]) == {"goal", "tasks", "context", "toolsets"}  # no background, no role
+            assert "end your turn" not in json.dumps(delegate)
+            wait = tools["delegation_result"].input_schema["properties"]["wait_s"]
+            assert (wait["minimum"], wait["maximum"]) == (0, 3600)
+            assert "goal" in json.dumps(delegate["$defs"])  # the shape of a task
+            assert all(tools[n].annotations.read_only_hint for n in ("delegation_status", "delegation_result",
+                                                                     "list_delegations"))
+            assert tools["stop_delegation"].annotations.destructive_hint
+            assert client.server_capabilities.prompts is None and client.server_capabilities.resources is None
+            with pytest.raises(MCPError) as missing:
+                await client.get_prompt("anything")
+            assert missing.value.error.code == METHOD_NOT_FOUND
     anyio.run(body)
 
 

@@ -10,7 +10,9 @@ import signal
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ListRootsResult, Root
+from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from offload.mcp_server.tasks_client import CreateTaskResult, TasksClient, cancel_task, get_task, poll
 from tests.mcp_server.mcp_support import HOLD, call, mcp_client
@@ -39,6 +41,7 @@ def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(
             assert states[0]["resultType"] == "task" and states[0]["status"] == "working"
             assert states[0]["pollIntervalMs"] == 1000  # the extension's name, as its clients read it
             assert task_id.startswith("deleg_") and states[-1]["status"] == "completed"
+            assert states[-1]["result"]["resultType"] == "complete"  # what the official ext-tasks client reads
             listed = (await call(client, "list_delegations")).structured_content["delegations"]
             assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(task_id, True)]
             assert any(str(project) in json.dumps(r) for r in model.server.requests)  # children work in the root
@@ -59,8 +62,10 @@ def test_tasks_cancel_stops_it_and_unknown_or_foreign_ids_are_no_task(tmp_path, 
             await cancel_task(client.session, "deleg_unknown")  # acknowledged all the same
             with anyio.fail_after(60):
                 result = await poll(client.session, created.task_id)
-            assert result.structured_content["state"] == "interrupted"
-            assert result.is_error and "interrupted" in result.content[0].text
+            assert result.is_error and f"task {created.task_id} cancelled" in result.content[0].text
+            assert (await get_task(client.session, created.task_id)).status == "cancelled"  # for good
+            partial = (await call(client, "delegation_result", delegation_id=created.task_id)).structured_content
+            assert partial["state"] == "interrupted"
             with pytest.raises(Exception, match="no such task"):
                 await get_task(client.session, "deleg_unknown")
         async with mcp_client(tmp_path, model=model, name="beta", extensions=[TasksClient()]) as other:
@@ -80,4 +85,18 @@ def test_a_task_outlives_a_killed_server(tmp_path, model):
             state = await get_task(second.session, created.task_id)
             assert state.status == "completed" and state.result["structuredContent"]["state"] == "unknown"
             assert state.result["isError"] is True
+    anyio.run(body)
+
+
+def test_tasks_get_refuses_a_client_that_did_not_declare_the_extension_and_reads_nothing(tmp_path, model):
+    async def body():
+        async with mcp_client(tmp_path, model=model, name="alpha") as plain:
+            handle = (await call(plain, "delegate_task", goal="quick one")).structured_content
+            await call(plain, "delegation_status", delegation_id=handle["delegation_id"])
+            with pytest.raises(MCPError) as refused:
+                await get_task(plain.session, handle["delegation_id"])
+            assert refused.value.error.code == MISSING_REQUIRED_CLIENT_CAPABILITY
+            assert "declare 'io.modelcontextprotocol/tasks'" in refused.value.error.message
+            listed = (await call(plain, "list_delegations")).structured_content["delegations"]
+            assert listed[0]["delivered"] is False  # the refused poll acknowledged nothing
     anyio.run(body)
