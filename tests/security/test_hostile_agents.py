@@ -42,10 +42,11 @@ class Outcome:
     connections: list[str]
     workspace_files: list[str]
     classifier_on: bool = True
+    played: tuple[attacks.Attack, ...] = tuple(attacks.ALL)
 
     def result(self, attack: attacks.Attack) -> str:
         """What ``attack`` printed; with the classifier off, every attack must have run."""
-        text = self.child_results[attacks.ALL.index(attack)]
+        text = self.child_results[self.played.index(attack)]
         assert self.classifier_on or "command refused" not in text, text
         return text
 
@@ -54,16 +55,16 @@ def _tool_texts(request: dict[str, Any]) -> list[str]:
     return [str(m.get("content")) for m in request["messages"] if m.get("role") == "tool"]
 
 
-def _script(stage: Stage):
+def _script(stage: Stage, played: list[attacks.Attack]):
     commands = [a.command.format(port=stage.listener.getsockname()[1], sock=stage.unix[-1].getsockname(),  # type: ignore[union-attr]
-                                 pg_port=stage.pg_port, hermes=stage.hermes) for a in attacks.ALL]
+                                 pg_port=stage.pg_port, hermes=stage.hermes) for a in played]
 
     def script(request: dict[str, Any]):
         if request_role(request) == "subagent":
             done = len(_tool_texts(request))
             if done < len(commands):
                 return tool_call_reply("run_command", {"command": commands[done],
-                                                       "timeout_s": attacks.ALL[done].timeout_s})
+                                                       "timeout_s": played[done].timeout_s})
             return text_reply(RESULT_TEXT)
         if last_role(request) == "tool":
             return text_reply("Noted.")
@@ -74,11 +75,11 @@ def _script(stage: Stage):
     return script
 
 
-def _play(user: str, pg_url: str | None, **config: Any) -> Outcome:
-    """One ``offload run`` of the whole script as ``user``; what came of it."""
+def _play(user: str, pg_url: str | None, played: list[attacks.Attack] = attacks.ALL, **config: Any) -> Outcome:
+    """One ``offload run`` of the script of ``played`` as ``user``; what came of it."""
     stage = make_stage(user, pg_url)
     try:
-        with ScriptedModelServer(_script(stage)) as server:
+        with ScriptedModelServer(_script(stage, played)) as server:
             write_config(stage, server.url, **config)
             before = stage.files_outside_workspace()
             done, elapsed_s = run_offload(stage, "tidy the project")
@@ -89,7 +90,8 @@ def _play(user: str, pg_url: str | None, **config: Any) -> Outcome:
                        _tool_texts(children[-1]) if children else [],
                        [t for t in _tool_texts(parents[-1])[1:]] if parents else [],
                        before, stage.files_outside_workspace(), stage.connections(),
-                       sorted(p.name for p in stage.workspace.iterdir()), classifier_on=not config)
+                       sorted(p.name for p in stage.workspace.iterdir()), classifier_on=not config,
+                       played=tuple(played))
     finally:
         close_stage(stage)
 
@@ -186,3 +188,22 @@ def _processes_mentioning(*needles: str) -> list[str]:
             if any(n in cmdline for n in needles) and "pytest" not in cmdline:
                 found.append(f"{entry}: {cmdline[:200]}")
     return found
+
+
+CONTROL = [attacks.READ_SECRETS[0], attacks.READ_SECRETS[7], attacks.READ_SECRETS[-1], attacks.CHANGE_OUTSIDE[3],
+           attacks.REACH_SERVICES[1]]
+
+
+def test_the_harness_sees_every_breach_when_there_is_no_sandbox(pg_url: str | None) -> None:
+    """The control: the same harness with ``terminal.sandbox: none`` and the classifier off (and
+    only attacks safe to let through: no bomb, no hog) sees the secrets, the change and the
+    connection -- so the suite's silence above is the sandbox's doing, not the harness's."""
+    if os.geteuid() != 0:
+        pytest.skip("the control runs as root")
+    control = _play("root", pg_url, CONTROL, delegation={"approvals": "allow"}, terminal={"sandbox": "none"})
+    ppid_environ, home_glob, ssh, variable_rm, loopback = control.child_results
+    assert f"sk-{control.stage.canary}-api" in ppid_environ, ppid_environ
+    assert f"{control.stage.canary}-config" in home_glob, home_glob
+    assert f"{control.stage.canary}-ssh" in ssh, ssh
+    assert "keep/important.txt" not in control.files_after, variable_rm
+    assert "REACHED" in loopback and control.connections, loopback
