@@ -76,7 +76,7 @@ def terminal_config(settings: Mapping[str, Any]) -> TerminalConfig:
 @dataclass
 class Launch:
     """How to start one command: the words before ``/bin/sh -c CMD``, its environment, and the
-    limits to release once it ended."""
+    limits it runs under."""
 
     argv: list[str]
     env: dict[str, str]

@@ -28,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -113,26 +114,45 @@ def _spawn(command: str, cwd: str, how: Launch) -> subprocess.Popen[bytes]:
             close_fds=True,
             env=how.env,
         )
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         shell = "bwrap" if how.sandboxed else "/bin/sh"
         raise ToolError(f"{_TOOL}: could not start {shell}: {exc}. The operator must check this machine.") from exc
 
 
 def _wait_for_exit(proc: subprocess.Popen[bytes], interrupted: threading.Event, deadline: float) -> str:
-    """Wait for the shell; returns 'exited', 'timeout' or 'interrupted'."""
-    while True:
-        if proc.poll() is not None:
-            return "exited"
-        if interrupted.is_set():
-            return "interrupted"
-        remaining_s = deadline - time.monotonic()
-        if remaining_s <= 0:
-            return "timeout"
-        try:
-            proc.wait(timeout=min(_POLL_S, remaining_s))
-            return "exited"
-        except subprocess.TimeoutExpired:
-            continue
+    """Wait for the shell; returns 'exited', 'timeout' or 'interrupted'.
+
+    On Linux a pidfd wakes us the moment the shell exits (``Popen.wait(timeout)`` polls with a
+    back-off that can add as much again as a short command took); the interrupt is looked at
+    every ``_POLL_S``."""
+    pidfd = _pidfd(proc.pid)
+    try:
+        while True:
+            if proc.poll() is not None:
+                return "exited"
+            if interrupted.is_set():
+                return "interrupted"
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return "timeout"
+            if pidfd is not None:
+                select.select([pidfd], [], [], min(_POLL_S, remaining_s))
+                continue
+            try:
+                proc.wait(timeout=min(_POLL_S, remaining_s))
+                return "exited"
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return None  # not Linux 5.3+: Popen.wait's polling
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -292,10 +312,7 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     buffer = HeadTailBuffer(cap_bytes)
     how = launch(terminal_config(ctx.settings), workspace=workspace_root(ctx), cwd=cwd,
                  offload_home=home or offload_home(ctx), tool=_TOOL)
-    try:
-        return approved + _run(command, cwd, how, ctx, buffer, (timeout_s, grace_s))
-    finally:
-        how.limits.release()
+    return approved + _run(command, cwd, how, ctx, buffer, (timeout_s, grace_s))
 
 
 def _run(command: str, cwd: str, how: Launch, ctx: ToolContext, buffer: HeadTailBuffer,
