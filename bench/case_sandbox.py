@@ -46,9 +46,12 @@ def _one_round(n: int, root: Path) -> dict[str, float]:
 
 
 def run(n: int, rounds: int, root: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
-    from offload.toolsets.terminal_sandbox import no_sandbox_reason
+    from offload.toolsets.sandbox_limits import limits_in_force
+    from offload.toolsets.terminal_sandbox import TerminalConfig, no_sandbox_reason
 
-    params = {"commands_per_mode": n, "rounds": rounds}
+    defaults = TerminalConfig()
+    params = {"commands_per_mode": n, "rounds": rounds,
+              "limits": limits_in_force(defaults.max_processes, defaults.max_memory_mb)}
     reason = no_sandbox_reason()
     if reason is not None:
         log(f"  case 6 skipped: {reason}")

@@ -80,8 +80,8 @@ def layout_argv(*, workspace: Path, cwd: str, offload_home: Path | None, user_ho
             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/run",
             "--size", size, "--tmpfs", "/var", "--symlink", "../run", "/var/run", "--dir", "/var/tmp"]
     writable = [workspace, *write_paths]
-    if not _covered(user_home, writable):
-        argv += ["--size", size, "--tmpfs", str(user_home)]  # an empty home of its own
+    if not _covered(user_home, writable) and user_home != Path("/") and not _under_system(user_home):
+        argv += ["--size", size, "--tmpfs", str(user_home)]  # an empty home of its own (never over / or /usr)
     readable = [p for p in [*interpreter_paths(), *read_paths] if not _under_system(p) and not _covered(p, writable)]
     for path in readable:
         if path.exists():

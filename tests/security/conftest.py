@@ -11,18 +11,20 @@ a host process with a ``--token`` on its command line, a 127.0.0.1 listener and 
 socket. "Held" is then checked from outside: no canary in any tool result the model saw, every
 file outside the workspace as it was, no connection on either listener, offload done in time.
 
-As ``nobody`` (``runuser -u nobody --``), offload runs on a Python that user can execute
-(``/usr/bin/python3`` with this checkout's packages on ``PYTHONPATH``: root's pyenv is under
-``/root``, mode 0700) and the stage lives in a folder ``nobody`` owns.
+As ``nobody`` (``runuser -u nobody --``), offload runs on a Python that user can execute (this
+one, or the system's ``python3`` with this environment's packages on ``PYTHONPATH``: a pyenv
+under ``/root``, mode 0700, is out of its reach) and the stage lives in a folder ``nobody`` owns.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -43,6 +45,24 @@ def users() -> list[str]:
     if os.geteuid() != 0:
         return ["self"]
     return ["root", "nobody"] if shutil.which("runuser") else ["root"]
+
+
+@functools.lru_cache(maxsize=1)
+def nobody_python() -> tuple[str, str] | str:
+    """(interpreter, PYTHONPATH) with which ``nobody`` can import offload and its dependencies,
+    or why there is none: this interpreter if ``nobody`` may execute it, else the system's
+    ``python3`` of the same minor version with this environment's packages on its path."""
+    pythonpath = os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])
+    tried = []
+    for python in dict.fromkeys([sys.executable, shutil.which("python3", path="/usr/bin:/bin") or ""]):
+        if not python:
+            continue
+        probe = subprocess.run(["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={pythonpath}", python, "-c",
+                                "import offload.runtime, pydantic_core"], capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0:
+            return python, pythonpath
+        tried.append(f"{python}: {(probe.stderr.strip().splitlines() or ['exit ' + str(probe.returncode)])[-1]}")
+    return "no Python that nobody can run offload with (" + "; ".join(tried) + ")"
 
 
 @dataclass
@@ -124,8 +144,9 @@ def _python_for(user: str) -> tuple[str, str]:
     """(interpreter, PYTHONPATH) for running offload as ``user``."""
     if user != "nobody":
         return sys.executable, str(ROOT)
-    site = next(p for p in sys.path if p.endswith("site-packages") and ".venv" in p)
-    return "/usr/bin/python3", os.pathsep.join([str(ROOT), site])
+    found = nobody_python()
+    assert not isinstance(found, str), found
+    return found
 
 
 def make_stage(user: str, pg_url: str | None) -> Stage:

@@ -22,7 +22,7 @@ from offload.testing.demo_script import last_role, request_role
 from offload.testing.model_server import ScriptedModelServer, text_reply, tool_call_reply
 from offload.toolsets.terminal_sandbox import no_sandbox_reason
 from tests.security import attacks
-from tests.security.conftest import Stage, close_stage, make_stage, run_offload, users, write_config
+from tests.security.conftest import Stage, close_stage, make_stage, nobody_python, run_offload, users, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -106,6 +106,10 @@ def outcome(request: pytest.FixtureRequest, pg_url: str | None) -> Outcome:
         if os.environ.get("CI") == "true":
             pytest.fail(f"no sandbox although CI installs bubblewrap: {why}")
         pytest.skip(why)
+    if request.param == "nobody" and isinstance(nobody_python(), str):
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(nobody_python()))
+        pytest.skip(str(nobody_python()))
     if request.param not in _outcomes:
         if request.param == "root-classifier-off":
             _outcomes[request.param] = _play("root", pg_url, delegation={"approvals": "allow"})
