@@ -4,7 +4,9 @@ path, ``terminal.sandbox: auto`` (bubblewrap, its namespaces, cgroups and rlimit
 (the floor) and a short script (a loop writing a file, a pipe, ``wc``).
 
 Per round: p50 and p99 of each (command, mode) over ``n`` runs; the headline is the p50 added
-by the sandbox, target at most 15 ms (bwrap alone measured ~3-8 ms on the development machine).
+by the sandbox, target at most 15 ms. Beside it, the floor: the same bwrap command line started
+bare (``subprocess.run``, no tool around it) against ``/bin/sh -c true``, which is what the
+kernel's namespaces cost on this machine whatever offload does.
 Skipped, with the reason, where no sandbox can run.
 """
 from __future__ import annotations
@@ -36,13 +38,28 @@ def _one_round(n: int, root: Path) -> dict[str, float]:
                 samples[(name, mode)].append((time.perf_counter() - started) * 1000.0)
                 if not result.startswith("exit code: 0"):
                     raise RuntimeError(f"{name} under {mode} failed: {result}")
-    figures: dict[str, float] = {}
+    figures: dict[str, float] = _floor(n, workspace)
     for (name, mode), values in samples.items():
         figures[f"{name}_{mode}_p50_ms"] = percentile(values, 50.0)
         figures[f"{name}_{mode}_p99_ms"] = percentile(values, 99.0)
     for name in COMMANDS:
         figures[f"{name}_added_p50_ms"] = figures[f"{name}_auto_p50_ms"] - figures[f"{name}_none_p50_ms"]
     return figures
+
+
+def _floor(n: int, workspace: Path) -> dict[str, float]:
+    import subprocess
+
+    from offload.toolsets.terminal_sandbox import TerminalConfig, launch
+
+    how = launch(TerminalConfig(), workspace=workspace, cwd=str(workspace), offload_home=None, tool="bench")
+    bare: dict[str, list[float]] = {"sh": [], "bwrap": []}
+    for _ in range(n):
+        for name, prefix in (("sh", []), ("bwrap", how.argv)):
+            started = time.perf_counter()
+            subprocess.run([*prefix, "/bin/sh", "-c", "true"], env=how.env, check=True)
+            bare[name].append((time.perf_counter() - started) * 1000.0)
+    return {"floor_sh_p50_ms": percentile(bare["sh"], 50.0), "floor_bwrap_p50_ms": percentile(bare["bwrap"], 50.0)}
 
 
 def run(n: int, rounds: int, root: Path, log: Callable[[str], None] = print) -> dict[str, Any]:

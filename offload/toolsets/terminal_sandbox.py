@@ -12,6 +12,12 @@ Which bwrap: the system's, found on ``PATH`` and probed once. The ``bubblewrap-b
 not used: a binary inside site-packages is not the one AppArmor (Ubuntu 24.04) lets create user
 namespaces, and it is updated by pip, not by the distribution's security updates.
 
+Stopping: bwrap runs without ``--new-session``, so it and everything inside stay in the process
+group ``terminal_tool`` signals (stdin is ``/dev/null`` and the group has no controlling terminal,
+so the ``TIOCSTI`` injection ``--new-session`` guards against has nothing to reach);
+``--die-with-parent`` ends the namespace's init if bwrap dies, and the PID namespace's end kills
+whatever is left, detached jobs included.
+
 Invariant: no silent fallback. ``auto`` or ``bwrap`` where no sandbox can run is a ToolError
 naming both fixes, never an unsandboxed run; only ``none`` (the operator accepting the risk)
 runs a command unsandboxed. macOS: ``auto`` refuses (``sandbox-exec`` is deprecated and untested
