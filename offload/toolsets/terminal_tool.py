@@ -348,7 +348,10 @@ run_command = Tool(
         "Run a shell command with /bin/sh -c in the task's workspace and return its exit code and "
         "combined stdout+stderr (long output keeps its head and tail). A non-zero exit code is "
         "reported, not treated as a failure. The command is killed when it exceeds timeout_s or when "
-        "the agent is interrupted. Stdin is closed, so interactive programs will not wait for input."
+        "the agent is interrupted. Stdin is closed, so interactive programs will not wait for input. "
+        "By default the command runs in a sandbox: only the workspace is writable, /tmp is private and "
+        "emptied afterwards, the home folder is empty, there is no network, and nothing it starts "
+        "outlives it."
     ),
     parameters={
         "type": "object",
