@@ -82,7 +82,8 @@ def layout_argv(*, workspace: Path, cwd: str, offload_home: Path | None, user_ho
     writable = [workspace, *write_paths]
     if not _covered(user_home, writable) and user_home != Path("/") and not _under_system(user_home):
         argv += ["--size", size, "--tmpfs", str(user_home)]  # an empty home of its own (never over / or /usr)
-    readable = [p for p in [*interpreter_paths(), *read_paths] if not _under_system(p) and not _covered(p, writable)]
+    readable = [p for p in [*interpreter_paths(), *read_paths]
+                if not _under_system(p) and not _covered(p, writable) and not _covered(user_home, [p])]
     for path in readable:
         if path.exists():
             argv += ["--ro-bind", str(path), str(path)]

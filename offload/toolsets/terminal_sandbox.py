@@ -59,7 +59,8 @@ class TerminalConfig(BaseModel):
         "names of environment variables a command may see besides PATH, LANG, LC_*, TERM, TZ… (never list a "
         "secret a prompt-injected agent must not read)"))
     read_paths: list[str] = Field(default_factory=list, description=(
-        "extra folders a sandboxed command may read (e.g. ~/.pyenv, ~/.local, ~/.cargo)"))
+        "extra folders a sandboxed command may read (e.g. ~/.pyenv, ~/.local, ~/.cargo); / or a folder holding "
+        "the home is not bound"))
     write_paths: list[str] = Field(default_factory=list, description=(
         "extra folders a sandboxed command may change besides its workspace (e.g. a shared cache)"))
     max_processes: int = Field(512, ge=8, le=1_000_000, description=(
