@@ -48,7 +48,9 @@ def main() -> int:
     started = time.perf_counter()
     fill(home / "state.db", args.rows, delivery_state="delivered")
     print(f"filled {args.rows} rows in {time.perf_counter() - started:.1f} s")
-    with Offload(home=home) as off, TestClient(create_app(off), base_url=LOOPBACK) as client:
+    with Offload(home=home) as off:
+        app = create_app(off)  # the home's token, shown as a script does (Authorization: Bearer)
+        client = TestClient(app, base_url=LOOPBACK, headers={"Authorization": f"Bearer {app.state.token()}"})
         started = time.perf_counter()
         first = client.get("/history").text
         print(f"first call (opens the ledger): {(time.perf_counter() - started) * 1000:.0f} ms")

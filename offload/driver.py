@@ -16,14 +16,17 @@ import threading
 import time
 from typing import Any, Callable
 
+from offload.agent.run_state import unknown_usage_note
 from offload.context import result_chain
 from offload import exit_codes
+from offload.cli.result_summary import task_lines
 from offload.cli.views import Ui
 from offload.conversation import Conversation, TurnResult, open_conversation
 from offload.engine.states import LIVE_STATES
 from offload.exit_codes import ExitCode
 from offload.inbox import Delivery, SessionInbox
 from offload.runtime import Offload
+from offload.render.state_style import TRUNCATED_MARK
 from offload.render.truncation import unfinished_reason
 from offload.session_units import WAITING_STATES, SessionRows, item as ledger_item
 from offload.subagents.usage import roll_up_event
@@ -97,6 +100,7 @@ class SessionDriver:
             self.ui.say(f"(context compressed: session {result.compressed_from} continues as {self.session_id})",
                         style="dim")
         self.ui.handles(result.handles)
+        self._note_inline_results(result.handles)
         self._note_outcome(exit_codes.for_turn(result.exit_reason, result.error_kind))
         if result.exit_reason == "error":
             self.ui.error(f"agent error: {result.error}")
@@ -109,6 +113,21 @@ class SessionDriver:
         unfinished = unfinished_reason(result.exit_reason, result.finish_reason)
         if unfinished:
             self.ui.warn(f"(the answer above is incomplete: {unfinished})")
+
+    def _note_inline_results(self, handles: list[dict[str, Any]]) -> None:
+        """Subagents that ran inside the turn (``--sync``, or inline at capacity) and stopped
+        unfinished: warned about, one line each, and the exit code a truncated reply gets."""
+        for handle in handles:
+            entries = [e for e in handle.get("results") or handle.get("inline_results") or [] if isinstance(e, dict)]
+            if exit_codes.for_result(entries) != ExitCode.INCOMPLETE:  # as for a delivered result
+                continue
+            self._note_outcome(ExitCode.INCOMPLETE)
+            cut = [line for line in task_lines({"results": entries, "goals": handle.get("goals") or []})
+                   if line.startswith(TRUNCATED_MARK)]
+            self.ui.warn(f"⚠ {len(cut)} of {len(entries)} subagent(s) that ran inside the turn stopped unfinished "
+                         "(TRUNCATED): their answers may be incomplete")
+            for line in cut:
+                self.ui.warn(f"  {line}")
 
     def _note_outcome(self, code: ExitCode) -> None:
         if self.exit_code == ExitCode.OK or code == ExitCode.INTERRUPTED:
@@ -147,13 +166,12 @@ class SessionDriver:
         """Tokens (and cost, when the provider reports one) of this process's turns, with the
         subagents whose results were delivered here (or that ran inline) included."""
         totals = getattr(self.conversation.agent, "usage_totals", None)
-        unreported = int(totals.get("tokens_unreported") or 0) if isinstance(totals, dict) else 0
-        if not isinstance(totals, dict) or not (totals.get("input_tokens") or totals.get("output_tokens") or unreported):
+        unknown = unknown_usage_note(totals) if isinstance(totals, dict) else None
+        if not isinstance(totals, dict) or not (totals.get("input_tokens") or totals.get("output_tokens") or unknown):
             return None
         cost = totals.get("cost_usd")
         cost_text = f"cost ${cost:.4f}" if isinstance(cost, (int, float)) else "cost not reported by the provider"
-        unknown = (f"; {unreported} model run(s) whose server reported no usage are not counted (unknown)"
-                   if unreported else "")
+        unknown = f"; {unknown}" if unknown else ""
         return (f"tokens used by this run: {totals['input_tokens']:,} in / {totals['output_tokens']:,} out, "
                 f"subagents included ({cost_text}{unknown})")
 

@@ -1,6 +1,6 @@
 """The Host check of every HTTP server offload runs (the dashboard; the MCP server reuses it):
-the defence against DNS rebinding; and their one bind rule (``check_bind``: no bind off loopback
-without a token).
+the defence against DNS rebinding. (Both require a token on every request, loopback included:
+``offload.token_store``.)
 
 A web page on ``evil.example`` whose DNS name is then rebound to 127.0.0.1 makes the browser
 send requests to our loopback port with ``Host: evil.example:PORT`` and a matching ``Origin``;
@@ -36,17 +36,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a host name other than localhost may resolve to anything
-
-
-def check_bind(host: str, token: str | None, *, serving: str, exposure: str, token_use: str) -> None:
-    """Refuse, before anything listens, a bind off loopback without a token (anyone reaching it
-    could do ``exposure``) and an empty token. ``serving``: what is served ("the dashboard");
-    ``token_use``: how clients present the token."""
-    if token is not None and not token.strip():
-        raise CliError("--token is empty; give a long random value, e.g. --token \"$(openssl rand -hex 16)\"")
-    if not is_loopback(host) and not token:
-        raise CliError(f"refusing to serve {serving} on {host} without a token: anyone who can reach it could "
-                       f"{exposure}. Add --token SECRET ({token_use}), or bind 127.0.0.1 (the default)")
 
 
 def normal_name(name: str) -> str:

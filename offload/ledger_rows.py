@@ -7,9 +7,10 @@ Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``s
 ``delivery_attempts``, ``drop_reason`` (why a dropped result was dropped, else null),
 ``claimed_by`` (``{"consumer", "pid", "host", "since"}`` of the consumer delivering a pending
 result right now, else null), ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
-``children``: one ``{"task", "goal", "status", "duration_seconds"}`` per task, ``task``
+``children``: one ``{"task", "goal", "status", "duration_seconds", "truncated"}`` per task, ``task``
 counting from 1, ``status`` ``running`` until that child has finished (``queued`` while its
-unit waits to start). ``state`` is a unit
+unit waits to start), ``truncated`` true for a child that stopped unfinished (its answer cut
+off, or its iteration budget used up: ``offload.render.truncation.is_truncated``). ``state`` is a unit
 state and each child's ``status`` a child state of ``offload.engine.states`` (``row_state``:
 also for a row an older version wrote). ``owner_host``: the
 owner's host on a shared ledger, else null. ``activity_age_s`` (how old the snapshot is) and
@@ -24,6 +25,7 @@ from typing import Any
 
 from offload.ledger import DelegationLedger, LedgerRow
 from offload.engine.liveness import owner_alive
+from offload.render.truncation import is_truncated
 from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
 
 
@@ -61,6 +63,7 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
             (QUEUED if row.state == QUEUED else RUNNING) if row.state in UNFINISHED else UNKNOWN)
         out.append({"task": index + 1, "goal": str(goals[index] if index < len(goals) else ""), "status": status,
                     "duration_seconds": _number(entry.get("duration_seconds")) if entry else None})
+        out[-1]["truncated"] = bool(entry) and is_truncated(entry)  # the flag `offload run` reads; no new state
     return out
 
 

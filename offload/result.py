@@ -25,8 +25,13 @@ Render = Callable[[dict[str, Any]], "str | None"]  # the text the agent reads, f
 
 @dataclass(frozen=True)
 class Tokens:
-    input: int = 0
-    output: int = 0
+    """What the server reported; None (null) is unknown, never 0, and ``unknown`` says why:
+    ``not_reported`` (the server answered without usage), ``rejected`` (it refused every call
+    with an HTTP error), ``no_reply`` (no call was answered)."""
+
+    input: int | None = None
+    output: int | None = None
+    unknown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,10 +154,16 @@ def _child(index: int, goal: Any, entry: Mapping[str, Any], live: str | None) ->
         task=index + 1, goal=str(goal or ""), state=child_state(entry.get("status")),
         summary=_text(entry.get("summary")), error=_text(entry.get("error")),
         duration_s=_number(entry.get("duration_seconds")), api_calls=_count(entry.get("api_calls")),
-        tokens=Tokens(_count(tokens.get("input")) or 0, _count(tokens.get("output")) or 0) if tokens else None,
+        tokens=_tokens(tokens) if tokens else None,
         cost_usd=_number(entry.get("cost_usd")), truncated=is_truncated(dict(entry)),
         exit_reason=_text(entry.get("exit_reason")), tool_trace=_trace(entry.get("tool_trace")),
         tool_trace_dropped=_count(entry.get("tool_trace_dropped")) or 0)
+
+
+def _tokens(tokens: Mapping[str, Any]) -> Tokens:
+    counts = _count(tokens.get("input")), _count(tokens.get("output"))
+    unknown = (_text(tokens.get("unknown")) or "not_reported") if counts == (None, None) else None
+    return Tokens(*counts, unknown=unknown)
 
 
 def _trace(steps: Any) -> tuple[ToolStep, ...] | None:

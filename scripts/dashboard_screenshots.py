@@ -110,7 +110,9 @@ def build_scene(off: Any, home: Path) -> dict[str, str]:
             "finished": finished, "session": session}
 
 
-def shoot(url: str, pages: dict[str, str], out: Path) -> list[Path]:
+def shoot(url: str, login_url: str, pages: dict[str, str], out: Path) -> list[Path]:
+    """Screenshots of ``pages`` at every width, signed in once with ``login_url`` (the address
+    with the token the dashboard prints: it leaves a cookie, as for a person)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -121,6 +123,7 @@ def shoot(url: str, pages: dict[str, str], out: Path) -> list[Path]:
     driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"))
     written = []
     try:
+        driver.get(login_url)
         for width in WIDTHS:
             for name, path in pages.items():
                 driver.set_window_size(width, 900)
@@ -150,7 +153,8 @@ def main() -> int:
         ids = build_scene(off, home)
         server = DashboardServer(off, "127.0.0.1", 0, refresh_s=0.5)
         if args.serve:
-            server.serve_until_stopped(lambda url: print(f"serving {url} (HERMES_HOME={home})", flush=True))
+            server.serve_until_stopped(lambda s: print(f"serving {s.url}: open {s.login_url} (HERMES_HOME={home})",
+                                                       flush=True))
             return 0
         server.start()
         try:
@@ -158,7 +162,7 @@ def main() -> int:
                      "running": f"/d/{ids['running']}", "stalled": f"/d/{ids['stalled']}",
                      "session": f"/s/{ids['session']}"}
             args.out.mkdir(parents=True, exist_ok=True)
-            for path in shoot(server.url, pages, args.out):
+            for path in shoot(server.url, server.login_url, pages, args.out):
                 print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
         finally:
             server.stop()

@@ -29,12 +29,13 @@ from typing import Any, Callable, Mapping, Protocol
 
 from offload.agent.activity import ActivityTracker
 from offload.agent.child import derive_child_settings
-from offload.agent.llm import DEFAULT_STREAM_IDLE_TIMEOUT_S, AssistantTurn, LLMClient, LLMError, ModelNotFoundError
+from offload.agent.llm import (CHILD_IDLE_TIMEOUT_KEY, DEFAULT_STREAM_IDLE_TIMEOUT_S, PARENT_IDLE_TIMEOUT_KEY,
+                              AssistantTurn, LLMClient, LLMError, ModelNotFoundError)
 from offload.agent.prompts import default_system_prompt
 from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
 from offload.engine.observers import span
-from offload.agent.run_state import Run, Stamped, run_result
+from offload.agent.run_state import UNKNOWN_TOTAL_KEYS, Run, Stamped, run_result
 from offload.render.truncation import CUT_OFF_EXIT_REASON
 from offload.toolsets.child_tools import allowed_only, blocked_tool_message
 from offload.toolsets.toolspec import Tool, ToolContext
@@ -116,8 +117,9 @@ class AIAgent:
     @property
     def llm(self) -> TurnStreamer:
         if self._llm is None:
+            key = CHILD_IDLE_TIMEOUT_KEY if self._delegate_depth else PARENT_IDLE_TIMEOUT_KEY  # what sets its limit
             self._llm = LLMClient(self.model, self.base_url, self.api_key,
-                                  stream_idle_timeout_s=self.stream_idle_timeout_s)
+                                  stream_idle_timeout_s=self.stream_idle_timeout_s, idle_timeout_key=key)
         return self._llm
 
     def close(self) -> None:
@@ -161,9 +163,9 @@ class AIAgent:
         with self._usage_lock:
             for key in ("input_tokens", "output_tokens"):
                 self.usage_totals[key] += int(usage.get(key) or 0)
-            unreported = int(usage.get("tokens_unreported") or 0)
-            if unreported:  # runs whose server reported no usage: not counted, and said so
-                self.usage_totals["tokens_unreported"] = self.usage_totals.get("tokens_unreported", 0) + unreported
+            for key in UNKNOWN_TOTAL_KEYS.values():  # runs without usage: not counted, and said so
+                if usage.get(key):
+                    self.usage_totals[key] = self.usage_totals.get(key, 0) + int(usage[key])
             cost = usage.get("cost_usd")
             if isinstance(cost, (int, float)) and not isinstance(cost, bool):
                 self.usage_totals["cost_usd"] = (self.usage_totals["cost_usd"] or 0.0) + float(cost)
@@ -197,7 +199,7 @@ class AIAgent:
         try:
             exit_reason = self._loop(run)
         except LLMError as exc:
-            exit_reason, error = "error", str(exc)
+            exit_reason, error, run.failed_status = "error", str(exc), exc.status_code
             error_kind = "model" if isinstance(exc, ModelNotFoundError) else "endpoint"
         except Exception as exc:  # e.g. a toolset that fails to load; reported, not raised
             logger.exception("agent run failed")
@@ -208,9 +210,9 @@ class AIAgent:
         result = run_result(run, self.model, exit_reason, error, interrupt_message, self._activity.trace())
         result["error_kind"] = error_kind
         usage = result["usage"]
+        unknown = UNKNOWN_TOTAL_KEYS.get(usage.get("unknown") or "")  # a run without usage: counted apart, not as 0
         self.add_usage({"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
-                        "cost_usd": usage.get("cost_usd"),
-                        "tokens_unreported": 1 if usage["prompt_tokens"] is None and run.api_calls else 0})
+                        "cost_usd": usage.get("cost_usd"), **({unknown: 1} if unknown else {})})
         return result
 
     def _opening_messages(self, user_message: str, history: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -263,6 +265,7 @@ class AIAgent:
         return self._interrupt_requested
 
     def _record_turn(self, run: Run, turn: AssistantTurn) -> None:
+        run.replies += 1
         run.finish_reason = turn.finish_reason
         run.usage_reported = run.usage_reported or turn.usage is not None
         for key, value in (turn.usage or {}).items():

@@ -43,7 +43,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Some proxies refuse a bare "Bearer"; local servers (Ollama, llama.cpp, vLLM) ignore whatever we send.
 PLACEHOLDER_API_KEY = "not-needed"
-IDLE_TIMEOUT_KEYS = "stream_idle_timeout_s (subagents: delegation.stream_idle_timeout_s)"
+# The config key that sets a client's silence limit: a parent's own, a subagent's under ``delegation``.
+PARENT_IDLE_TIMEOUT_KEY = "stream_idle_timeout_s"
+CHILD_IDLE_TIMEOUT_KEY = "delegation.stream_idle_timeout_s"
 # Request fields a server may refuse with a 400 naming them: asked for, and dropped on refusal.
 # stream_options.include_usage: usage in the stream (old servers refuse it); return_progress:
 # llama.cpp's prompt-progress chunks (hosted APIs refuse unknown fields, so only local servers
@@ -142,6 +144,7 @@ class LLMClient:
         http_client: httpx.Client | None = None,
         connect_timeout_s: float = 15.0,
         stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S,
+        idle_timeout_key: str = PARENT_IDLE_TIMEOUT_KEY,
         max_retries: int = 4,
         backoff_base_s: float = 1.0,
         backoff_cap_s: float = 30.0,
@@ -158,6 +161,7 @@ class LLMClient:
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self.max_retries = max(0, int(max_retries))
         self.stream_idle_timeout_s = stream_idle_timeout_s
+        self.idle_timeout_key = idle_timeout_key  # the key the idle error tells the user to raise
         self._backoff_base_s, self._backoff_cap_s = backoff_base_s, backoff_cap_s
         self._retry_after_cap_s = retry_after_cap_s
         self._poll_interval_s = poll_interval_s
@@ -300,8 +304,8 @@ class LLMClient:
         return LLMError(
             f"model '{self.model}' at {self.base_url} sent nothing for "
             f"{self.stream_idle_timeout_s:g} s; the server is stuck or overloaded — retry later, or "
-            f"for a slow server (a CPU reading a long prompt) raise {IDLE_TIMEOUT_KEYS}: "
-            "offload config set stream_idle_timeout_s 600"
+            f"for a slow server (a CPU reading a long prompt) raise {self.idle_timeout_key}: "
+            f"offload config set {self.idle_timeout_key} {max(600, round(2 * self.stream_idle_timeout_s)):g}"
         )
 
     def _classify(self, exc: Exception) -> _Failure:

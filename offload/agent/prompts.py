@@ -22,8 +22,9 @@ def default_system_prompt(workspace: Path) -> str:
 def subagent_system_prompt(
     *, goal: str, context: str | None, task_index: int, role: str, workspace: Path, tools: list[str] | None = None,
 ) -> str:
+    """``task_index`` counts from 0; the prompt numbers the task from 1, as every result does."""
     parts = [
-        f"You are a focused subagent (task #{task_index}) working for a parent agent. "
+        f"You are a focused subagent (task #{task_index + 1}) working for a parent agent. "
         "Do only the task below; the parent cannot see your tool calls or intermediate messages.",
         f"Your workspace directory is {workspace}.",
         f"TASK:\n{goal}",

@@ -41,6 +41,8 @@ class Run:
     tool_counts: Counter[str] = field(default_factory=Counter)
     usage: Counter[str] = field(default_factory=Counter)  # token counts, and cost_usd when reported
     usage_reported: bool = False  # some call's server reported usage; else the counts are unknown, not 0
+    replies: int = 0  # model calls the server answered (a rejected or unanswered call is not one)
+    failed_status: int | None = None  # the HTTP status of the error the run ended with, if any
     budget_notice: str | None = None  # why the run stopped at its token or cost budget
 
 
@@ -69,11 +71,34 @@ def run_result(run: Run, model: str, exit_reason: str, error: str | None, interr
     }
 
 
+# Why a run's tokens are unknown (``usage["unknown"]``), and how the totals count such runs apart.
+NOT_REPORTED, REJECTED, NO_REPLY = "not_reported", "rejected", "no_reply"
+UNKNOWN_TOTAL_KEYS = {NOT_REPORTED: "tokens_unreported", REJECTED: "tokens_rejected", NO_REPLY: "tokens_no_reply"}
+_UNKNOWN_WORDS = {NOT_REPORTED: "whose server reported no usage", REJECTED: "rejected by the server; no usage",
+                  NO_REPLY: "that got no reply from the server; no usage"}
+
+
+def unknown_usage_note(totals: dict[str, Any]) -> str | None:
+    """What a summary says about the runs ``totals`` counts apart (``UNKNOWN_TOTAL_KEYS``), else None."""
+    parts = [f"{int(totals[key])} model run(s) {_UNKNOWN_WORDS[why]}"
+             for why, key in UNKNOWN_TOTAL_KEYS.items() if totals.get(key)]
+    return f"{', '.join(parts)} — not counted (unknown)" if parts else None
+
+
+def unknown_reason(run: Run) -> str:
+    """Why ``run`` has no usage: its server answered without any, or no call was answered at all
+    (the server rejected it with an HTTP error, or never replied)."""
+    if run.replies:
+        return NOT_REPORTED
+    return REJECTED if run.failed_status is not None else NO_REPLY
+
+
 def _usage_of(run: Run) -> dict[str, Any]:
     """Tokens (and cost) the server reported for the run; None when no call reported usage
-    (a server without usage reports), which is unknown, not zero."""
+    (a server without usage reports, or one that answered no call), which is unknown, not zero."""
     if not run.usage_reported:
-        return {"prompt_tokens": None, "completion_tokens": None}
+        unknown = {"unknown": unknown_reason(run)} if run.api_calls else {}
+        return {"prompt_tokens": None, "completion_tokens": None, **unknown}
     usage: dict[str, Any] = {"prompt_tokens": run.usage["prompt_tokens"],
                              "completion_tokens": run.usage["completion_tokens"]}
     if "cost_usd" in run.usage:  # only when the provider reported one: unknown is not zero

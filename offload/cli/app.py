@@ -24,6 +24,7 @@ import typer
 from offload.cli import approvals as cli_approvals
 from offload.cli import ledger as cli_ledger
 from offload.cli import mcp as cli_mcp
+from offload.cli import tokens as cli_tokens
 from offload.errors import CliError
 
 if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only chat, run and demo load it
@@ -38,6 +39,7 @@ config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                          help="Read and change config.yaml; values are validated first.")
 app.add_typer(config_app, name="config")
 app.add_typer(cli_approvals.app, name="approvals")
+app.add_typer(cli_tokens.app, name="token")
 
 
 def _print_version(value: bool) -> None:
@@ -178,28 +180,34 @@ app.command()(cli_mcp.mcp)
 
 
 @app.command()
-def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --token"),
+def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to bind (default: loopback only)"),
               port: int = typer.Option(8765, "--port", min=0, max=65535, help="port to listen on"),
-              token: Optional[str] = typer.Option(None, "--token", envvar="OFFLOAD_DASHBOARD_TOKEN",
-                                                  help="secret every request must carry (required off loopback)"),
+              token: Optional[str] = typer.Option(None, "--token",
+                                                  help="deprecated (visible in ps): use $OFFLOAD_DASHBOARD_TOKEN"),
               allow_host: list[str] = typer.Option([], "--allow-host", metavar="NAME",
                                                    help="also answer to this host name (e.g. behind a proxy); "
                                                         "repeatable")) -> None:
-    """Web dashboard: live roster, history, one delegation's detail, interrupt/ack/drop, /metrics.
+    """Web dashboard: live roster, history, one delegation's detail, approvals, interrupt/ack/drop, /metrics.
 
-    Reads the ledger, so it shows the work of every offload process using this $HERMES_HOME."""
+    Every request needs the token ($OFFLOAD_DASHBOARD_TOKEN, else the home's token store: `offload token
+    show`); the address printed at start carries it once. Reads the ledger, so it shows the work of every
+    offload process using this $HERMES_HOME."""
     try:
         from offload.dashboard.server import DashboardServer
     except ImportError as exc:
         raise CliError(f"the dashboard needs its libraries ({exc.name} is missing): "
                        "pip install 'offload[dashboard]'") from None
 
+    from offload import token_store
     from offload.cli.ledger import runtime
+    from offload.home import get_hermes_home
 
-    guard = "; every request must carry the token (open it once with ?token=SECRET)" if token else ""
+    fixed, _source = token_store.resolve(get_hermes_home(), env_var="OFFLOAD_DASHBOARD_TOKEN", flag=token)
     with runtime() as off:
-        DashboardServer(off, host, port, token, allowed_hosts=allow_host).serve_until_stopped(
-            lambda url: typer.echo(f"offload dashboard on {url}/ (Ctrl-C stops it){guard}", err=True))
+        DashboardServer(off, host, port, fixed, allowed_hosts=allow_host).serve_until_stopped(
+            lambda server: typer.echo(f"offload dashboard on {server.url}/ (Ctrl-C stops it)\n"
+                                      f"open {server.login_url} once: your browser then keeps a cookie "
+                                      "(scripts send Authorization: Bearer TOKEN; `offload token show`)", err=True))
 
 
 @config_app.command("get")
@@ -279,10 +287,11 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
 
 @app.command()
 def gateway(verbose: bool = _VERBOSE) -> None:
-    """Serve Telegram chats: one agent session per chat/thread, background results delivered back.
+    """Serve Telegram chats and Matrix rooms: one agent session per chat/thread, background results delivered back.
 
-    Needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
-    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN). See docs/gateway.md."""
+    Telegram needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
+    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN); Matrix needs gateway.matrix.homeserver,
+    .user_id and the access token in MATRIX_ACCESS_TOKEN (gateway.matrix.token_env). See docs/gateway.md."""
     from offload.cli.gateway import run_gateway
 
     raise typer.Exit(run_gateway(verbose))

@@ -29,10 +29,10 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
                                                  help="where children work (default: the client's first root, "
                                                       "else workspace in config.yaml, else this directory)"),
         http: bool = typer.Option(False, "--http", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"),
-        host: str = typer.Option("127.0.0.1", "--host", help="--http: address to bind; off loopback needs --token"),
+        host: str = typer.Option("127.0.0.1", "--host", help="--http: address to bind (default: loopback only)"),
         port: int = typer.Option(8766, "--port", min=0, max=65535, help="--http: port to listen on (0: any free one)"),
-        token: Optional[str] = typer.Option(None, "--token", envvar="OFFLOAD_MCP_TOKEN",
-                                            help="--http: clients must send Authorization: Bearer TOKEN"),
+        token: Optional[str] = typer.Option(None, "--token", help="--http, deprecated (visible in ps): use "
+                                            "$OFFLOAD_MCP_TOKEN or the token store (`offload token show`)"),
         allow_host: list[str] = typer.Option([], "--allow-host", metavar="NAME",
                                              help="--http: also answer to this host name (repeatable)"),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="log progress to stderr")) -> None:
@@ -53,10 +53,13 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
                         format="offload mcp: %(levelname)s: %(message)s", force=True)
     if namespace is not None and all_namespaces:
         raise CliError("--namespace and --all-namespaces exclude each other; pass one")
-    if http:
-        from offload.mcp_server.http import check_bind
+    if http:  # the token first: a refused one leaves nothing behind
+        from offload import token_store
+        from offload.home import get_hermes_home
+        from offload.mcp_server.http import ENV_TOKEN, token_verifier
 
-        check_bind(host, token)  # before anything starts: a refused bind leaves nothing behind
+        fixed, source = token_store.resolve(get_hermes_home(), env_var=ENV_TOKEN, flag=token)
+        verify = token_verifier(get_hermes_home(), fixed)
     cfg = load_config()
     if demo_model:
         from offload.cli.demo_model import start_demo_endpoint
@@ -76,5 +79,7 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
             return
         from offload.mcp_server.http import serve_http
 
-        serve_http(server, host, port, token, allow_host,
-                   lambda url: typer.echo(f"offload mcp on {url} (Ctrl-C stops it)", err=True))
+        serve_http(server, host, port, verify, allow_host,
+                   lambda url: typer.echo(f"offload mcp on {url} (Ctrl-C stops it); clients send Authorization: "
+                                          f"Bearer TOKEN, the token of {source} (`offload token show`, or one per "
+                                          "client: `offload token add NAME`)", err=True))

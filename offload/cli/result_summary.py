@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from offload.engine.states import COMPLETED, child_state
-from offload.render.state_style import MARKS  # noqa: F401 - one mark per state, for every terminal view
-from offload.render.truncation import is_truncated
+from offload.render.state_style import child_mark
 
 GOAL_CHARS = 60
 ANSWER_CHARS = 100
@@ -31,6 +30,9 @@ def _entries(event: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(results, list) and results:
         entries = [r for r in results if isinstance(r, dict)]
         return sorted(entries, key=lambda r: r.get("task_index") if isinstance(r.get("task_index"), int) else 0)
+    indexes = [i for i in event.get("task_indexes") or range(len(event.get("goals") or [])) if isinstance(i, int)]
+    if event.get("is_batch") and len(indexes) > 1:  # no child reported (a recovered unit): each shares its outcome
+        return [{**event, "task_index": i} for i in indexes]
     return [event]  # a single-task unit carries its outcome at the top level
 
 
@@ -49,8 +51,6 @@ def task_lines(event: dict[str, Any]) -> list[str]:
         outcome = entry.get("summary") if status == COMPLETED else entry.get("error") or entry.get("summary")
         said = f": {_line(outcome, ANSWER_CHARS)}" if outcome else ""
         number = f"{index + 1}/{total} " if total > 1 else ""
-        mark, shown = MARKS[status], status
-        if is_truncated(entry):  # stopped unfinished: never a plain ✓
-            mark, shown = "⚠", f"{status}, TRUNCATED"
+        mark, shown = child_mark(status, entry)  # stopped unfinished: never a plain ✓
         lines.append(f"{mark} {number}{_line(goal, GOAL_CHARS)} ({shown}{timing}){said}")
     return lines

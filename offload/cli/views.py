@@ -17,12 +17,12 @@ from rich.text import Text
 from offload.ledger import LedgerRow
 from offload import ledger_rows
 from offload.render.text import format_age
-from offload.cli.result_summary import MARKS, task_lines
+from offload.cli.result_summary import task_lines
 from offload.cli.streams import same_destination
 from offload.engine.events import is_interim
 from offload.engine.states import child_state, unit_state
 from offload.render.notification import async_delegation_display_text
-from offload.render.state_style import rich_style
+from offload.render.state_style import TRUNCATED_WORD, child_mark, rich_style
 
 _GOAL_CHARS = 48
 
@@ -79,9 +79,9 @@ def live_roster(items: list[dict[str, Any]]) -> RenderableType:
 def _child_state(entry: dict[str, Any] | None, activity: Any) -> str:
     """A finished child's outcome (its idle clock would only count up), else its live activity."""
     if entry is not None:
-        status = child_state(entry.get("status"))
+        mark, shown = child_mark(child_state(entry.get("status")), entry)
         took = entry.get("duration_seconds")
-        return f"{MARKS[status]} {status:<9} in {_seconds(took)} s"
+        return f"{mark} {shown:<9} in {_seconds(took)} s"
     activity = activity if isinstance(activity, dict) else {}
     return (f"… running   api calls {activity.get('api_calls', '?')!s:<3} tool {activity.get('current_tool') or '-':<12} "
             f"idle {_seconds(activity.get('seconds_since_activity')):>5} s{progress_note(activity)}")
@@ -102,12 +102,12 @@ def _child_lines(rec: dict[str, Any]) -> list[Text]:
     lines = []
     for child in rec["children"]:
         took = f" {child['duration_seconds']:.1f} s" if child["duration_seconds"] is not None else ""
-        mark = MARKS[child_state(child["status"])]
+        mark, shown = child_mark(child_state(child["status"]), child)
         doing = ""
         if child.get("api_calls") is not None or child.get("current_tool"):  # published by its owner
             doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "
                      f"idle {_seconds(child.get('seconds_since_activity'))} s{progress_note(child)}")
-        lines.append(Text(f"      #{child['task']} {mark} {child['status']}{took}{doing}  {_clip(child['goal'])}",
+        lines.append(Text(f"      #{child['task']} {mark} {shown}{took}{doing}  {_clip(child['goal'])}",
                           style="dim"))
     return lines
 
@@ -173,7 +173,9 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
     now = time.time() if now is None else now
 
     def status(rec: dict[str, Any]) -> str:
-        text = (f"{rec['state']}  finished {_age(rec['completed_at'], now)} ago  "
+        cut = sum(1 for child in rec["children"] if child.get("truncated"))
+        state = f"{rec['state']} ({cut} {TRUNCATED_WORD})" if cut else rec["state"]
+        text = (f"{state}  finished {_age(rec['completed_at'], now)} ago  "
                 f"{rec['delivery_state']} (attempts {rec['delivery_attempts']})")
         if rec["delivery_state"] == "dropped" and rec.get("drop_reason"):
             return f"{text}  dropped: {rec['drop_reason']}"

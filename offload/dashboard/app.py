@@ -17,7 +17,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -29,12 +29,13 @@ from starlette.routing import Mount, Route
 from starlette.datastructures import URL
 from starlette.staticfiles import StaticFiles
 
+from offload import token_store
 from offload.dashboard import actions, approvals, history, metrics, model, overview, sessions, timeline, transcript
 from offload.dashboard.security import Guard
 from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
-from offload.render.state_style import tone
+from offload.render.state_style import TRUNCATED_MARK, TRUNCATED_WORD, child_mark, tone
 from offload.render.text import format_age
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 _HERE = Path(__file__).parent
 KEEPALIVE_S = 15.0
+ENV_TOKEN = "OFFLOAD_DASHBOARD_TOKEN"
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _AGE_UNITS_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -51,6 +53,8 @@ def _templates() -> Environment:
     env.filters["age"] = lambda s: format_age(s) if isinstance(s, (int, float)) else "-"
     env.filters["secs"] = lambda s: f"{s:.1f} s" if isinstance(s, (int, float)) else "-"
     env.globals["tone"] = tone  # one colour language with the CLI (offload.render.state_style)
+    env.globals["child_mark"] = child_mark  # a cut-off child's ⚠ TRUNCATED, as the CLI draws it
+    env.globals["TRUNCATED"] = f"{TRUNCATED_MARK} {TRUNCATED_WORD}"
     env.filters["duration"] = _duration
     env.filters["clock"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
     return env
@@ -265,11 +269,14 @@ class Dashboard:
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
 
-def create_app(off: Offload, *, token: str | None = None, refresh_s: float = 1.0,
+def create_app(off: Offload, *, token: str | Callable[[], str] | None = None, refresh_s: float = 1.0,
                hosts: HostCheck | None = None) -> Starlette:
     """The ASGI app over the runtime ``off`` (its ledger, and the units it runs itself).
-    ``app.state.dashboard.stopping`` ends open event streams at shutdown; ``hosts``: the Host
-    names it answers to (default: those of a loopback bind)."""
+    ``token``: the token every request must show (a value, or a function giving it now; default:
+    ``$OFFLOAD_DASHBOARD_TOKEN``, else the operator token of ``off``'s home, made on first need;
+    ``app.state.token()`` says which). ``app.state.dashboard.stopping`` ends open event streams
+    at shutdown; ``hosts``: the Host names it answers to (default: those of a loopback bind)."""
+    accepted = token_store.accepted(off.home, token, env_var=ENV_TOKEN)
     dash = Dashboard(off, refresh_s)
     routes = [
         Route("/", dash.roster_page, name="roster"),
@@ -286,8 +293,9 @@ def create_app(off: Offload, *, token: str | None = None, refresh_s: float = 1.0
         Route("/api/delegations/{delegation_id}", dash.api_detail),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    middleware = [Middleware(HostGuard, check=hosts or HostCheck("127.0.0.1")), Middleware(Guard, token=token)]
+    middleware = [Middleware(HostGuard, check=hosts or HostCheck("127.0.0.1")), Middleware(Guard, token=accepted)]
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={LedgerError: dash.ledger_problem})
     app.state.dashboard = dash
+    app.state.token = accepted
     return app

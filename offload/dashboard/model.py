@@ -23,6 +23,7 @@ from offload.ledger import queries as ledger_queries
 from offload.ledger.browse import Browse
 from offload.ledger_rows import owner_state, row_state
 from offload.render.text import clip_words
+from offload.render.truncation import is_truncated
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
@@ -78,7 +79,8 @@ def _children(task: dict[str, Any], result: dict[str, Any], live: dict[str, Any]
         child = {"index": index, "number": index + 1, "goal": goal, "status": status,
                  "summary": entry.get("summary"), "error": entry.get("error"), "api_calls": entry.get("api_calls"),
                  "duration_s": entry.get("duration_seconds"), "current_tool": None, "idle_s": None,
-                 "last_text": None, "last_tool": None, "tool_trace": entry.get("tool_trace")}
+                 "last_text": None, "last_tool": None, "tool_trace": entry.get("tool_trace"),
+                 "truncated": bool(entry) and is_truncated(entry)}  # completed, but cut off: no new state
         if position < len(activity) and isinstance(activity[position], dict) and not entry:
             act = activity[position]
             child.update(api_calls=act.get("api_calls"), current_tool=act.get("current_tool"),
@@ -104,6 +106,8 @@ def _unit(ledger: DelegationLedger, row: LedgerRow | None, live: dict[str, Any] 
     status = unit_state((live or {}).get("status")) if live else (row_state(row) if row else RUNNING)
     if remote and status == RUNNING:
         status = unit_state(remote.get("status") or status)  # e.g. "stalling", seen by its owner
+    children = _children(task, result, live or remote,
+                         (QUEUED if status == QUEUED else RUNNING) if status in UNFINISHED else None)
     return {
         "id": row.delegation_id if row else live["delegation_id"], "status": status, "label": _label(task, event),
         "session": (row.parent_session_id or row.origin_session) if row else
@@ -117,8 +121,7 @@ def _unit(ledger: DelegationLedger, row: LedgerRow | None, live: dict[str, Any] 
         "delivery_state": row.delivery_state if row else "in memory",
         "delivery_attempts": row.delivery_attempts if row else 0,
         "drop_reason": row.drop_reason if row else None,
-        "children": _children(task, result, live or remote,
-                              (QUEUED if status == QUEUED else RUNNING) if status in UNFINISHED else None),
+        "children": children, "truncated": sum(1 for child in children if child["truncated"]),
     }
 
 

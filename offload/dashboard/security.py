@@ -1,77 +1,138 @@
-"""Who may reach the dashboard: the bind rule, the token check and the cross-site check.
+"""Who may reach the dashboard: the token check and the same-origin check of every action.
 
-Invariants: a bind to anything but loopback is refused without a token; with a token, every
-HTTP request must carry it (``Authorization: Bearer``, the cookie set by the first visit, or
-``?token=`` once, which sets the cookie); a state-changing request whose ``Origin`` is not
-the dashboard itself is refused, so another web page open in the same browser cannot click
-the buttons for you.
+The dashboard decides for a person (approvals, interrupt, drop), so on loopback too every
+request must show the token (``offload.token_store``: the home's operator token, or
+``OFFLOAD_DASHBOARD_TOKEN``): any local process — a prompt-injected child's command among
+them — could otherwise press the buttons.
+
+Invariants:
+- a request is served only with ``Authorization: Bearer TOKEN``, the session cookie, or (GET
+  only) ``?token=TOKEN``, which sets the cookie and redirects to the same address without it;
+  anything else gets 401 and a page saying how to open the dashboard;
+- the cookie holds ``cookie_value(token)`` (an HMAC of the token, never the token itself, so
+  it opens this dashboard and nothing else) and is named per port (``cookie_name``): browsers
+  share cookies across the ports of one host, and two dashboards must not overwrite each
+  other's; rotating the token (``offload token rotate``) ends every cookie;
+- a state-changing request (POST …) must carry an ``Origin`` naming this very dashboard
+  (scheme-less host:port equal to the request's Host): a missing ``Origin`` is refused, so
+  neither another web page in the same browser nor a plain script can press a button
+  without being the dashboard's own page (scripts send the header deliberately).
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
+from html import escape
+from typing import Callable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import URL
 from starlette.requests import HTTPConnection
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from offload import http_security
-
-COOKIE = "offload_dashboard_token"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_COOKIE_PURPOSE = b"offload dashboard session cookie v1"
+_NEEDS_TOKEN = ("This dashboard needs its token. Open the address `offload dashboard` printed when it started "
+                "(it ends in ?token=...; your browser then keeps a cookie), or run `offload token show` and open "
+                "/?token=THAT. Scripts and Prometheus send 'Authorization: Bearer TOKEN'.")
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse a non-loopback bind without a token: the page can interrupt and drop work."""
-    http_security.check_bind(host, token, serving="the dashboard", exposure="interrupt and drop delegations",
-                             token_use="checked on every request")
+
+def cookie_name(port: int) -> str:
+    return f"offload_dashboard_{port}"
+
+
+def cookie_value(token: str) -> str:
+    """What the browser keeps: derived from the token, useless as a bearer token or for MCP."""
+    return hmac.new(token.encode(), _COOKIE_PURPOSE, hashlib.sha256).hexdigest()
+
 
 class Guard:
-    """ASGI middleware: token on every request (when set) and same-origin state changes."""
+    """ASGI middleware: the token on every request, and same-origin state changes."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, token: Callable[[], str]) -> None:
         self.app = app
-        self.token = token
+        self.token = token  # the token accepted now (read per request: a rotation applies at once)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         conn = HTTPConnection(scope)
-        refusal = self._refusal(conn)
+        token = self.token()
+        if scope.get("method") in ("GET", "HEAD") and _matches(conn.query_params.get("token", ""), token):
+            await _adopt_token(conn, token)(scope, receive, send)
+            return
+        refusal = _refusal(conn, token)
+        if refusal is not None and scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # refused before the handshake
+            return
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        if self.token and conn.query_params.get("token"):
-            await self._adopt_token(conn)(scope, receive, send)
-            return
         await self.app(scope, receive, send)
 
-    def _refusal(self, conn: HTTPConnection) -> Response | None:
-        if self.token and not self._authorized(conn):
-            return PlainTextResponse("401: this dashboard needs its token. Open it with ?token=SECRET once "
-                                     "(it is then kept in a cookie) or send 'Authorization: Bearer SECRET'.\n",
-                                     status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        if conn.scope["method"] not in _SAFE_METHODS and not _same_origin(conn):
-            return PlainTextResponse("403: cross-site request refused; use the dashboard's own buttons.\n",
-                                     status_code=403)
-        return None
 
-    def _authorized(self, conn: HTTPConnection) -> bool:
-        header = conn.headers.get("authorization", "")
-        offered = [header[7:] if header.lower().startswith("bearer ") else "",
-                   conn.cookies.get(COOKIE, ""), conn.query_params.get("token", "")]
-        return any(o and hmac.compare_digest(o.encode(), self.token.encode()) for o in offered)
+def _port(conn: HTTPConnection) -> int:
+    server = conn.scope.get("server") or (None, 0)
+    return int(server[1] or 0)
 
-    def _adopt_token(self, conn: HTTPConnection) -> Response:
-        """Keep the token in an http-only cookie and drop it from the address bar."""
-        clean = URL(scope=conn.scope).remove_query_params("token")
-        response = RedirectResponse(clean.path + (f"?{clean.query}" if clean.query else ""), status_code=303)
-        response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
-        return response
 
-def _same_origin(conn: HTTPConnection) -> bool:
+def _offered(conn: HTTPConnection, token: str) -> str | None:
+    """How the request shows the token ("bearer", "cookie", "query"), None if it does not."""
+    scheme, _, value = conn.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and _matches(value.strip(), token):
+        return "bearer"
+    cookie = conn.cookies.get(cookie_name(_port(conn)), "")
+    if _matches(cookie, cookie_value(token)):
+        return "cookie"
+    if _matches(conn.query_params.get("token", ""), token):
+        return "query"
+    return None
+
+
+def _matches(offered: str, token: str) -> bool:
+    return bool(offered) and hmac.compare_digest(offered.encode(), token.encode())
+
+
+def _refusal(conn: HTTPConnection, token: str) -> Response | None:
+    how = _offered(conn, token)
+    if how is None or how == "query":  # ?token= signs a browser in (GET); it never authorizes an action
+        return _unauthorized(conn)
+    if conn.scope.get("method", "GET") not in _SAFE_METHODS and not same_origin(conn):
+        return PlainTextResponse("403: this action needs an Origin header naming this dashboard (its own pages "
+                                 "send it; a script adds -H 'Origin: http://HOST:PORT'); cross-site requests and "
+                                 "requests without an Origin are refused.\n", status_code=403)
+    return None
+
+
+def _unauthorized(conn: HTTPConnection) -> Response:
+    headers = {"WWW-Authenticate": 'Bearer realm="offload dashboard"', "Cache-Control": "no-store"}
+    if "text/html" in conn.headers.get("accept", ""):
+        body = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>offload dashboard: token needed"
+                f"</title></head><body><h1>401: token needed</h1><p>{escape(_NEEDS_TOKEN)}</p></body></html>")
+        return HTMLResponse(body, status_code=401, headers=headers)
+    return PlainTextResponse(f"401: {_NEEDS_TOKEN}\n", status_code=401, headers=headers)
+
+
+def _adopt_token(conn: HTTPConnection, token: str) -> Response:
+    """Keep the derived value in an http-only cookie and drop the token from the address bar."""
+    clean = URL(scope=conn.scope).remove_query_params("token")
+    response = RedirectResponse(clean.path + (f"?{clean.query}" if clean.query else ""), status_code=303)
+    response.set_cookie(cookie_name(_port(conn)), cookie_value(token), httponly=True, samesite="strict", path="/")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+def same_origin(conn: HTTPConnection) -> bool:
+    """The request's ``Origin`` is this dashboard's own (same host:port as its Host header)."""
     origin = conn.headers.get("origin")
-    if origin is None:  # not sent by a browser for this request: a script or curl, which holds the token
-        return True
-    return urlsplit(origin).netloc == conn.headers.get("host", "")
+    if not origin or origin == "null":
+        return False
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:
+        return False
+    host = conn.headers.get("host", "")
+    return bool(netloc) and netloc.lower().rstrip(".") == host.lower().rstrip(".")

@@ -2,21 +2,21 @@
 SIGTERM; a process that runs delegations itself (tests, an embedding app) can ``start()`` it
 beside its work, where the interrupt button reaches its units directly.
 
-Invariant: the bind rule of ``security.check_bind`` is applied before anything listens, and the
-server answers only to the Host names ``offload.http_security`` allows (loopback names, the
-bound address, ``--allow-host`` names).
+Invariant: every request must show the token (``offload.dashboard.security``; on loopback
+too), and the server answers only to the Host names ``offload.http_security`` allows
+(loopback names, the bound address, ``--allow-host`` names).
 """
 from __future__ import annotations
 
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
+from urllib.parse import urlencode
 
 import uvicorn
 
 from offload.dashboard.app import create_app
-from offload.dashboard.security import check_bind
 from offload.http_security import HostCheck
 from offload.errors import CliError
 
@@ -29,9 +29,11 @@ GRACEFUL_SHUTDOWN_S = 2.0
 class DashboardServer:
     """One uvicorn server; ``start()`` returns once it listens, ``url`` says where."""
 
-    def __init__(self, off: Offload, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 refresh_s: float = 1.0, allowed_hosts: Iterable[str] = ()) -> None:
-        check_bind(host, token)
+    def __init__(self, off: Offload, host: str = "127.0.0.1", port: int = 0,
+                 token: str | Callable[[], str] | None = None, refresh_s: float = 1.0,
+                 allowed_hosts: Iterable[str] = ()) -> None:
+        """``token``: see ``create_app`` (default: ``$OFFLOAD_DASHBOARD_TOKEN``, else the home's
+        operator token from its token store)."""
         self.app = create_app(off, token=token, refresh_s=refresh_s, hosts=HostCheck(host, allowed_hosts))
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", lifespan="off",
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
@@ -44,13 +46,18 @@ class DashboardServer:
         host, port = sock.getsockname()[:2]
         return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
+    @property
+    def login_url(self) -> str:
+        """The address to open once in a browser: it carries the token, which becomes a cookie."""
+        return f"{self.url}/?{urlencode({'token': self.app.state.token()})}"
+
     def serve_until_stopped(self, on_start=None) -> None:
-        """Serve until Ctrl-C or SIGTERM; ``on_start(url)`` runs once it listens (port 0 resolved)."""
+        """Serve until Ctrl-C or SIGTERM; ``on_start(server)`` runs once it listens (port 0 resolved)."""
         previous = signal.signal(signal.SIGTERM, lambda *_: self.stop_soon())
         try:
             self.start()
             if on_start is not None:
-                on_start(self.url)
+                on_start(self)
             while self.thread.is_alive():
                 self.thread.join(0.5)  # short joins: Ctrl-C reaches the main thread between them
         except KeyboardInterrupt:

@@ -16,7 +16,7 @@ from typing import Any
 
 from offload.engine.states import UNFINISHED
 from offload.ledger import JournalEntry
-from offload.render.state_style import tone
+from offload.render.state_style import TRUNCATED_WORD, child_mark, child_tone, tone
 
 _STEPS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600,
             12 * 3600, 86400, 2 * 86400, 7 * 86400)
@@ -66,7 +66,9 @@ def lanes(unit: dict[str, Any], entries: list[JournalEntry], now: float) -> dict
     end_at = finished_at or now
     started = next((e.at for e in entries if e.kind == "start" and e.child is None), None)
     ran_at = started if started is not None and started - t0 >= QUEUED_MIN_S else t0
-    unit_lane = {"label": "unit", "tone": tone(unit["status"]), "word": unit["status"], "start": ran_at, "end": end_at,
+    cut = unit.get("truncated")  # children that stopped unfinished: the unit is not drawn plain green
+    unit_lane = {"label": "unit", "tone": "warn" if cut else tone(unit["status"]), "start": ran_at, "end": end_at,
+                 "word": f"{unit['status']}, {cut} {TRUNCATED_WORD}" if cut else unit["status"],
                  "open": running, "marks": _unit_marks(entries, finished_at, unit["status"]),
                  "queued": (t0, ran_at) if ran_at > t0 else None}
     children = [_child_lane(child, entries, ran_at, finished_at, now) for child in unit["children"]]
@@ -109,7 +111,8 @@ def _child_lane(child: dict[str, Any], entries: list[JournalEntry], t0: float, f
             marks.append({"at": entry.at, "kind": "tool", "label": f"tool call: {call.get('name')}"})
         if entry.kind == "message" and entry.data.get("role") == "assistant" and not entry.data.get("tool_calls"):
             marks.append({"at": entry.at, "kind": "say", "label": "answer" if end is not None else "message"})
-    return {"label": f"#{child['number']} {child['goal']}", "tone": tone(child["status"]), "word": child["status"],
+    return {"label": f"#{child['number']} {child['goal']}", "tone": child_tone(child["status"], child),
+            "word": child_mark(child["status"], child)[1],
             "start": t0, "end": end if end is not None else now, "open": end is None, "marks": marks}
 
 

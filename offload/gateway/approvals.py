@@ -14,7 +14,7 @@ Invariants: a request is sent to its chat at most once, also across restarts (th
 are in the gateway state until the request is settled); a press decides only a request of the
 chat it came from; nothing here raises into the poll loop (a failed sweep is logged and tried
 again). Anyone who can write in an allowed chat can answer its requests, as they can talk to
-its agent.
+its agent, unless the platform's user allow-list names who may (``decides``).
 """
 from __future__ import annotations
 
@@ -37,10 +37,12 @@ _SHOWN = "approvals_shown"  # gateway state: request id -> [chat id, thread id, 
 
 class GatewayApprovals:
     def __init__(self, platform: Platform, ledger: Callable[[], Any], state: Any,
-                 serves: Callable[[str], bool]) -> None:
+                 serves: Callable[[str], bool], decides: Callable[[str], bool] = lambda user_id: True) -> None:
         """``ledger()``: the runtime's ledger (per use); ``state``: the gateway state;
-        ``serves(chat_id)``: whether the chat is allowed here."""
+        ``serves(chat_id)``: whether the chat is allowed here; ``decides(user_id)``: whether that
+        user may answer (the platform's user allow-list; by default anyone in a served chat)."""
         self.platform, self.ledger, self.state, self.serves = platform, ledger, state, serves
+        self.decides = decides
         self._lock = threading.Lock()  # one sweep or press at a time: a request is sent once
         self._foreign: set[str] = set()  # pending requests of other surfaces: not looked up again
 
@@ -124,6 +126,8 @@ class GatewayApprovals:
         origin = self._origin(ledger, row) if row is not None else None
         if origin is None or (origin.chat_id, origin.thread_id) != (press.route.chat_id, press.route.thread_id):
             return f"Request {request_id} is not one of this chat's; nothing was done."
+        if not self.decides(press.user_id):
+            return f"{press.user_name or press.user_id} may not decide requests here; nothing was done."
         by = f"{self.platform.name}:{press.user_name or press.user_id or 'unknown'}"
         try:
             row = approvals.decide(ledger, request_id, allow, by)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from offload.context import result_chain
 from offload.engine.events import is_interim
 from offload.engine.states import QUEUED, event_state
-from offload.gateway.platform import ChatGone, Incoming, Platform, Route
+from offload.gateway.platform import ChatGone, Incoming, Platform, Route, sending_result
 from offload.gateway.runner import BATCH_PREFIX
 from offload.gateway.session_context import clear_session_vars, set_session_vars
 from offload.render.truncation import unfinished_reason
@@ -191,8 +191,9 @@ class ChatSession:
             return
         try:
             for item in fresh:
-                self.platform.send(self.route, item.text, header=_header(item, self._from_previous_session(item)),
-                                   first_part=item.shown_parts, on_part=item.shown)
+                with sending_result(item.dedupe_id):
+                    self.platform.send(self.route, item.text, header=_header(item, self._from_previous_session(item)),
+                                       first_part=item.shown_parts, on_part=item.shown)
         except ChatGone as exc:
             for item in fresh:
                 item.drop(f"chat {self.route.chat_id} cannot be reached: {exc}")

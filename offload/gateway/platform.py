@@ -1,4 +1,4 @@
-"""The seam between the gateway and one chat platform (Telegram now; Slack or Discord later).
+"""The seam between the gateway and one chat platform (Telegram, Matrix; Slack or Discord later).
 
 A platform turns its wire protocol into ``Incoming`` messages and sends plain text back; the
 gateway never sees HTTP. Invariant: a ``send``/``edit`` either returns normally (the platform
@@ -9,8 +9,10 @@ header, ``body`` is untrusted text (child output) and must never render as forma
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 
 class ChatGone(Exception):
@@ -71,6 +73,23 @@ class Platform(Protocol):
     def answer_button(self, press_id: str, text: str) -> None:
         """Acknowledge a button press with a short notice to the person who pressed it."""
         ...
+
+
+# The delegation id whose result a ``send`` on this thread carries ("" for any other message): a
+# platform whose server deduplicates by a client transaction id (Matrix) derives it from this and
+# the part number, so a send retried after a crash or a lost response is shown once. Telegram has
+# no such id and ignores it. A context variable, not a parameter: the seam's ``send`` stays as
+# every platform (and test double) already implements it.
+SENDING_RESULT: ContextVar[str] = ContextVar("sending_result", default="")
+
+
+@contextmanager
+def sending_result(delegation_id: str) -> Iterator[None]:
+    token = SENDING_RESULT.set(delegation_id)
+    try:
+        yield
+    finally:
+        SENDING_RESULT.reset(token)
 
 
 def session_key(platform: str, message: Incoming) -> str:

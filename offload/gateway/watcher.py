@@ -45,8 +45,9 @@ class DeliveryWatcher:
     def __init__(self, platform_name: str, registry: CompletionBus, deliveries: Deliveries,
                  chat_for: Callable[[str, Route, str], ChatSession], consumer: str = "gateway",
                  backoff_s: float = 2.0, max_backoff_s: float = 300.0,
-                 allowed: Callable[[str], bool] = lambda chat_id: True) -> None:
+                 allowed: Callable[[str], bool] = lambda chat_id: True, allowed_key: str = "") -> None:
         self.platform_name, self.registry, self.chat_for, self.allowed = platform_name, registry, chat_for, allowed
+        self.allowed_key = allowed_key or f"gateway.{platform_name}.allowed_chat_ids"  # named in a drop reason
         self.deliveries = deliveries  # the runtime's claim protocol
         self.consumer, self.backoff_s, self.max_backoff_s = consumer, backoff_s, max_backoff_s
         self._pending: dict[str, _Pending] = {}
@@ -80,8 +81,7 @@ class DeliveryWatcher:
         if claim is None:
             return  # another gateway, perhaps still serving that chat, holds it
         did = str(evt.get("delegation_id") or "")
-        self.deliveries.drop(did, claim or None, f"chat {origin.chat_id} is not in "
-                             f"gateway.{self.platform_name}.allowed_chat_ids")
+        self.deliveries.drop(did, claim or None, f"chat {origin.chat_id} is not in {self.allowed_key}")
 
     def _ready_keys(self, now: float) -> list[str]:
         with self._lock:

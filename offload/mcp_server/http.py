@@ -6,14 +6,18 @@ Invariants, each applied before a request reaches the SDK:
   ``--allow-host`` names), the one check of every HTTP server offload runs (DNS rebinding);
 - Origin: a request carrying an ``Origin`` header must come from one of those same names, so a
   page on another site cannot drive the server from a browser;
-- token: with ``--token``, every request carries ``Authorization: Bearer TOKEN`` (compared in
-  constant time); the token is the outer boundary between clients, namespaces sit inside it. A
-  bind off loopback without a token is refused before anything listens.
+- token: every request carries ``Authorization: Bearer TOKEN`` (compared in constant time), on
+  loopback too: any local process (a prompt-injected child's command among them) could
+  otherwise start subagents or answer approvals. Accepted: ``$OFFLOAD_MCP_TOKEN`` when set,
+  else any token of the home's store (``offload.token_store``: the operator's and each named
+  client's); the accepting token's name is put in ``scope["state"]["offload_token"]``. The
+  token is the outer boundary between clients, namespaces sit inside it.
 """
 from __future__ import annotations
 
 import hmac
 import socket
+from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
@@ -23,18 +27,13 @@ from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from offload import token_store
 from offload.errors import CliError
-from offload import http_security
 from offload.http_security import HostCheck, HostGuard
 
 MCP_PATH = "/mcp"
 LISTEN_BACKLOG = 2048  # uvicorn's own default
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse a bind off loopback without a token: anyone reaching it could start subagents."""
-    http_security.check_bind(host, token, serving="MCP", exposure="start, read and stop subagents",
-                             token_use="clients send Authorization: Bearer SECRET")
+ENV_TOKEN = "OFFLOAD_MCP_TOKEN"
 
 
 class OriginGuard:
@@ -60,42 +59,62 @@ class OriginGuard:
         return bool(netloc) and self.check.accepts(netloc)
 
 
-class BearerGuard:
-    """ASGI middleware: ``Authorization: Bearer TOKEN`` on every request when a token is set."""
+Verifier = Callable[[str], "str | None"]  # an offered token -> the name it is known by, or None
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.app, self.token = app, token
+
+def token_verifier(home: Path, token: str | None = None) -> Verifier:
+    """Who may call: ``token`` (named "operator") when given, else ``$OFFLOAD_MCP_TOKEN``, else
+    any token of ``home``'s store, read per request (a new or revoked client counts at once);
+    the store's operator token is made here if missing, so a client can be given it."""
+    fixed, _source = token_store.resolve(home, env_var=ENV_TOKEN) if token is None else (
+        token_store.check_length(token, "the MCP token given", "pass a long random value"), "")
+    if fixed is not None:
+        return lambda offered: token_store.OPERATOR if hmac.compare_digest(offered.encode(), fixed.encode()) else None
+    store = token_store.TokenStore(home)
+    store.get(token_store.OPERATOR)
+    return store.match
+
+
+class BearerGuard:
+    """ASGI middleware: ``Authorization: Bearer TOKEN`` on every request."""
+
+    def __init__(self, app: ASGIApp, verify: Verifier) -> None:
+        self.app, self.verify = app, verify
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token and scope["type"] == "http" and not self._authorized(Headers(scope=scope)):
-            refusal = PlainTextResponse("401: this MCP server needs Authorization: Bearer <token> (the --token it was "
-                                        "started with)\n", status_code=401, headers={"WWW-Authenticate": "Bearer"})
-            await refusal(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            name = self._caller(Headers(scope=scope))
+            if name is None:
+                refusal = PlainTextResponse(
+                    f"401: this MCP server needs Authorization: Bearer <token> (${ENV_TOKEN} if the server was "
+                    "started with it, else a token of its home: `offload token show`, or one per client: "
+                    "`offload token add NAME`)\n", status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                await refusal(scope, receive, send)
+                return
+            scope.setdefault("state", {})["offload_token"] = name
         await self.app(scope, receive, send)
 
-    def _authorized(self, headers: Headers) -> bool:
+    def _caller(self, headers: Headers) -> str | None:
         scheme, _, value = (headers.get("authorization") or "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), self.token.encode())
+        return self.verify(value.strip()) if scheme.lower() == "bearer" and value.strip() else None
 
 
-def http_app(server: MCPServer, host: str, token: str | None, allowed_hosts: Iterable[str] = ()) -> ASGIApp:
+def http_app(server: MCPServer, host: str, verify: Verifier, allowed_hosts: Iterable[str] = ()) -> ASGIApp:
     """The SDK's Streamable HTTP app at ``/mcp`` behind the Host, Origin and token checks (the
     SDK's own header check is off: ours is the one offload applies everywhere)."""
-    check_bind(host, token)
     hosts = HostCheck(host, allowed_hosts)
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host,
                                      transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return HostGuard(OriginGuard(BearerGuard(app, token), hosts), hosts)
+    return HostGuard(OriginGuard(BearerGuard(app, verify), hosts), hosts)
 
 
-def serve_http(server: MCPServer, host: str, port: int, token: str | None, allowed_hosts: Iterable[str] = (),
+def serve_http(server: MCPServer, host: str, port: int, verify: Verifier, allowed_hosts: Iterable[str] = (),
                on_start: Callable[[str], None] | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM (uvicorn's handling); ``on_start(url)`` once the port is
     bound (port 0 = any free port, so a caller learns which)."""
     import uvicorn
 
-    app = http_app(server, host, token, allowed_hosts)
+    app = http_app(server, host, verify, allowed_hosts)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -55,14 +55,26 @@ def _cut_off(entry: Mapping[str, Any]) -> bool:
 def truncated_suffix(entry: Mapping[str, Any]) -> str:
     """The short marker on a truncated result's status line or task header."""
     if _cut_off(entry):
-        return f"TRUNCATED: the model's reply was cut off ({entry.get('finish_reason') or 'no finish_reason'}) — incomplete"
+        said = entry.get("finish_reason")
+        said = said if said in ("length", "content_filter") else "no finish_reason"  # the client's "missing" too
+        return f"TRUNCATED: the model's reply was cut off ({said}) — incomplete"
     return MAX_ITERATIONS_SUFFIX
+
+
+def cut_off_advice(finish_reason: Any) -> str:
+    """What to do about a reply cut off for ``finish_reason``: only a length limit is raised."""
+    if finish_reason == "length":
+        return "Re-dispatch with a shorter expected answer, or raise the server's output token limit."
+    if finish_reason == "content_filter":
+        return "Re-dispatch the task reworded, or with a model whose filter allows it."
+    return ("The server or a proxy between ended the stream early (a restart, a timeout or a dropped "
+            "connection); re-dispatch the task, and check the server's log if it happens again.")
 
 
 def truncated_note(entry: Mapping[str, Any]) -> str:
     """The line above a truncated result's summary: what happened and what to do."""
     if _cut_off(entry):
-        return (f"[TRUNCATED — the subagent's last reply was cut off ({cut_off_reason(entry.get('finish_reason'))}); "
-                "the summary below is incomplete. Re-dispatch with a shorter expected answer, or raise the "
-                "server's output token limit.]")
+        finish_reason = entry.get("finish_reason")
+        return (f"[TRUNCATED — the subagent's last reply was cut off ({cut_off_reason(finish_reason)}); "
+                f"the summary below is incomplete. {cut_off_advice(finish_reason)}]")
     return MAX_ITERATIONS_NOTE

@@ -161,7 +161,8 @@ def run_sync(batch: Batch, note: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
     entries = kids.run_children(batch, None, honor_parent_interrupt=True)
     results = batch.finalize_results(entries, batch)
-    out: dict[str, Any] = {"status": "completed", "mode": "sync", "results": results, "usage": sum_usage(results),
+    out: dict[str, Any] = {"status": "completed", "mode": "sync", "goals": batch.goals, "results": results,
+                           "usage": sum_usage(results),
                            "total_duration_seconds": round(time.monotonic() - started, 2)}
     roll_up(batch.parent, out["usage"])  # inline children count now; background ones on delivery
     if note:

@@ -1,8 +1,11 @@
 """Token and cost roll-up of subagents into their parent's totals.
 
-A child's result entry carries ``tokens`` ({"input", "output"}; both None when its server
-reported no usage: unknown, never counted as 0) and ``cost_usd`` (None when the provider did not
-report a cost). Totals count such children in ``tokens_unreported`` (present only when non-zero). Children run inline (sync mode, or a unit that ran in place)
+A child's result entry carries ``tokens`` ({"input", "output"}; both None when its run has no
+usage: unknown, never counted as 0, and ``unknown`` says why: ``not_reported`` by a server that
+answered, ``rejected`` by the server with an HTTP error, ``no_reply``) and ``cost_usd`` (None when
+the provider did not report a cost). Totals count such children apart, by why
+(``tokens_unreported``, ``tokens_rejected``, ``tokens_no_reply``, present only when non-zero).
+Children run inline (sync mode, or a unit that ran in place)
 are added to the parent's totals when the tool returns; background children's usage travels
 in their result entries and is added when the result is delivered (``roll_up_event``), so a
 result is counted once, by the session that reads it.
@@ -15,6 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, Mapping
 
+from offload.agent.run_state import NOT_REPORTED, UNKNOWN_TOTAL_KEYS
+
 logger = logging.getLogger(__name__)
 
 
@@ -24,7 +29,7 @@ def entry_usage_fields(out: Mapping[str, Any]) -> dict[str, Any]:
     usage = out.get("usage") if isinstance(out.get("usage"), Mapping) else {}
     cost = usage.get("cost_usd")
     if usage.get("prompt_tokens") is None and usage.get("completion_tokens") is None and out.get("api_calls"):
-        tokens: dict[str, Any] = {"input": None, "output": None}
+        tokens: dict[str, Any] = {"input": None, "output": None, "unknown": usage.get("unknown") or NOT_REPORTED}
     else:
         tokens = {"input": _count(usage.get("prompt_tokens")), "output": _count(usage.get("completion_tokens"))}
     return {"tokens": tokens, "cost_usd": float(cost) if _is_number(cost) else None}
@@ -38,7 +43,8 @@ def sum_usage(entries: Iterable[Any]) -> dict[str, Any]:
             continue
         tokens = entry.get("tokens") if isinstance(entry.get("tokens"), Mapping) else {}
         if "input" in tokens and tokens["input"] is None and tokens.get("output") is None:
-            total["tokens_unreported"] = total.get("tokens_unreported", 0) + 1  # unknown: not counted as 0
+            key = UNKNOWN_TOTAL_KEYS.get(tokens.get("unknown") or NOT_REPORTED, UNKNOWN_TOTAL_KEYS[NOT_REPORTED])
+            total[key] = total.get(key, 0) + 1  # unknown: not counted as 0
         total["input_tokens"] += _count(tokens.get("input"))
         total["output_tokens"] += _count(tokens.get("output"))
         if _is_number(entry.get("cost_usd")):
@@ -55,7 +61,7 @@ def event_usage(evt: Mapping[str, Any]) -> dict[str, Any]:
 def roll_up(parent: Any, usage: Mapping[str, Any]) -> None:
     """Add ``usage`` to the parent's totals, if it keeps any. Never raises."""
     if not (usage.get("input_tokens") or usage.get("output_tokens") or usage.get("cost_usd")
-            or usage.get("tokens_unreported")):
+            or any(usage.get(key) for key in UNKNOWN_TOTAL_KEYS.values())):
         return
     add = getattr(parent, "add_usage", None)
     if not callable(add):

@@ -37,6 +37,9 @@ class Reply:
     * ``cost_usd``: the call's price in ``usage.cost`` (as OpenRouter, or a LiteLLM proxy with
       ``include_cost_in_streaming_usage``, send it); None: no cost, as most servers.
     * ``headers``: extra ``(name, value)`` response headers (e.g. ``x-litellm-response-cost``).
+    * ``report_usage``: False sends no ``usage`` at all (as some servers never do), even when asked.
+    * ``send_finish``: False ends the reply without any ``finish_reason`` (a stream cut short by a
+      proxy or a crashed server: ``[DONE]`` follows the last content chunk).
     """
 
     text: str = ""
@@ -53,6 +56,8 @@ class Reply:
     finish_reason: str | None = None
     cost_usd: float | None = None
     headers: Sequence[tuple[str, str]] = ()
+    report_usage: bool = True
+    send_finish: bool = True
 
     def __post_init__(self) -> None:
         if not (self.status == 200 or 400 <= self.status <= 599):

@@ -93,8 +93,9 @@ def chat_completion(
         "created": created,
         "model": request.get("model"),
         "system_fingerprint": None,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.effective_finish_reason}],
-        "usage": estimate_usage(request, reply),
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": reply.effective_finish_reason if reply.send_finish else None}],
+        **({"usage": estimate_usage(request, reply)} if reply.report_usage else {}),
     }
 
 
@@ -126,6 +127,7 @@ def stream_chunks(
             yield _chunk(base, {"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     if reply.hang:
         return
-    yield _chunk(base, {}, reply.effective_finish_reason)
-    if (request.get("stream_options") or {}).get("include_usage"):
+    if reply.send_finish:
+        yield _chunk(base, {}, reply.effective_finish_reason)
+    if (request.get("stream_options") or {}).get("include_usage") and reply.report_usage:
         yield {**base, "choices": [], "usage": estimate_usage(request, reply)}

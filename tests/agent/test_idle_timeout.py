@@ -69,9 +69,16 @@ def test_the_idle_error_names_the_real_settings_and_the_command_that_sets_them()
         started.set()
     message = str(caught.value)
     assert "sent nothing for 600 s" in message
-    assert "stream_idle_timeout_s (subagents: delegation.stream_idle_timeout_s)" in message
+    assert "raise stream_idle_timeout_s: offload config set stream_idle_timeout_s 1200" in message  # its own key, doubled
     command = message.split("offload config set ", 1)[1].split()
-    assert cfg_mod.set_value(command[0], command[1]) == (600, [])  # the hint's command works as printed
+    assert cfg_mod.set_value(command[0], command[1]) == (1200, [])  # the hint's command works as printed
+
+
+def test_a_childs_client_names_the_delegation_key(tmp_path: Path):
+    parent = AIAgent(model="m", base_url=BASE_URL, api_key="k", toolsets=[], workspace=tmp_path)
+    child = parent.build_child(task_index=0, goal="g", context=None, toolsets=[])
+    assert (parent.llm.idle_timeout_key, child.llm.idle_timeout_key) == (
+        "stream_idle_timeout_s", "delegation.stream_idle_timeout_s")
 
 
 @pytest.mark.parametrize("key", ["stream_idle_timeout_s", "delegation.stream_idle_timeout_s"])

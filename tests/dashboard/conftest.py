@@ -21,6 +21,7 @@ from offload.runtime import Offload
 from tests.engine.conftest import wait_event
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+LOOPBACK = "http://127.0.0.1"  # the dashboard answers only to the names it serves, not "testserver"
 INSTALL_HINT = "apt-get install chromium chromium-driver (what .ci/services.d/30-chromium.sh does)"
 
 
@@ -85,16 +86,19 @@ def held(runtime):
 
 
 @pytest.fixture
-def dashboard(runtime) -> Iterator[Any]:
-    """``dashboard(token=None)`` -> a started DashboardServer over ``runtime`` on 127.0.0.1,
-    stopped at teardown."""
+def dashboard(runtime, request) -> Iterator[Any]:
+    """``dashboard(token=None, signed_in=True)`` -> a started DashboardServer over ``runtime`` on
+    127.0.0.1 (the home's token by default), stopped at teardown. When the test uses ``browser``
+    too, the browser signs in as a person does: it opens the address with the token once."""
     from offload.dashboard.server import DashboardServer
 
     servers = []
 
-    def start(token: str | None = None) -> DashboardServer:
+    def start(token: str | None = None, signed_in: bool = True) -> DashboardServer:
         server = DashboardServer(runtime, "127.0.0.1", 0, token, refresh_s=0.1).start()
         servers.append(server)
+        if signed_in and "browser" in request.fixturenames:
+            sign_in(request.getfixturevalue("browser"), server.login_url)
         return server
 
     yield start
@@ -102,14 +106,59 @@ def dashboard(runtime) -> Iterator[Any]:
         server.stop()
 
 
-def serve_cli_dashboard(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``offload dashboard --port 0 ARGS`` as a subprocess: yields its URL, stops it with SIGTERM."""
+def sign_in(browser: Any, login_url: str) -> None:
+    """Open the address with the token once, as the person does; the dashboard keeps a cookie
+    and drops the token from the address bar."""
+    browser.get(login_url)
+    assert "token=" not in browser.current_url and "401" not in browser.title, browser.current_url
+
+
+def signed_in(app: Any, base_url: str = LOOPBACK) -> Any:
+    """A Starlette TestClient of the dashboard ``app`` that shows its token (Authorization:
+    Bearer) and is its own page (Origin), as the dashboard's buttons are."""
+    from starlette.testclient import TestClient
+
+    return TestClient(app, base_url=base_url, headers={"Authorization": f"Bearer {app.state.token()}",
+                                                         "Origin": base_url})
+
+
+@dataclass
+class Served:
+    """An ``offload dashboard`` subprocess: where it listens, and the token it printed."""
+
+    url: str
+    token: str
+
+    @property
+    def login_url(self) -> str:
+        return f"{self.url}/?token={self.token}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a script sends: the token, and the dashboard's own Origin (needed by actions)."""
+        return {"Authorization": f"Bearer {self.token}", "Origin": self.url}
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        return httpx.get(self.url + path, headers={**self.headers, **kwargs.pop("headers", {})}, **kwargs)
+
+
+def read_banner(lines: Iterator[str]) -> Served:
+    """The two lines ``offload dashboard`` prints at start: its address, then the one with the token."""
+    first, second = next(lines), next(lines)
+    assert " on http://" in first and "?token=" in second, (first, second)
+    url = first.split(" on ", 1)[1].split("/ ", 1)[0]
+    return Served(url, second.split("?token=", 1)[1].split()[0])
+
+
+def serve_cli_dashboard(*args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """``offload dashboard --port 0 ARGS`` as a subprocess: yields it once it listens, stops it
+    with SIGTERM."""
     server = subprocess.Popen([sys.executable, "-m", "offload", "dashboard", "--port", "0", *args], env=env,
                               stderr=subprocess.PIPE, text=True)
     try:
-        banner = server.stderr.readline()
-        assert " on http://" in banner, banner
-        yield banner.split(" on ", 1)[1].split("/ ", 1)[0]
+        yield read_banner(iter(server.stderr.readline, ""))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(15)

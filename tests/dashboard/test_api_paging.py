@@ -4,12 +4,12 @@ filters; ``limit`` is checked and a bad one is a 400 naming the range."""
 from __future__ import annotations
 
 import pytest
-from starlette.testclient import TestClient
 
 from bench.ledger_fill import fill
 from offload.dashboard.app import create_app
 from offload.dashboard.history import API_MAX_ROWS, API_PAGE_ROWS
 from offload.home import state_db_path
+from tests.dashboard.conftest import signed_in
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.sqlite_only]  # filled through the SQLite file
 LOOPBACK = "http://127.0.0.1"
@@ -19,7 +19,7 @@ ROWS = 2_345  # settled rows: more than twice what the list used to read
 @pytest.fixture
 def client(runtime):
     fill(state_db_path(), ROWS, delivery_state="delivered")
-    with TestClient(create_app(runtime), base_url=LOOPBACK) as c:
+    with signed_in(create_app(runtime)) as c:
         yield c
 
 

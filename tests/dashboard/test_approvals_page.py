@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from starlette.testclient import TestClient
 
 from offload.dashboard.app import create_app
 from offload.subagents import approvals
+from tests.dashboard.conftest import signed_in
 
 pytestmark = pytest.mark.timeout(60)
 LOOPBACK = "http://127.0.0.1"
@@ -26,7 +26,7 @@ def _ask(ledger, request_id: str, delegation_id: str, command: str) -> None:
 
 @pytest.fixture
 def client(runtime):
-    with TestClient(create_app(runtime), base_url=LOOPBACK) as c:
+    with signed_in(create_app(runtime)) as c:
         yield c
 
 

@@ -1,5 +1,5 @@
 """The dashboard in real headless Chromium: live roster over server-sent events, the
-interrupt button, escaping of child output, and the token."""
+interrupt button, escaping of child output, and signing in with the token (per-port cookies)."""
 from __future__ import annotations
 
 import os
@@ -109,14 +109,24 @@ def test_script_in_child_output_renders_as_text(browser, dashboard, held):
     assert browser.execute_script("return window.__pwned === undefined;")
 
 
-def test_token_is_required_then_kept_in_a_cookie(browser, dashboard, held):
-    server = dashboard(token="s3cret-token")
-    browser.get(server.url + "/")
-    assert "needs its token" in browser.find_element(By.TAG_NAME, "body").text
-    browser.get(server.url + "/?token=s3cret-token")
-    assert "token" not in browser.current_url  # dropped from the address bar
-    WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.ID, "live-state"), "live"))
-    unit = held(["visible with the cookie"])
-    WebDriverWait(browser, WAIT_S).until(lambda b: _status(b, unit.delegation_id) == "running")
-    browser.get(server.url + "/history")
-    assert unit.delegation_id in browser.find_element(By.TAG_NAME, "body").text
+def test_the_address_with_the_token_signs_in_per_port_and_its_buttons_work(browser, dashboard, held):
+    first, second = "first-dashboard-token-0123456789abcdef", "second-dashboard-token-0123456789abcdef"
+    one, two = dashboard(token=first, signed_in=False), dashboard(token=second, signed_in=False)
+    browser.get(one.url + "/")
+    assert "token needed" in browser.title and "offload token show" in browser.find_element(By.TAG_NAME, "body").text
+    for server in (one, two):
+        browser.get(server.login_url)
+        assert "token" not in browser.current_url  # dropped from the address bar
+    cookies = {c["name"]: c for c in browser.get_cookies()}
+    ports = [server.url.rsplit(":", 1)[1] for server in (one, two)]
+    assert sorted(cookies) == sorted(f"offload_dashboard_{p}" for p in ports)  # one per port: neither clobbered
+    assert all(c["httpOnly"] and c["value"] not in (first, second) for c in cookies.values())
+    unit = held(["stop me from the page"])
+    for server in (one, two):  # both still signed in
+        browser.get(server.url + "/")
+        WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.ID, "live-state"), "live"))
+        WebDriverWait(browser, WAIT_S).until(lambda b: _status(b, unit.delegation_id) == "running")
+    browser.get(f"{one.url}/d/{unit.delegation_id}")
+    browser.find_element(By.ID, "interrupt").click()  # a POST with the page's own Origin and the cookie
+    WebDriverWait(browser, WAIT_S).until(EC.presence_of_element_located((By.ID, "message")))
+    assert "interrupt sent" in browser.find_element(By.ID, "message").text and unit.interrupted.is_set()

@@ -10,13 +10,12 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 from selenium.webdriver.support.ui import WebDriverWait
 
 from offload.ledger import JournalEntry, open_ledger
 from offload.testing.demo_script import CRASH_PROMPT
-from tests.dashboard.conftest import serve_cli_dashboard
+from tests.dashboard.conftest import serve_cli_dashboard, sign_in
 from tests.e2e.conftest import cli_env, offload
 from tests.engine.conftest import wait_event
 
@@ -42,13 +41,16 @@ def _lanes(browser) -> list[dict]:
 
 
 @pytest.fixture
-def cli_dashboard(tmp_path):
-    """``offload dashboard`` on a home of its own, with ``offload`` commands run on that home."""
+def cli_dashboard(tmp_path, request):
+    """``offload dashboard`` on a home of its own, with ``offload`` commands run on that home; the
+    test's browser (if it has one) signed in with the address the dashboard printed."""
     home = tmp_path / "home"
     home.mkdir()
     env = cli_env(HERMES_HOME=str(home))
-    for url in serve_cli_dashboard(env=env):
-        yield url, home
+    for served in serve_cli_dashboard(env=env):
+        if "browser" in request.fixturenames:
+            sign_in(request.getfixturevalue("browser"), served.login_url)
+        yield served, home
 
 
 def _demo_unit(home) -> str:
@@ -58,7 +60,7 @@ def _demo_unit(home) -> str:
 
 
 def test_a_demo_runs_timeline_and_transcript_are_drawn_from_its_real_run(browser, cli_dashboard):
-    url, home = cli_dashboard
+    url, home = cli_dashboard[0].url, cli_dashboard[1]
     unit = _demo_unit(home)
     browser.get(f"{url}/d/{unit}")
     lanes = _lanes(browser)
@@ -77,9 +79,9 @@ def test_a_demo_runs_timeline_and_transcript_are_drawn_from_its_real_run(browser
 
 
 def test_the_page_is_complete_without_javascript(cli_dashboard):
-    url, home = cli_dashboard
+    served, home = cli_dashboard
     unit = _demo_unit(home)
-    page = httpx.get(f"{url}/d/{unit}").text  # what a browser without scripts shows
+    page = served.get(f"/d/{unit}").text  # what a browser without scripts shows
     assert page.count('<figure class="timeline') == 2 and 'data-kind="tool"' in page
     assert 'id="transcript-2"' in page and "run_command" in page
 
@@ -119,7 +121,7 @@ def test_an_interrupted_unit_shows_the_interrupt(browser, dashboard, held, runti
 
 
 def test_a_unit_recovered_after_its_owner_was_killed_shows_the_unknown_child(browser, cli_dashboard):
-    url, home = cli_dashboard
+    url, home = cli_dashboard[0].url, cli_dashboard[1]
     env = cli_env(HERMES_HOME=str(home))
     proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "--demo-model", CRASH_PROMPT], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -8,11 +8,11 @@ import re
 import time
 
 import pytest
-from starlette.testclient import TestClient
 
 from offload.dashboard.app import create_app
 from offload.dashboard.history import percentile
 from offload.ledger import DispatchRow
+from tests.dashboard.conftest import signed_in
 
 pytestmark = pytest.mark.timeout(120)
 LOOPBACK = "http://127.0.0.1"
@@ -38,7 +38,7 @@ def _ids(page: str) -> list[str]:
 
 @pytest.fixture
 def client(runtime):
-    with TestClient(create_app(runtime), base_url=LOOPBACK) as c:
+    with signed_in(create_app(runtime)) as c:
         yield c
 
 

@@ -32,7 +32,7 @@ def test_counters_charts_filters_and_search_from_real_runs(browser, dashboard_ur
     states = {row["id"]: row["state"] for key in ("pending", "settled") for row in listed.get(key, [])}
     assert states[died] == "unknown" and sorted(states.values()) == ["completed", "completed", "unknown"]
 
-    browser.get(dashboard_url + "/")
+    browser.get(dashboard_url.url + "/")
     counters = browser.execute_script(
         "var c = {}; document.querySelectorAll('li.counter').forEach(function (li) {"
         " c[li.id.replace('counter-', '')] = Number(li.dataset.value); }); return c;")
@@ -41,12 +41,12 @@ def test_counters_charts_filters_and_search_from_real_runs(browser, dashboard_ur
     browser.find_element("css selector", "#counter-failed a").click()
     assert [did for did, _ in _rows(browser)] == [died]  # the counter's link lists what it counts
 
-    browser.get(dashboard_url + "/history")
+    browser.get(dashboard_url.url + "/history")
     assert browser.execute_script(_BARS) == {"completed": 2, "failed": 1}
     assert sorted(did for did, _ in _rows(browser)) == sorted(states)
     search = browser.find_element("tag name", "body")
     search.send_keys("/")  # the goal search, from the keyboard
     browser.switch_to.active_element.send_keys("survey every file", Keys.ENTER)
     assert [did for did, _ in _rows(browser)] == [died]  # the crash drill's slow task
-    browser.get(dashboard_url + "/history?state=completed")
+    browser.get(dashboard_url.url + "/history?state=completed")
     assert sorted(s for _, s in _rows(browser)) == ["completed", "completed"]

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from typing import Iterator
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.dashboard.conftest import serve_cli_dashboard
+from tests.dashboard.conftest import Served, serve_cli_dashboard
 from tests.dashboard.test_owner_fate import _killed_mid_run
 from tests.e2e.conftest import cli_env, offload
 
@@ -18,12 +17,12 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def dashboard_url() -> Iterator[str]:
+def dashboard_url() -> Iterator[Served]:
     yield from serve_cli_dashboard(env=cli_env())
 
 
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    text = httpx.get(url + "/metrics").text
+def scrape(served: Served) -> dict[tuple[str, tuple], float]:
+    text = served.get("/metrics").text  # as Prometheus scrapes: Authorization: Bearer TOKEN
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 

@@ -7,7 +7,6 @@ import html as html_text
 import json
 import re
 
-import httpx
 import pytest
 
 from offload.testing.demo_script import DEMO_TASKS
@@ -31,7 +30,7 @@ def _label(html: str, delegation_id: str) -> str:
 
 def test_a_units_label_cuts_each_goal_at_a_word_with_an_ellipsis(dashboard_url):  # noqa: F811
     unit = _one_unit_of_three()
-    label = _label(httpx.get(dashboard_url + "/history").text, unit)
+    label = _label(dashboard_url.get("/history").text, unit)
     assert label.startswith("3 subagents: "), label
     goals = [task["goal"] for task in DEMO_TASKS]
     for shown, goal in zip(label.removeprefix("3 subagents: ").split("; "), goals):
@@ -47,7 +46,7 @@ def test_every_page_fits_a_narrow_screen(dashboard_url, browser, width):  # noqa
     unit = _one_unit_of_three()
     browser.set_window_size(width, 800)
     for path in ("/", "/history", f"/d/{unit}"):
-        browser.get(dashboard_url + path)
+        browser.get(dashboard_url.url + path)
         overflow = browser.execute_script(
             "const d = document.documentElement;"
             "const wide = [...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right > d.clientWidth + 1);"

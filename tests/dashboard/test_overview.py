@@ -6,11 +6,11 @@ import re
 import time
 
 import pytest
-from starlette.testclient import TestClient
 
 from offload.dashboard.app import create_app
 from offload.dashboard.overview import FAILED_STATES
 from offload.ledger import DispatchRow
+from tests.dashboard.conftest import signed_in
 
 pytestmark = pytest.mark.timeout(60)
 LOOPBACK = "http://127.0.0.1"
@@ -39,7 +39,7 @@ def test_counters_count_running_pending_and_recent_failures_and_stalls(runtime, 
     _finished_row(ledger, "deleg_stalled_now", "stalled", 30)
     _finished_row(ledger, "deleg_failed_yesterday", "failed", 86400)
     ledger.mark_delivered("deleg_failed_yesterday", time.time())
-    with TestClient(create_app(runtime), base_url=LOOPBACK) as client:
+    with signed_in(create_app(runtime)) as client:
         page = client.get("/roster").text
         assert _counters(page) == {"running": 1, "queued": 0, "pending": 4, "failed": 2, "stalled": 1}
         assert "1 failed, 1 error" in page or "1 error, 1 failed" in page  # the breakdown under the number
@@ -52,7 +52,7 @@ def test_counters_count_running_pending_and_recent_failures_and_stalls(runtime, 
 def test_badges_carry_the_tone_of_their_state(runtime, held):
     unit = held(["running"])
     _finished_row(runtime.ledger(), "deleg_stalled_now", "stalled", 10)
-    with TestClient(create_app(runtime), base_url=LOOPBACK) as client:
+    with signed_in(create_app(runtime)) as client:
         page = client.get("/").text
         assert re.search(r'class="badge tone-active status status-running"[^>]*>running<', page)
         history = client.get("/history").text
@@ -67,7 +67,7 @@ def test_owner_processes_are_listed_once_with_their_fate(runtime, held):
     held(["one"])
     held(["two"])
     _finished_row(runtime.ledger(), "deleg_old_owner", "completed", 10)
-    with TestClient(create_app(runtime), base_url=LOOPBACK) as client:
+    with signed_in(create_app(runtime)) as client:
         page = client.get("/roster").text
     owners = re.findall(r'<li class="owner" data-fate="(\w+)" data-pid="(\d+)"', page)
     assert owners == [("alive", str(os.getpid())), ("exited", "1")]  # alive first, each pid once

@@ -10,19 +10,22 @@ import sys
 import time
 from typing import Callable, Iterator
 
-import httpx
 import pytest
 
 from offload.testing.demo_script import CRASH_PROMPT
-from tests.dashboard.conftest import serve_cli_dashboard
+from tests.dashboard.conftest import Served, serve_cli_dashboard, sign_in
 from tests.e2e.conftest import cli_env, offload
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def dashboard_url() -> Iterator[str]:
-    yield from serve_cli_dashboard(env=cli_env())
+def dashboard_url(request) -> Iterator[Served]:
+    """``offload dashboard`` on this test's home; the test's browser (if any) signed in."""
+    for served in serve_cli_dashboard(env=cli_env()):
+        if "browser" in request.fixturenames:
+            sign_in(request.getfixturevalue("browser"), served.login_url)
+        yield served
 
 
 def _killed_mid_run(env: dict[str, str] | None = None, ready: Callable[[dict], bool] = lambda row: True) -> str:
@@ -55,8 +58,8 @@ def test_an_owner_that_exited_normally_is_not_called_dead_and_a_killed_one_is_sa
     assert done.returncode == 0, done
     finished = json.loads(offload("inbox", "--all", "--json").stdout)["settled"][0]["id"]
     died = _killed_mid_run()
-    history = httpx.get(dashboard_url + "/history").text
+    history = dashboard_url.get("/history").text
     assert "(exited)" in _owner_cell(history, finished) and "dead" not in _owner_cell(history, finished)
     assert "(died)" in _owner_cell(history, died)
-    assert "exited after the unit finished" in httpx.get(f"{dashboard_url}/d/{finished}").text
-    assert "died before the unit finished" in httpx.get(f"{dashboard_url}/d/{died}").text
+    assert "exited after the unit finished" in dashboard_url.get(f"/d/{finished}").text
+    assert "died before the unit finished" in dashboard_url.get(f"/d/{died}").text

@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from starlette.testclient import TestClient
 
 from offload.dashboard.app import create_app
 from offload.ledger.protocol import local_host
 from offload.runtime import Offload
 from tests.dashboard.test_history import LOOPBACK, _ids, _row
+from tests.dashboard.conftest import signed_in
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,7 +24,7 @@ def client(request, tmp_path, monkeypatch):
         schema = FreshSchema()
         request.addfinalizer(schema.drop)
         monkeypatch.setenv("OFFLOAD_LEDGER_URL", schema.url)
-    with Offload(home=tmp_path / "home") as off, TestClient(create_app(off), base_url=LOOPBACK) as c:
+    with Offload(home=tmp_path / "home") as off, signed_in(create_app(off)) as c:
         yield off, c
 
 

@@ -28,7 +28,7 @@ def _luminance(css_colour: str) -> float:
 
 
 def test_every_page_fits_390_px_is_dark_in_the_dark_and_fetches_only_its_own_assets(browser, cli_dashboard):  # noqa: F811
-    url, home = cli_dashboard
+    url, home = cli_dashboard[0].url, cli_dashboard[1]
     pages = _pages(url, home)
     browser.set_window_size(390, 844)
     for page in pages:
@@ -51,7 +51,7 @@ def test_every_page_fits_390_px_is_dark_in_the_dark_and_fetches_only_its_own_ass
 
 
 def test_the_pages_work_from_the_keyboard(browser, cli_dashboard):  # noqa: F811
-    url, home = cli_dashboard
+    url, home = cli_dashboard[0].url, cli_dashboard[1]
     detail = _pages(url, home)[2]
     browser.get(detail)
     body = browser.find_element("tag name", "body")

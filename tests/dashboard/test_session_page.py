@@ -13,12 +13,13 @@ from offload.ledger import DispatchRow
 from offload.origin import Origin
 from tests.dashboard.test_delegation_page import _demo_unit, cli_dashboard  # noqa: F401 (fixture)
 from tests.e2e.conftest import offload
+from tests.dashboard.conftest import signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
 
 def test_a_sessions_runs_are_drawn_side_by_side_with_where_each_went(browser, cli_dashboard):  # noqa: F811
-    url, home = cli_dashboard
+    url, home = cli_dashboard[0].url, cli_dashboard[1]
     first = _demo_unit(home)
     again = offload("run", "--demo-model", "--resume", "last", "compare the formats", HERMES_HOME=str(home))
     assert again.returncode == 0, again.stderr
@@ -48,13 +49,12 @@ def test_destinations_name_the_chat_the_mcp_client_or_the_session():
 
 
 def test_an_unknown_session_is_a_404_that_points_to_the_history(runtime):
-    from starlette.testclient import TestClient
-
+    
     from offload.dashboard.app import create_app
 
     row = DispatchRow.of("deleg_gw", Origin.capture("agent:main:telegram:dm:42"), time.time(), {"goal": "g"})
     runtime.ledger().persist_dispatch(row, time.time())
-    with TestClient(create_app(runtime), base_url="http://127.0.0.1") as client:
+    with signed_in(create_app(runtime)) as client:
         missing = client.get("/s/nobody")
         assert missing.status_code == 404 and "/history" in missing.text
         page = client.get("/s/agent:main:telegram:dm:42").text

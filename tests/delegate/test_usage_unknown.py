@@ -27,7 +27,7 @@ def _child_without_usage(tmp_path: Path) -> AIAgent:
 def test_a_child_whose_server_reports_no_usage_has_unknown_tokens(tmp_path):
     entry = run_single_child(0, "add two and two", child=_child_without_usage(tmp_path))
     assert entry["status"] == "completed"
-    assert entry["tokens"] == {"input": None, "output": None}
+    assert entry["tokens"] == {"input": None, "output": None, "unknown": "not_reported"}
 
 
 def test_totals_count_unknown_children_apart_and_the_summary_says_so(tmp_path):
@@ -41,11 +41,11 @@ def test_totals_count_unknown_children_apart_and_the_summary_says_so(tmp_path):
     assert parent.usage_totals["tokens_unreported"] == 1
     line = SessionDriver(None, SimpleNamespace(agent=parent), inbox=None, ui=Ui()).usage_line()
     assert line.startswith("tokens used by this run: 100 in / 10 out")
-    assert "1 model run(s) whose server reported no usage are not counted (unknown)" in line
+    assert "1 model run(s) whose server reported no usage — not counted (unknown)" in line
 
 
 def test_a_parent_run_without_usage_is_unknown_too(tmp_path):
     agent = _child_without_usage(tmp_path)
     result = agent.run_conversation("add two and two")
-    assert result["usage"] == {"prompt_tokens": None, "completion_tokens": None}
+    assert result["usage"] == {"prompt_tokens": None, "completion_tokens": None, "unknown": "not_reported"}
     assert agent.usage_totals == {"input_tokens": 0, "output_tokens": 0, "cost_usd": None, "tokens_unreported": 1}

@@ -114,6 +114,16 @@ class Cli:
         self.proc.wait(timeout=10)
 
 
+def open_dashboard(cli: Callable[..., "Cli"]) -> Any:
+    """``offload dashboard --port 0`` on this test's home, once it listens: a ``Served`` (its URL
+    and the token it printed at start, as a person reads them)."""
+    from tests.dashboard.conftest import Served
+
+    board = cli("dashboard", "--port", "0")
+    url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
+    return Served(url, board.wait_for(r"open \S+\?token=(\S+) once").group(1))
+
+
 @pytest.fixture
 def workspace(tmp_path) -> Path:
     path = tmp_path / "workspace"

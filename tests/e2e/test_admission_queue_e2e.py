@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import threading
 
-import httpx
 import pytest
 
 from offload.testing.demo_script import last_role, request_role, subagent_goal
 from offload.testing.model_server import last_message_text, text_reply, tool_call_reply
-from tests.e2e.conftest import HANDLE_RE, SESSION_RE, offload, until
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, offload, open_dashboard, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 QUEUED_RE = r"delegated 1 task\(s\) in the background: (deleg_[0-9a-f]+) \(queued"
@@ -85,9 +84,7 @@ def test_a_chat_at_capacity_queues_the_call_shows_it_queued_everywhere_and_start
         assert json.loads(shown.stdout)["state"] == "queued"
         assert "1 unit(s) queued" in offload("inbox").stdout
 
-        board = cli("dashboard", "--port", "0")
-        url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
-        roster = httpx.get(f"{url}/", timeout=10).text
+        roster = open_dashboard(cli).get("/", timeout=10).text
         assert f'id="unit-{second}" data-status="queued"' in roster
     finally:
         release.set()

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
 from offload.testing.demo_script import last_role
 from offload.testing.model_server import hang_reply, text_reply, tool_call_reply
-from tests.e2e.conftest import delegating_chat, offload, scripted_parent, until
+from tests.e2e.conftest import delegating_chat, offload, open_dashboard, scripted_parent, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 THINKING = "Comparing the two outputs now"
@@ -48,9 +47,8 @@ def test_a_running_childs_last_tool_and_line_reach_every_roster_and_its_trace_th
     kid = until(published, "offload agents shows what the owner published")  # read by another process
     assert kid["last_text"] == THINKING and kid["last_tool"].startswith("run_command ok")
 
-    board = cli("dashboard", "--port", "0")
-    url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
-    roster = httpx.get(f"{url}/", timeout=10).text
+    board = open_dashboard(cli)
+    roster = board.get("/", timeout=10).text
     assert "last run_command ok" in roster and THINKING in roster
 
     chat.send("/stop")
@@ -63,5 +61,5 @@ def test_a_running_childs_last_tool_and_line_reach_every_roster_and_its_trace_th
     [step] = kid["tool_trace"]
     assert (step["tool"], step["args"], step["outcome"]) == ("run_command", 'command="echo progress-check"', "ok")
     assert isinstance(step["seconds"], float) and kid["tool_trace_dropped"] == 0
-    detail = httpx.get(f"{url}/d/{did}", timeout=10).text
+    detail = board.get(f"/d/{did}", timeout=10).text
     assert '<ol class="tool-trace">' in detail and "echo progress-check" in detail

@@ -14,8 +14,8 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 from offload.testing.model_server import ScriptedModelServer
-from tests.dashboard.conftest import browser  # noqa: F401 - fixture
-from tests.e2e.conftest import scripted_parent
+from tests.dashboard.conftest import browser, sign_in  # noqa: F401 - fixture
+from tests.e2e.conftest import open_dashboard, scripted_parent
 from tests.e2e.test_approvals_e2e import REMOVE, _child_runs, _child_tool_results, _setup, _trace_step
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(150)]
@@ -31,8 +31,9 @@ def _shown(browser) -> list[list[str]]:
 def test_a_child_waiting_on_ask_is_allowed_from_the_dashboard(_isolated_hermes_home, tmp_path, cli, browser):  # noqa: F811
     with ScriptedModelServer(scripted_parent(child=_child_runs(REMOVE), delegate={"goal": "clean"})) as server:
         _setup(_isolated_hermes_home, server, tmp_path / "ws", approvals="ask")
-        board = cli("dashboard", "--port", "0")
-        url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
+        board = open_dashboard(cli)
+        url = board.url
+        sign_in(browser, board.login_url)  # as a person opens the address it printed
         browser.get(url + "/")
         WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.ID, "live-state"), "live"))
         assert _shown(browser) == []

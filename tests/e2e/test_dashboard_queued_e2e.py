@@ -12,7 +12,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.dashboard.conftest import browser  # noqa: F401 - fixture
+from tests.dashboard.conftest import browser, sign_in  # noqa: F401 - fixture
+from tests.e2e.conftest import open_dashboard
 from tests.e2e.test_admission_queue_e2e import (agents_json, at_capacity, gated_child, stopped_one_never_ran,
                                                 two_calls_parent)
 
@@ -26,8 +27,9 @@ def test_a_queued_unit_is_listed_and_stopped_from_the_dashboard_and_never_runs(
     server = model_server(two_calls_parent(gated_child(release)))
     chat, _sid, first, second = at_capacity(cli, server, write_config)
     try:
-        board = cli("dashboard", "--port", "0")
-        url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
+        board = open_dashboard(cli)
+        url = board.url
+        sign_in(browser, board.login_url)  # as a person opens the address it printed
         browser.get(url + "/")
         assert browser.find_element(By.ID, f"unit-{second}").get_attribute("data-status") == "queued"
         assert browser.find_element(By.CSS_SELECTOR, "#counter-queued").get_attribute("data-value") == "1"

@@ -11,9 +11,9 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from offload.testing.model_server import hang_reply, text_reply
-from tests.dashboard.conftest import browser  # noqa: F401 - fixture
+from tests.dashboard.conftest import browser, sign_in  # noqa: F401 - fixture
 from tests.dashboard.test_delegation_page import _lanes
-from tests.e2e.conftest import delegating_chat, scripted_parent
+from tests.e2e.conftest import delegating_chat, open_dashboard, scripted_parent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -26,8 +26,9 @@ def test_a_real_childs_stall_is_drawn_with_its_warning_grace_and_interrupt(
     write_config(server, stall_idle_seconds=1, stall_grace_seconds=1, stall_check_interval_seconds=0.2)
     chat, did = delegating_chat(cli, started=False)
     chat.wait_for(rf"background result {did} landed: Subagent Task Interrupted")
-    board = cli("dashboard", "--port", "0")
-    url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
+    board = open_dashboard(cli)
+    url = board.url
+    sign_in(browser, board.login_url)  # as a person opens the address it printed
     browser.get(f"{url}/d/{did}")
     unit_lane, child, delivery = _lanes(browser)
     assert unit_lane["state"] == "interrupted", unit_lane

@@ -39,8 +39,8 @@ def test_run_json_prints_one_document_and_every_surface_agrees(cli, model_server
     assert shown.returncode == 0, shown
     assert json.loads(shown.stdout) == delegation
 
-    url = _dashboard(cli)
-    with httpx.Client(base_url=url, timeout=10) as http:
+    url, signed = _dashboard(cli)
+    with httpx.Client(base_url=url, headers=signed, timeout=10) as http:
         assert http.get(f"/api/delegations/{did}").json() == delegation
         listed = http.get("/api/delegations", params={"state": "completed", "session": doc["session"]}).json()
         assert listed == {"delegations": [delegation], "next": None}

@@ -64,6 +64,7 @@ def test_agents_json_has_the_documented_keys_and_per_child_status():
     assert (row["id"], row["session"], row["state"], row["owner"]) == ("deleg_abc123", "sess_j", "running", "running")
     idle = {"api_calls": None, "current_tool": None, "seconds_since_activity": None,  # nothing published
             "last_text": None, "last_tool": None}
+    assert [child.pop("truncated") for child in row["children"]] == [False, False]  # neither was cut off
     assert row["children"] == [
         {"task": 1, "goal": "alpha", "status": "running", "duration_seconds": None, **idle},
         {"task": 2, "goal": "beta", "status": "completed", "duration_seconds": 0.03, **idle},  # done: no idle clock

@@ -15,7 +15,7 @@ import pytest
 
 from offload.testing.demo_script import subagent_goal
 from offload.testing.model_server import hang_reply, text_reply
-from tests.e2e.conftest import delegating_chat, offload, scripted_parent
+from tests.e2e.conftest import delegating_chat, offload, open_dashboard, scripted_parent
 from tests.e2e.test_chat_e2e import wait_for_recorded_child
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -42,9 +42,10 @@ def _stopped_chat(cli, model_server, write_config, goals: list[str], runtime=Non
     return chat, did
 
 
-def _dashboard(cli) -> str:
-    board = cli("dashboard", "--port", "0")
-    return board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
+def _dashboard(cli) -> tuple[str, dict[str, str]]:
+    """The URL of ``offload dashboard`` on this home, and the headers a script sends it."""
+    board = open_dashboard(cli)
+    return board.url, board.headers
 
 
 def _status_cell(html: str, delegation_id: str) -> str:
@@ -66,8 +67,8 @@ def _everywhere(cli, did: str, state: str, children: list[str]) -> None:
     shown = offload("inbox", "--show", did).stdout
     assert f"Outcome: {state} — " in shown or f"Status: {state}" in shown, shown
 
-    url = _dashboard(cli)
-    with httpx.Client(base_url=url, timeout=10) as http:
+    url, signed = _dashboard(cli)
+    with httpx.Client(base_url=url, headers=signed, timeout=10) as http:
         assert _status_cell(http.get("/").text, did) == state
         assert _status_cell(http.get("/history").text, did) == state
         assert did in http.get("/history", params={"state": state}).text

@@ -81,10 +81,19 @@ class HttpServer:
     def __init__(self, home: Path, *args: str, model: GatedModel | None = None) -> None:
         self.proc = subprocess.Popen([OFFLOAD, "mcp", "--http", "--port", "0", *args], env=server_env(home, model),
                                      cwd=str(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.seen: list[str] = []
         self.url = self._await_url()
+        from offload.token_store import TokenStore
+
+        self.token = TokenStore(home).get()  # the home's operator token, which the server accepts
+
+    @property
+    def banner(self) -> str:
+        """What it printed on stderr up to its start line."""
+        return "".join(self.seen)
 
     def _await_url(self) -> str:
-        seen: list[str] = []
+        seen = self.seen
         timer = threading.Timer(self.START_TIMEOUT_S, self.proc.kill)  # a hung start ends the read below
         timer.start()
         try:

@@ -179,7 +179,7 @@ def test_a_task_over_streamable_http_is_asked_and_approved_too(tmp_path: Path, m
     server = HttpServer(tmp_path / "home", "--workspace", str(workspace), model=model)
 
     async def body():
-        async with http_client(server.url, None, name="claude", elicitation_callback=answering(True, asked),
+        async with http_client(server.url, server.token, name="claude", elicitation_callback=answering(True, asked),
                                extensions=[TasksClient()]) as client:
             return await client.call_tool("delegate_task", {"goal": "clean the build"})
     try:

@@ -1,6 +1,7 @@
 """``offload mcp --http`` driven by the SDK's client over Streamable HTTP on 127.0.0.1: dispatch
-at once and results, namespaces, the bearer token, the Host/Origin checks against DNS
-rebinding, a refused bind off loopback without a token, and a SIGKILL then restart."""
+at once and results, namespaces, the bearer token (on loopback too, from the home's token store
+by default; named client tokens; a short one refused; ``--token`` warns), the Host/Origin
+checks against DNS rebinding, and a SIGKILL then restart."""
 from __future__ import annotations
 
 import os
@@ -12,10 +13,11 @@ import anyio
 import httpx
 import pytest
 
+from offload.token_store import TokenStore
 from tests.mcp_server.mcp_support import OFFLOAD, HOLD, HttpServer, call, http_client, server_env, tool_error
 
 pytestmark = pytest.mark.timeout(120)
-TOKEN = "s3cret-token"
+TOKEN = "a-long-enough-token-for-this-test-0123456789"
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                          "clientInfo": {"name": "raw", "version": "1"}}}
@@ -24,21 +26,22 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 
 @pytest.fixture
 def server(tmp_path, model):
-    running = HttpServer(tmp_path, "--token", TOKEN, model=model)
+    TokenStore(tmp_path).rotate()  # the operator token, as `offload token rotate` makes it
+    running = HttpServer(tmp_path, model=model)
     yield running
     running.stop()
 
 
 def test_dispatch_returns_at_once_results_arrive_and_namespaces_stay_apart(server):
     async def body():
-        async with http_client(server.url, TOKEN, name="alpha") as alpha:
+        async with http_client(server.url, server.token, name="alpha") as alpha:
             started = time.monotonic()
             handle = (await call(alpha, "delegate_task", goal="look around")).structured_content
             assert time.monotonic() - started < 1.0 and handle["status"] == "dispatched"
             result = await call(alpha, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
             assert result.structured_content["state"] == "completed" and "finished:" in result.content[0].text
             assert "no delegation" in await tool_error(alpha, "delegation_status", delegation_id="deleg_nope")
-        async with http_client(server.url, TOKEN, name="beta") as beta:
+        async with http_client(server.url, server.token, name="beta") as beta:
             assert (await call(beta, "list_delegations")).structured_content["delegations"] == []
             assert "no delegation" in await tool_error(beta, "delegation_result", delegation_id=handle["delegation_id"])
     anyio.run(body)
@@ -49,7 +52,7 @@ def test_requests_without_the_token_or_for_a_foreign_name_are_refused(server):
         assert raw.post(server.url, json=INITIALIZE, headers=HEADERS).status_code == 401
         wrong = raw.post(server.url, json=INITIALIZE, headers={**HEADERS, "Authorization": "Bearer nope"})
         assert wrong.status_code == 401
-        authorized = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+        authorized = {**HEADERS, "Authorization": f"Bearer {server.token}"}
         rebound = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Host": "evil.example:80"})
         assert rebound.status_code == 403 and "--allow-host" in rebound.text
         page = raw.post(server.url, json=INITIALIZE, headers={**authorized, "Origin": "http://evil.example"})
@@ -58,10 +61,38 @@ def test_requests_without_the_token_or_for_a_foreign_name_are_refused(server):
         assert own.status_code == 200, own.text
 
 
-def test_a_bind_off_loopback_without_a_token_is_refused(tmp_path):
-    done = subprocess.run([OFFLOAD, "mcp", "--http", "--host", "0.0.0.0", "--port", "0"], env=server_env(tmp_path, None),
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "--token" in done.stderr and done.stdout == ""
+def test_a_named_client_token_works_until_it_is_removed(server, tmp_path):
+    store = TokenStore(tmp_path)
+    client_token = store.add("claude-code")
+    with httpx.Client(timeout=10) as raw:
+        def status() -> int:
+            return raw.post(server.url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {client_token}"}
+                            ).status_code
+        assert status() == 200
+        store.remove("claude-code")
+        assert status() == 401
+
+
+def test_a_short_token_is_refused_and_one_on_the_command_line_warns(tmp_path):
+    def start(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([OFFLOAD, "mcp", "--http", "--host", "0.0.0.0", "--port", "0", *args],
+                              env={**server_env(tmp_path, None), **env}, capture_output=True, text=True, timeout=60)
+    short = start(OFFLOAD_MCP_TOKEN="s3cret")
+    assert short.returncode == 2 and "$OFFLOAD_MCP_TOKEN is too short" in short.stderr and "32" in short.stderr
+    assert "s3cret" not in short.stderr and short.stdout == ""
+    flag = start("--token", "s3cret")
+    assert flag.returncode == 2 and "--token is deprecated" in flag.stderr and "OFFLOAD_MCP_TOKEN" in flag.stderr
+
+
+def test_the_deprecated_token_flag_still_serves_and_says_so(tmp_path, model):
+    running = HttpServer(tmp_path, "--token", TOKEN, model=model)
+    try:
+        with httpx.Client(timeout=10) as raw:
+            ok = raw.post(running.url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {TOKEN}"})
+            assert ok.status_code == 200
+        assert "--token is deprecated" in running.banner
+    finally:
+        running.stop()
 
 
 def test_a_killed_http_server_s_delegation_is_recovered_after_a_restart(tmp_path, model):

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -82,6 +83,10 @@ def test_children_cut_off_by_the_server_come_back_truncated(model_server, _isola
     text = _injected(parent)
     assert text.count("TRUNCATED: the model's reply was cut off (length)") == 2
     assert "--- ⚠ TASK 1/2" in text and "--- ⚠ TASK 2/2" in text
+    # every other view draws the mark from the same flag (issue 39, point 1)
+    [unit] = json.loads(offload("inbox", "--all", "--json").stdout)["settled"]
+    assert [(c["status"], c["truncated"]) for c in unit["children"]] == [("completed", True)] * 2
+    assert offload("agents").stdout.count("⚠ completed, TRUNCATED") == 2
 
 
 # -- 2. the router's unknown model -------------------------------------------------------------
@@ -101,6 +106,9 @@ def test_children_on_the_routers_unknown_model_get_the_rejection_notice(model_se
     text = _injected(parent)
     assert 'SUBAGENT MODEL REJECTED: the configured Subagent Model "no-such-model"' in text
     assert text.index("SUBAGENT MODEL REJECTED") < text.index("TASK 1/2")
+    # a rejected call has no usage because it was rejected, not because usage went unreported (issue 39)
+    assert "2 model run(s) rejected by the server; no usage" in done.stderr, done.stderr
+    assert "reported no usage" not in done.stderr
 
 
 # -- 3. a slow prompt is alive ------------------------------------------------------------------

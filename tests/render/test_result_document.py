@@ -34,7 +34,7 @@ def test_an_event_becomes_the_document_with_every_key_and_todays_words():
     first, second = doc["children"]
     assert list(first) == CHILD_KEYS
     assert first == {"task": 1, "goal": "a", "state": "completed", "summary": "a done", "error": None,
-                     "duration_s": 1.5, "api_calls": 2, "tokens": {"input": 10, "output": 3}, "cost_usd": 0.01,
+                     "duration_s": 1.5, "api_calls": 2, "tokens": {"input": 10, "output": 3, "unknown": None}, "cost_usd": 0.01,
                      "truncated": True, "exit_reason": "max_iterations",
                      "tool_trace": [{"tool": "read_file", "args": 'path="a.py"', "outcome": "ok", "seconds": 0.25},
                                     {"tool": "run_command", "args": 'command="pytest"', "outcome": "error",
