@@ -114,7 +114,7 @@ def tool_settings_of(cfg: OffloadConfig, home: Path | None = None) -> dict[str, 
     offload's home."""
     delegation = cfg.delegation
     settings = {"max_spawn_depth": delegation.max_spawn_depth, "web_allowed_hosts": list(cfg.web.allowed_hosts),
-                "terminal_sandbox": cfg.terminal.sandbox,
+                "terminal": cfg.terminal.model_dump(),
                 CHILD_TOOLS: {"leaf": list(delegation.leaf_tools), "orchestrator": list(delegation.orchestrator_tools)}}
     return {**settings, "offload_home": str(home)} if home is not None else settings
 

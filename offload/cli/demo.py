@@ -39,6 +39,7 @@ from offload.cli.progress import RosterView
 from offload.cli.views import READ_HINT_START, Ui, read_hint
 from offload.ledger.queries import running_rows
 from offload.runtime import Offload
+from offload.toolsets.terminal_sandbox import no_sandbox_reason
 
 DRILL_DEADLINE_S = 30.0
 _ENV_OVERRIDES = ("OFFLOAD_MODEL", "OFFLOAD_BASE_URL", "OFFLOAD_API_KEY")
@@ -58,7 +59,8 @@ def run_demo(keep: bool = False) -> int:
         ui.say(f"data: temporary HERMES_HOME {home} ({'kept' if keep else 'removed at the end'})", style="dim")
         write_config_file(home / "config.yaml", {
             "model": DEMO_MODEL, "base_url": server.url, "workspace": str(workspace),
-            "toolsets": ["terminal", "file", "delegation"], "delegation": {"independent_completions": True}})
+            "toolsets": ["terminal", "file", "delegation"], "delegation": {"independent_completions": True},
+            "terminal": {"sandbox": _sandbox_mode(ui)}})
         with Offload(home=home) as off:
             _fan_out(ui, off)
             _crash_and_recover(ui, off, workspace)
@@ -68,6 +70,19 @@ def run_demo(keep: bool = False) -> int:
     ui.say(f"demo finished in {time.monotonic() - started:.1f} s. Next: point offload at a real model "
            "(docs/configuration.md) and run `offload chat`.", style="bold")
     return 0
+
+
+def _sandbox_mode(ui: Ui) -> str:
+    """``auto`` where a sandbox can run; else ``none``, said out loud: the demo's child runs only
+    its fixed, scripted command (``python3 --version && ls``), so running it bare is safe here."""
+    reason = no_sandbox_reason()
+    if reason is None:
+        ui.say("sandbox: the child's command runs under bubblewrap (terminal.sandbox: auto)", style="dim")
+        return "auto"
+    ui.say(f"sandbox: none — {reason}, so the demo's scripted child runs its fixed command unsandboxed. "
+           "Real agents refuse to run commands here until you install bubblewrap or set terminal.sandbox "
+           "none (docs/security.md).", style="yellow")
+    return "none"
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -53,6 +54,11 @@ AsyncProgress = Callable[[int, int, str], Awaitable[None]]
 ECHO_MAX_CHARS = 200  # a goal echoed in a handle, a status or a list row
 FALLBACK_S = 30.0  # a wait re-reads its row at least this often, whatever the watcher says
 QUEUED_NOTE = "queued: every background slot is busy; it starts by itself when one frees"
+
+
+def _in_home(workspace: Path, home: Path) -> bool:
+    resolved, home = Path(os.path.realpath(workspace)), Path(os.path.realpath(home))
+    return resolved == home or resolved.is_relative_to(home)
 
 
 class McpInputError(ValueError):
@@ -127,6 +133,10 @@ class McpDelegations:
         if scope.namespace is None:
             raise McpInputError("an --all-namespaces server only reads and stops delegations; start one from a "
                                 "server with a namespace (drop --all-namespaces)")
+        if workspace is not None and _in_home(workspace, self.off.home):
+            raise McpInputError(f"the workspace {workspace} (the client's root) is offload's own home {self.off.home} or "
+                                "lies inside it, where no agent may work: open the project folder as the root, or "
+                                "start the server with --workspace DIR")
         parent = self.parent(workspace)
         session = set_current_session_key(scope.session_key)
         asking = set_no_ask_reason(no_ask_reason)

@@ -13,18 +13,22 @@ Invariants:
   are kept (``HeadTailBuffer``), and the result says how many bytes were cut.
 * A non-zero exit is a normal result (the model reads the code); a timeout or an interrupt is a
   ``ToolError`` carrying the partial output.
-* The command never sees the parent's secrets: environment variables whose names look like
-  credentials (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*CREDENTIAL*``) are removed,
-  so a model that runs ``env`` cannot print the API key it is running on.
+* The command runs where ``terminal:`` says (``terminal_sandbox.launch``): by default in a
+  bubblewrap sandbox (its own PID, mount and network namespaces, only its workspace writable,
+  offload's home and the user's secrets invisible), for a subagent and for the parent alike;
+  where no sandbox can run, ``auto`` refuses the command instead of running it bare.
+* The command never sees the parent's secrets: its environment is an allow-list
+  (``sandbox_env``), so ``env`` prints no API key, token, DSN or ``HERMES_HOME``.
 * A subagent's command leaves nothing running (``settings["subagent"]``): processes it started
-  in the background, still in its process group, are stopped when it returns.
+  in the background, still in its process group, are stopped when it returns (in the sandbox
+  the PID namespace ends with the shell anyway).
 * A subagent's command may not name offload's home (``workspace_paths.home_mentions``) nor run
-  in it, and its environment has no ``HERMES_HOME``: a check of the text, not a sandbox.
+  in it: a check of the text that gives the model a clear answer; the sandbox is the boundary.
 """
 from __future__ import annotations
 
 import os
-import re
+import select
 import signal
 import subprocess
 import threading
@@ -33,19 +37,13 @@ from typing import IO, Any
 
 from offload.toolsets.command_risk import classify
 from offload.toolsets.tool_args import optional_number, optional_str, reject_unknown, require_str, setting_int, setting_number
-from offload.toolsets.terminal_sandbox import sandbox_argv
+from offload.toolsets.terminal_sandbox import Launch, launch, terminal_config
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
-from offload.toolsets.workspace_paths import home_mentions, home_refusal, protected_home, resolve_inside, workspace_root
+from offload.toolsets.workspace_paths import (home_mentions, home_refusal, offload_home, protected_home, resolve_inside,
+                                              workspace_root)
 
 MAX_TIMEOUT_S = 600.0
 APPROVAL_GATE = "approval_gate"  # offload.subagents.approvals.GATE_SETTING: where a subagent's gate is
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
-
-
-def child_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment minus anything that looks like a credential."""
-    source = os.environ if environ is None else environ
-    return {name: value for name, value in source.items() if not _SECRET_NAME.search(name)}
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_OUTPUT_CAP_BYTES = 50_000
 DEFAULT_KILL_GRACE_S = 2.0
@@ -104,38 +102,57 @@ def _pump(stream: IO[bytes], buffer: HeadTailBuffer) -> None:
         pass  # pipe closed under us during cleanup; what we have is what there is
 
 
-def _spawn(command: str, cwd: str, hide_home: bool = False, sandbox: list[str] | None = None) -> subprocess.Popen[bytes]:
+def _spawn(command: str, cwd: str, how: Launch) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
-            [*(sandbox or []), "/bin/sh", "-c", command],
+            [*how.argv, "/bin/sh", "-c", command],
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group, so we can signal everything it starts
             close_fds=True,
-            env={k: v for k, v in child_environment().items() if not (hide_home and k == "HERMES_HOME")},
+            env=how.env,
         )
-    except OSError as exc:
-        shell = "bwrap" if sandbox else "/bin/sh"
+    except (OSError, subprocess.SubprocessError) as exc:
+        shell = "bwrap" if how.sandboxed else "/bin/sh"
         raise ToolError(f"{_TOOL}: could not start {shell}: {exc}. The operator must check this machine.") from exc
 
 
 def _wait_for_exit(proc: subprocess.Popen[bytes], interrupted: threading.Event, deadline: float) -> str:
-    """Wait for the shell; returns 'exited', 'timeout' or 'interrupted'."""
-    while True:
-        if proc.poll() is not None:
-            return "exited"
-        if interrupted.is_set():
-            return "interrupted"
-        remaining_s = deadline - time.monotonic()
-        if remaining_s <= 0:
-            return "timeout"
-        try:
-            proc.wait(timeout=min(_POLL_S, remaining_s))
-            return "exited"
-        except subprocess.TimeoutExpired:
-            continue
+    """Wait for the shell; returns 'exited', 'timeout' or 'interrupted'.
+
+    On Linux a pidfd wakes us the moment the shell exits (``Popen.wait(timeout)`` polls with a
+    back-off that can add as much again as a short command took); the interrupt is looked at
+    every ``_POLL_S``."""
+    pidfd = _pidfd(proc.pid)
+    try:
+        while True:
+            if proc.poll() is not None:
+                return "exited"
+            if interrupted.is_set():
+                return "interrupted"
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return "timeout"
+            if pidfd is not None:
+                select.select([pidfd], [], [], min(_POLL_S, remaining_s))
+                continue
+            try:
+                proc.wait(timeout=min(_POLL_S, remaining_s))
+                return "exited"
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return None  # not Linux 5.3+: Popen.wait's polling
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -293,9 +310,16 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     if ctx.interrupted.is_set():
         raise ToolError(f"{_TOOL}: the agent was interrupted before the command started; nothing was run.")
     buffer = HeadTailBuffer(cap_bytes)
-    sandbox = sandbox_argv(str(ctx.settings.get("terminal_sandbox") or "none"), workspace_root(ctx), cwd, home, _TOOL) \
-        if ctx.settings.get("subagent") else []
-    proc = _spawn(command, cwd, hide_home=home is not None, sandbox=sandbox)
+    how = launch(terminal_config(ctx.settings), workspace=workspace_root(ctx), cwd=cwd,
+                 offload_home=home or offload_home(ctx), tool=_TOOL)
+    return approved + _run(command, cwd, how, ctx, buffer, (timeout_s, grace_s))
+
+
+def _run(command: str, cwd: str, how: Launch, ctx: ToolContext, buffer: HeadTailBuffer,
+         stops: tuple[float, float]) -> str:
+    """Start the command, wait for it within ``stops`` (timeout_s, grace_s), and render its result."""
+    timeout_s, grace_s = stops
+    proc = _spawn(command, cwd, how)
     reader = threading.Thread(target=_pump, args=(proc.stdout, buffer), name=f"run_command-{proc.pid}", daemon=True)
     reader.start()
     try:
@@ -314,7 +338,7 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     finally:
         _close_stdout(proc, reader)
     output = buffer.render()
-    return f"{approved}{_format_exit(proc.returncode)}\n{output if output else '(no output)'}{note}"
+    return f"{_format_exit(proc.returncode)}\n{output if output else '(no output)'}{note}"
 
 
 run_command = Tool(
@@ -324,7 +348,10 @@ run_command = Tool(
         "Run a shell command with /bin/sh -c in the task's workspace and return its exit code and "
         "combined stdout+stderr (long output keeps its head and tail). A non-zero exit code is "
         "reported, not treated as a failure. The command is killed when it exceeds timeout_s or when "
-        "the agent is interrupted. Stdin is closed, so interactive programs will not wait for input."
+        "the agent is interrupted. Stdin is closed, so interactive programs will not wait for input. "
+        "By default the command runs in a sandbox: only the workspace is writable, /tmp is private and "
+        "emptied afterwards, the home folder is empty, there is no network, and nothing it starts "
+        "outlives it."
     ),
     parameters={
         "type": "object",

@@ -18,18 +18,32 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from offload.home import get_hermes_home
 from offload.toolsets.toolspec import ToolContext, ToolError
 
 
 def workspace_root(ctx: ToolContext) -> Path:
-    """The resolved workspace folder; a missing one is the operator's to fix."""
+    """The resolved workspace folder; a missing one, or one in offload's home, is the
+    operator's to fix (checked on each call: an MCP client's root may change between calls)."""
     root = Path(ctx.workspace).resolve()
     if not root.is_dir():
         raise ToolError(
             f"The task's workspace '{ctx.workspace}' is not an existing folder; "
             "whoever started this agent must create it before tools can run."
         )
+    home = ctx.settings.get("offload_home")
+    if home and in_home(root, Path(os.path.realpath(home))):
+        raise ToolError(
+            f"The task's workspace '{root}' is offload's own home {home} or lies inside it (its config.yaml, "
+            "state.db and logs), which no agent may work in. Whoever started this agent must choose another "
+            "folder (`offload config set workspace <dir>`, or the MCP client's root).")
     return root
+
+
+def offload_home(ctx: ToolContext) -> Path:
+    """Offload's home, resolved: the one the runtime named, else ``$HERMES_HOME`` (``~/.hermes``)."""
+    raw = ctx.settings.get("offload_home")
+    return Path(os.path.realpath(raw)) if raw else Path(os.path.realpath(get_hermes_home()))
 
 
 def protected_home(ctx: ToolContext) -> Path | None:

@@ -20,6 +20,7 @@ from offload.toolsets.child_tools import (
 )
 from offload.toolsets.toolset_names import BUILTIN_TOOLSET_MODULES, DELEGATION_TOOLSET
 from offload.toolsets.toolspec import Tool
+from tests.toolsets.test_terminal_tool import _marked_alive, _sleep_marker
 
 pytestmark = pytest.mark.timeout(60)
 ALL = ["terminal", "file", "web", "delegation"]
@@ -158,16 +159,24 @@ def test_searches_and_listings_of_the_workspace_leave_the_home_out(home_in_works
     assert "hermes" not in run_tool(leaf, "run_command", {"command": "env"}).replace(".hermes", "")
 
 
-def test_the_parent_and_a_child_working_in_the_home_itself_may(home_in_workspace: tuple[Path, Path]) -> None:
+def test_no_agent_works_in_the_home_itself(home_in_workspace: tuple[Path, Path]) -> None:
+    """The parent's file tools read a workspace that contains the home; a workspace that IS the
+    home (or lies inside it) is refused for the parent and a child alike (issue 40, point 3)."""
     workspace, home = home_in_workspace
     assert "secret-model" in run_tool(parent(workspace, home), "read_file", {"path": ".hermes/config.yaml"})
-    in_home = child_of(parent(home, home))
-    assert "secret-model" in run_tool(in_home, "read_file", {"path": "config.yaml"})
+    for agent in (parent(home, home), child_of(parent(home, home))):
+        out = run_tool(agent, "read_file", {"path": "config.yaml"})
+        assert "secret-model" not in out and "offload's own home" in out and "another folder" in out, out
 
 
-def test_nothing_a_childs_command_starts_outlives_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+def test_nothing_a_childs_command_starts_outlives_it(tmp_path: Path, sandbox: str) -> None:
+    """Unsandboxed, offload stops what is left in the command's group (and says so); in the
+    sandbox the PID namespace ends with the shell. Either way, nothing is left."""
     leaf = child_of(parent(tmp_path))
-    out = run_tool(leaf, "run_command", {"command": "sleep 300 > /dev/null 2>&1 & echo $! > pid"})
-    assert "background processes started by the command were stopped" in out, out
-    stat = Path(f"/proc/{int((tmp_path / 'pid').read_text())}/stat")
-    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or a zombie of PID 1
+    leaf.tool_settings["terminal"] = {"sandbox": sandbox}
+    marker = _sleep_marker()
+    out = run_tool(leaf, "run_command", {"command": f"sleep {marker} > /dev/null 2>&1 &"})
+    assert out.startswith("exit code: 0"), out
+    assert sandbox == "auto" or "background processes started by the command were stopped" in out, out
+    assert not _marked_alive(marker)

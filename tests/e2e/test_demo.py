@@ -1,9 +1,12 @@
 """`offload demo`, as the README runs it: offline, exit 0, the whole story, well under a minute."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +15,26 @@ from tests.e2e.conftest import cli_env
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
-def test_demo_runs_offline_and_tells_the_whole_story(tmp_path, _isolated_hermes_home):
+def _path_without_bwrap(tmp_path: Path) -> str:
+    """A PATH of one folder linking every program of today's PATH except ``bwrap``: a fresh machine."""
+    bin_dir = tmp_path / "bin-without-bwrap"
+    bin_dir.mkdir()
+    for folder in os.environ["PATH"].split(os.pathsep):
+        for entry in (os.scandir(folder) if os.path.isdir(folder) else ()):
+            target = bin_dir / entry.name
+            if entry.name != "bwrap" and not target.exists() and os.access(entry.path, os.X_OK):
+                target.symlink_to(entry.path)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("bwrap", ["installed", "absent"])
+def test_demo_runs_offline_and_tells_the_whole_story(tmp_path, _isolated_hermes_home, bwrap):
     env = cli_env()
+    if bwrap == "absent":
+        env["PATH"] = _path_without_bwrap(tmp_path)
+        assert shutil.which("bwrap", path=env["PATH"]) is None
+    elif shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (.ci/services.d/35-bubblewrap.sh installs it)")
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "offload", "demo"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=110, stdin=subprocess.DEVNULL)
@@ -41,6 +62,7 @@ def test_demo_runs_offline_and_tells_the_whole_story(tmp_path, _isolated_hermes_
         "delivery 'delivered'",
         "demo finished in",
     ]
+    fan_out.insert(1, "runs under bubblewrap" if bwrap == "installed" else "runs its fixed command unsandboxed")
     missing = [needle for needle in fan_out + crash_in_order if needle not in out]
     assert not missing, f"missing {missing} in:\n{out}"
     assert max(out.index(n) for n in fan_out) < out.index("killed pid")

@@ -202,21 +202,27 @@ def test_namespaces_keep_clients_apart_and_a_restarted_client_finds_its_own(tmp_
 
 
 def test_children_work_in_the_client_s_first_root_unless_workspace_is_given(tmp_path, model):
-    project, fixed = tmp_path / "project", tmp_path / "fixed"
-    project.mkdir()
-    fixed.mkdir()
+    home, project, fixed = tmp_path / "home", tmp_path / "project", tmp_path / "fixed"
+    for path in (home, project, fixed):
+        path.mkdir()
+    roots = [project]
 
     async def list_roots(context):
-        return ListRootsResult(roots=[Root(uri=project.as_uri())])
+        return ListRootsResult(roots=[Root(uri=root.as_uri()) for root in roots])
 
     def prompts_of(goal: str) -> str:
         return "\n".join(json.dumps(r) for r in model.server.requests if goal in json.dumps(r))
 
     async def body():
-        async with mcp_client(tmp_path, model=model, list_roots_callback=list_roots) as client:
+        async with mcp_client(home, model=model, list_roots_callback=list_roots) as client:
             handle = (await call(client, "delegate_task", goal="in the root")).structured_content
             await call(client, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
-        async with mcp_client(tmp_path, "--workspace", str(fixed), model=model, list_roots_callback=list_roots) as client:
+            for inside in (home, home / "logs"):  # the root changes: checked on each call
+                inside.mkdir(exist_ok=True)
+                roots[0] = inside
+                refused = await tool_error(client, "delegate_task", goal="in offload's home")
+                assert "offload's own home" in refused and "--workspace DIR" in refused, refused
+        async with mcp_client(home, "--workspace", str(fixed), model=model, list_roots_callback=list_roots) as client:
             handle = (await call(client, "delegate_task", goal="in the fixed one")).structured_content
             await call(client, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
     anyio.run(body)

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(tmp_path, model):
     states: list[dict] = []
-    project = tmp_path / "project"
+    home, project = tmp_path / "home", tmp_path / "project"  # a root inside offload's home is refused
+    home.mkdir()
     project.mkdir()
 
     async def list_roots(context):
@@ -32,7 +33,7 @@ def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(
         states.append(state)
 
     async def body():
-        async with mcp_client(tmp_path, model=model, extensions=[TasksClient(on_task)],
+        async with mcp_client(home, model=model, extensions=[TasksClient(on_task)],
                               list_roots_callback=list_roots) as client:
             result = await client.call_tool("delegate_task", {"goal": "look around"})
             assert isinstance(result, CallToolResult) and not result.is_error
@@ -45,7 +46,7 @@ def test_an_opted_in_client_gets_a_task_and_call_tool_resolves_it_to_the_result(
             listed = (await call(client, "list_delegations")).structured_content["delegations"]
             assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(task_id, True)]
             assert any(str(project) in json.dumps(r) for r in model.server.requests)  # children work in the root
-        async with mcp_client(tmp_path, model=model) as plain:  # no extension: the ordinary handle
+        async with mcp_client(home, model=model) as plain:  # no extension: the ordinary handle
             handle = (await call(plain, "delegate_task", goal="plain call")).structured_content
             assert handle["status"] == "dispatched"
     anyio.run(body)

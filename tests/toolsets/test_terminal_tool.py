@@ -1,4 +1,8 @@
-"""run_command really runs /bin/sh; these tests check its confinement, limits and cleanup."""
+"""run_command really runs /bin/sh; these tests check its confinement, limits and cleanup.
+
+The process-lifetime tests run both ways a command can run: in the default sandbox (its own PID
+namespace, where ``$$`` and ``$!`` are not host pids) and unsandboxed (``terminal.sandbox: none``);
+so they find the command's processes on the host by a marker in their command line."""
 from __future__ import annotations
 
 import os
@@ -27,6 +31,31 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _marked_alive(marker: str) -> list[int]:
+    """Host pids of live (non-zombie) processes whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and entry != str(os.getpid()):
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline and _alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def _sleep_marker() -> str:
+    """A ``sleep`` argument no other process on the machine has: 30 seconds and a unique fraction."""
+    return f"30.{time.monotonic_ns() % 10**9:09d}"
+
+
+@pytest.fixture(params=["auto", "none"])
+def mode_ctx(request: pytest.FixtureRequest, workspace: Path) -> ToolContext:
+    return ToolContext(workspace=workspace, settings={"terminal": {"sandbox": request.param},
+                                                      "terminal_kill_grace_s": 0.2})
 
 
 def test_toolset_exports_one_tool_with_schema() -> None:
@@ -106,15 +135,16 @@ def test_bad_setting_names_the_key(workspace: Path) -> None:
         _run(ctx, command="true")
 
 
-def test_timeout_kills_the_whole_group_and_keeps_partial_output(ctx: ToolContext, workspace: Path) -> None:
+def test_timeout_kills_the_whole_group_and_keeps_partial_output(mode_ctx: ToolContext) -> None:
     started = time.monotonic()
+    marker = _sleep_marker()
     with pytest.raises(ToolError) as caught:
-        _run(ctx, command="echo started; sleep 30 & echo $! > bg.pid; wait", timeout_s=0.5)
+        _run(mode_ctx, command=f"echo started; sleep {marker} & wait", timeout_s=0.5)
     assert time.monotonic() - started < 5
     message = str(caught.value)
     assert "did not finish within 0.5 s" in message
     assert "started" in message.split("Partial output:", 1)[1]
-    assert not _alive(int((workspace / "bg.pid").read_text()))
+    assert not _marked_alive(marker)
 
 
 def test_default_timeout_comes_from_settings(workspace: Path) -> None:
@@ -123,21 +153,22 @@ def test_default_timeout_comes_from_settings(workspace: Path) -> None:
         _run(ctx, command="sleep 30")
 
 
-def test_sigterm_ignoring_command_gets_sigkill(workspace: Path) -> None:
-    ctx = ToolContext(workspace=workspace, settings={"terminal_kill_grace_s": 0.2})
+def test_sigterm_ignoring_command_gets_sigkill(mode_ctx: ToolContext) -> None:
+    marker = f"marker-{time.monotonic_ns()}"
     with pytest.raises(ToolError, match="did not finish"):
-        _run(ctx, command="trap '' TERM; echo $$ > sh.pid; while :; do sleep 0.05; done", timeout_s=0.5)
-    assert not _alive(int((workspace / "sh.pid").read_text()))
+        _run(mode_ctx, command=f": {marker}; trap '' TERM; while :; do sleep 0.05; done", timeout_s=0.5)
+    assert not _marked_alive(marker)
 
 
-def test_interrupt_kills_sleep_promptly(ctx: ToolContext, workspace: Path) -> None:
+def test_interrupt_kills_sleep_promptly(mode_ctx: ToolContext, workspace: Path) -> None:
+    ctx, marker = mode_ctx, _sleep_marker()
     fifo = workspace / "ready.fifo"
     os.mkfifo(fifo)
     outcome: dict[str, object] = {}
 
     def call() -> None:
         try:
-            outcome["result"] = _run(ctx, command="echo $$ > sleep.pid; echo ready > ready.fifo; exec sleep 30")
+            outcome["result"] = _run(ctx, command=f"echo ready > ready.fifo; exec sleep {marker}")
         except ToolError as exc:
             outcome["error"] = exc
 
@@ -151,7 +182,7 @@ def test_interrupt_kills_sleep_promptly(ctx: ToolContext, workspace: Path) -> No
     assert not worker.is_alive()
     assert time.monotonic() - interrupted_at < 2
     assert "interrupted" in str(outcome["error"])
-    assert not _alive(int((workspace / "sleep.pid").read_text()))
+    assert not _marked_alive(marker)
 
 
 def test_already_interrupted_runs_nothing(ctx: ToolContext, workspace: Path) -> None:
@@ -171,16 +202,27 @@ def test_output_cap_keeps_head_and_tail(workspace: Path) -> None:
     assert len(result) < 1000 + 300
 
 
-def test_background_job_holding_output_is_stopped(ctx: ToolContext, workspace: Path) -> None:
+def test_background_job_holding_output_is_stopped(workspace: Path) -> None:
+    ctx = ToolContext(workspace=workspace, settings={"terminal": {"sandbox": "none"}})
     started = time.monotonic()
-    result = _run(ctx, command="sleep 30 & echo $! > bg.pid")
+    marker = _sleep_marker()
+    result = _run(ctx, command=f"sleep {marker} &")
     assert time.monotonic() - started < 5
     assert result.startswith("exit code: 0")
     assert "were stopped" in result
-    assert not _alive(int((workspace / "bg.pid").read_text()))
+    assert not _marked_alive(marker)
 
 
-def test_detached_background_job_survives(ctx: ToolContext) -> None:
+def test_in_the_sandbox_nothing_outlives_the_command(ctx: ToolContext) -> None:
+    """The PID namespace ends with the shell: a background job dies with it, attached or not."""
+    attached, detached = _sleep_marker(), _sleep_marker() + "1"
+    result = _run(ctx, command=f"sleep {attached} & sleep {detached} >/dev/null 2>&1 &")
+    assert result.startswith("exit code: 0")
+    assert not _marked_alive(attached) and not _marked_alive(detached)
+
+
+def test_detached_background_job_survives_unsandboxed(workspace: Path) -> None:
+    ctx = ToolContext(workspace=workspace, settings={"terminal": {"sandbox": "none"}})
     result = _run(ctx, command="sleep 30 >/dev/null 2>&1 & echo $!")
     pid = int(result.splitlines()[1])
     try:
@@ -223,6 +265,10 @@ def test_commands_do_not_see_the_parents_credentials(ctx: ToolContext, monkeypat
     monkeypatch.setenv("OPENAI_API_KEY", "sk-parent-secret")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
     monkeypatch.setenv("OFFLOAD_HARMLESS", "visible")
+    monkeypatch.setenv("OFFLOAD_LEDGER_URL", "postgresql://u:pw-secret@db/x")
+    monkeypatch.setenv("MY_BUILD_FLAG", "listed")
+    ctx.settings["terminal"] = {"env_passthrough": ["MY_BUILD_FLAG"]}
     result = _run(ctx, command="env")
-    assert "sk-parent-secret" not in result and "ghp-secret" not in result
-    assert "OFFLOAD_HARMLESS=visible" in result
+    assert "sk-parent-secret" not in result and "ghp-secret" not in result and "pw-secret" not in result
+    assert "OFFLOAD_HARMLESS" not in result  # an allow-list: a harmless-looking name is not on it either
+    assert "MY_BUILD_FLAG=listed" in result and "PATH=" in result
