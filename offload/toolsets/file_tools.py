@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from offload.toolsets.file_walk import list_tree, looks_binary, search_tree
+from offload.toolsets.search_pattern import SYNTAX_NOTE
 from offload.toolsets.tool_args import (
     optional_bool,
     optional_int,
@@ -268,13 +269,14 @@ search_files = Tool(
     name="search_files",
     toolset="file",
     description=(
-        "Search text files under a workspace folder for a Python regular expression; returns "
-        "'path:line: text' for each matching line, capped."
+        "Search text files under a workspace folder for a regular expression (RE2 syntax: like Python's, "
+        "but no backreferences and no lookahead/lookbehind); returns 'path:line: text' for each matching "
+        "line, capped."
     ),
     parameters={
         "type": "object",
         "properties": {
-            "pattern": {"type": "string", "description": "Python regular expression, matched per line."},
+            "pattern": {"type": "string", "description": f"Regular expression: {SYNTAX_NOTE}."},
             "path": {"type": "string", "description": "Folder (or single file) to search; default the workspace."},
             "glob": {"type": "string", "description": "Only files whose name matches this glob, e.g. '*.py'."},
             "ignore_case": {"type": "boolean", "description": "Match case-insensitively (default false)."},
