@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from offload import yaml_plain
 from offload.agent.llm_stream import DEFAULT_STREAM_IDLE_TIMEOUT_S
 from offload.agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
 from offload.gateway.config import GatewayConfig
@@ -171,7 +172,7 @@ def read_settings(path: Path) -> dict[str, Any]:
     try:
         return read_config_file(path)
     except ConfigError as exc:
-        if isinstance(exc.__cause__, yaml.YAMLError):
+        if isinstance(exc.__cause__, yaml.YAMLError) and not isinstance(exc.__cause__, yaml_plain.AliasRefused):
             raise config_file.syntax_error(path, exc.__cause__) from exc.__cause__
         raise
 
@@ -258,7 +259,9 @@ def parse_value(raw: str, field: Any, key: str = "") -> Any:
     like a list or mapping must parse as one, and cannot go into a text field."""
     looks_structured = raw.lstrip()[:1] in ("[", "{")
     try:
-        value = yaml.safe_load(raw)
+        value = yaml_plain.load(raw)
+    except yaml_plain.AliasRefused as exc:
+        raise yaml_plain.alias_error(f"the value of {key}", exc) from exc
     except yaml.YAMLError as exc:
         if looks_structured:
             problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
@@ -285,7 +288,7 @@ def set_value(key: str, raw: str, path: Path | None = None) -> tuple[Any, list[P
     doc = config_file.load_document(path)
     config_file.set_key(doc, key, value)
     text = config_file.dump(doc)
-    found = problems(yaml.safe_load(text) or {})
+    found = problems(yaml_plain.load(text) or {})  # load_document refused aliases already
     mine = [p for p in found if p.key == key or _within(key, p.key) or _within(p.key, key)]
     if mine:
         raise ConfigError(f"invalid value: {'; '.join(p.key + ': ' + p.message for p in mine)}. {path} was not "

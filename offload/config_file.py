@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
+from offload import yaml_plain
 from offload.errors import ConfigError
 
 
@@ -46,8 +47,11 @@ def load_document(path: Path) -> CommentedMap:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path} ({exc}); check its permissions and that it is UTF-8 text") from exc
     try:
+        yaml_plain.load(text)  # an alias bomb is refused before ruamel builds anything of it
         doc = _yaml().load(text)
-    except YAMLError as exc:
+    except yaml_plain.AliasRefused as exc:
+        raise yaml_plain.alias_error(str(path), exc, f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.bad')}") from exc
+    except (YAMLError, yaml_plain.yaml.YAMLError) as exc:
         raise syntax_error(path, exc) from exc
     if doc is None:
         return CommentedMap()

@@ -1,5 +1,6 @@
 """Where offload keeps its data: ``$HERMES_HOME`` (default ``~/.hermes``), and its
-``config.yaml`` read as plain data (``read_config_file``; validation is the caller's).
+``config.yaml`` read as plain data (``read_config_file``, without YAML aliases:
+``offload.yaml_plain``; validation is the caller's).
 
 Resolved at call time from the environment, because one process may serve several homes
 (tests, profiles) and the ledger must always write to the home of the caller. Only the
@@ -57,8 +58,12 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
         raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 or move the file aside") from exc
     import yaml  # here: `offload --help` resolves paths but never reads YAML
 
+    from offload import yaml_plain
+
     try:
-        data = yaml.safe_load(text)
+        data = yaml_plain.load(text)
+    except yaml_plain.AliasRefused as exc:
+        raise yaml_plain.alias_error(str(path), exc, f"mv {path} {path}.bad") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML ({exc}); fix the syntax or move the file aside") from exc
     except RecursionError as exc:
