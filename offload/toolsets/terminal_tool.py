@@ -34,6 +34,7 @@ from typing import IO, Any
 from offload.toolsets.command_risk import classify
 from offload.toolsets.tool_args import optional_number, optional_str, reject_unknown, require_str, setting_int, setting_number
 from offload.toolsets.terminal_sandbox import sandbox_argv
+from offload.toolsets.toolset_names import LINEAGE_ENV, LINEAGE_SETTING
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 from offload.toolsets.workspace_paths import home_mentions, home_refusal, protected_home, resolve_inside, workspace_root
 
@@ -104,7 +105,9 @@ def _pump(stream: IO[bytes], buffer: HeadTailBuffer) -> None:
         pass  # pipe closed under us during cleanup; what we have is what there is
 
 
-def _spawn(command: str, cwd: str, hide_home: bool = False, sandbox: list[str] | None = None) -> subprocess.Popen[bytes]:
+def _spawn(command: str, cwd: str, hide_home: bool = False, sandbox: list[str] | None = None,
+           extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in child_environment().items() if not (hide_home and k == "HERMES_HOME")}
     try:
         return subprocess.Popen(
             [*(sandbox or []), "/bin/sh", "-c", command],
@@ -114,7 +117,7 @@ def _spawn(command: str, cwd: str, hide_home: bool = False, sandbox: list[str] |
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group, so we can signal everything it starts
             close_fds=True,
-            env={k: v for k, v in child_environment().items() if not (hide_home and k == "HERMES_HOME")},
+            env={**env, **(extra_env or {})},
         )
     except OSError as exc:
         shell = "bwrap" if sandbox else "/bin/sh"
@@ -295,7 +298,11 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     buffer = HeadTailBuffer(cap_bytes)
     sandbox = sandbox_argv(str(ctx.settings.get("terminal_sandbox") or "none"), workspace_root(ctx), cwd, home, _TOOL) \
         if ctx.settings.get("subagent") else []
-    proc = _spawn(command, cwd, hide_home=home is not None, sandbox=sandbox)
+    # An agent's delegation lineage: an `offload run` this command starts stays in its tree
+    # (offload.subagents.lineage): root session, depth and budgets go on, never start afresh.
+    lineage = ctx.settings.get(LINEAGE_SETTING)
+    proc = _spawn(command, cwd, hide_home=home is not None, sandbox=sandbox,
+                  extra_env={LINEAGE_ENV: lineage} if isinstance(lineage, str) and lineage else None)
     reader = threading.Thread(target=_pump, args=(proc.stdout, buffer), name=f"run_command-{proc.pid}", daemon=True)
     reader.start()
     try:
