@@ -301,7 +301,10 @@ def demo(keep: bool = typer.Option(False, "--keep", help="keep the demo's tempor
 def _fail(message: str, code: int) -> None:
     from rich.console import Console
 
-    Console(stderr=True, highlight=False).print(f"offload: {message}", markup=False, soft_wrap=True, style="red")
+    from offload.render.terminal import inert
+
+    Console(stderr=True, highlight=False).print(f"offload: {inert(message)}", markup=False, soft_wrap=True,
+                                                style="red")
     sys.exit(code)
 
 
