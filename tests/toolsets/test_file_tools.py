@@ -325,3 +325,18 @@ def test_list_errors(ctx: ToolContext, workspace: Path) -> None:
     with pytest.raises(ToolError, match="outside the workspace"):
         call(list_files, ctx, path="..")
     assert call(list_files, ctx, path=".").splitlines() == ["./", "  f.txt"]
+
+
+@pytest.mark.timeout(20)
+def test_patch_counts_a_flood_of_matches_in_linear_time(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "flood.txt").write_text("a\n" * 2_000_000)
+    started = time.monotonic()
+    with pytest.raises(ToolError, match=r"occurs over 1000 times .* lines 1, 2, 3"):
+        call(patch_file, ctx, path="flood.txt", old="a", new="b")
+    assert time.monotonic() - started < 5
+
+
+def test_write_refuses_a_pipe_instead_of_waiting_for_a_reader(ctx: ToolContext, workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        call(write_file, ctx, path="pipe", content="x")
