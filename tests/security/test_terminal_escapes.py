@@ -72,3 +72,26 @@ def test_inert_escapes_every_control_visibly_and_keeps_the_rest() -> None:
     document = json.dumps({"summary": HOSTILE}, ensure_ascii=False)
     assert json.loads(inert_json(document)) == {"summary": HOSTILE}
     assert_inert(inert_json(document), "inert_json")
+
+
+def test_rows_a_hostile_host_wrote_render_inert_in_every_ledger_view() -> None:
+    """On a shared ledger any host writes rows: every field a view shows (id, session, goal,
+    state, drop reason, claim holder) is escaped, and the state word keeps its colour."""
+    from rich.console import Console
+
+    from offload.cli import views
+    from offload.ledger import LedgerRow
+
+    row = LedgerRow(delegation_id=f"deleg_{HOSTILE}", origin_session=f"sess_{HOSTILE}", state="failed",
+                    dispatched_at=1.0, completed_at=2.0, task={"goal": f"goal {HOSTILE}", "goals": [HOSTILE]},
+                    event={"status": "failed", "summary": HOSTILE, "error": HOSTILE},
+                    delivery_state="dropped", drop_reason=f"dropped {HOSTILE}", delivery_claim=HOSTILE)
+    live = [{"delegation_id": HOSTILE, "status": "running", "goal": HOSTILE, "goals": [HOSTILE], "where": HOSTILE,
+             "children_activity": [{"current_tool": HOSTILE, "last_text": HOSTILE, "last_tool": HOSTILE}]}]
+    console = Console(record=True, width=400, force_terminal=True)  # colours on: only offload's own ESCs
+    for renderable in (views.ledger_finished([row], "recent", now=3.0), views.ledger_running([row], now=3.0),
+                       views.ledger_queued([row], now=3.0), views.live_roster(live)):
+        console.print(renderable)
+    text = console.export_text(clear=False)  # what was printed, without rich's own styling
+    assert_inert(text, "a ledger view")
+    assert "\\x1b[2J" in text
