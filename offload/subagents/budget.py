@@ -21,7 +21,9 @@ died -- charges the same session, day and call, and stops its children on the ca
 the ledger, so the units of one split call share one per-delegation budget wherever they run.
 A nested call (a subagent's own delegate_task, ``offload.subagents.lineage``) books its spend to
 the root session and charges its ancestors' budgets too (``parent``): a grandchild stops when
-its call's budget or any ancestor's is used up.
+its call's budget or any ancestor's is used up. The session and day caps refuse a call at
+dispatch and also stop running children before their next model call once crossed (a read
+failure there is logged and the children go on under their delegation budgets).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 from offload.ledger import LedgerError
@@ -39,6 +42,7 @@ from offload.ledger import LedgerError
 logger = logging.getLogger(__name__)
 
 COST_KEYS = ("max_cost_usd_per_delegation", "max_cost_usd_per_session", "max_cost_usd_per_day")
+SCOPE_KEYS = ("max_tokens_per_session", "max_tokens_per_day", "max_cost_usd_per_session", "max_cost_usd_per_day")
 
 
 def reported_tokens(usage: Mapping[str, Any] | None) -> int:
@@ -118,13 +122,16 @@ class DelegationBudget:
 
     def __init__(self, cap: int | None, store: SpendStore | None, session_key: str, *,
                  cost_cap: float | None = None, cost_guard: str | None = None, call_id: str | None = None,
-                 shared: bool = False, parent: DelegationBudget | None = None) -> None:
+                 shared: bool = False, parent: DelegationBudget | None = None,
+                 scopes: Mapping[str, Any] | None = None) -> None:
         self.cap, self.store, self.session_key = cap, store, session_key
         self.cost_cap = cost_cap
         self.cost_guard = cost_guard or ("delegation.max_cost_usd_per_delegation" if cost_cap is not None else None)
         self.call_id = call_id or f"call_{secrets.token_hex(8)}"
         self.shared = shared and store is not None
         self.parent = parent  # the budget of the call that built the agent making this call (lineage)
+        # The session and day caps in force: checked before each model call too, not only at dispatch.
+        self.scopes = {k: v for k, v in (scopes or {}).items() if k in SCOPE_KEYS and v is not None}
         self.used, self.cost_usd, self.cost_unknown_calls = 0, 0.0, 0
         self.below = (0, 0.0, 0)  # what descendant calls charged here (in this process)
         self._lock = threading.Lock()
@@ -154,7 +161,8 @@ class DelegationBudget:
     def to_spec(self) -> dict[str, Any]:
         """What a queued unit's row carries of this budget, for the process that will run it."""
         spec = {"max_tokens": self.cap, "max_cost_usd": self.cost_cap, "cost_guard": self.cost_guard,
-                "session_key": self.session_key, "counted": self.store is not None, "call_id": self.call_id}
+                "session_key": self.session_key, "counted": self.store is not None, "call_id": self.call_id,
+                **({"scopes": self.scopes} if self.scopes else {})}
         return {**spec, "parent": self.parent.to_spec()} if self.parent is not None else spec
 
     def _spent(self) -> tuple[int, float, int]:
@@ -184,11 +192,30 @@ class DelegationBudget:
     def stop(self) -> tuple[str, str] | None:
         """(exit reason, notice) for a child that must stop now -- ``token_budget``, or
         ``cost_budget`` (also for a cost that was not reported) -- or None. A call's budget or
-        any ancestor's being used up stops it."""
+        any ancestor's being used up stops it, and so does its (root) session's or the day's."""
+        return self._chain_stop() or self._scope_stop()
+
+    def _chain_stop(self) -> tuple[str, str] | None:
         own = self._stop_here()
-        if own is None and self.parent is not None:
-            return self.parent.stop()
-        return own
+        return own if own is not None or self.parent is None else self.parent._chain_stop()
+
+    def _scope_stop(self) -> tuple[str, str] | None:
+        """The session or day cap crossed while this call's children run (a read failure is
+        logged and lets them go on: their own budgets still hold)."""
+        if not self.scopes or self.store is None:
+            return None
+        try:
+            session, day = self.store.spend(self.session_key)
+        except LedgerError:
+            logger.warning("could not read the session's and day's spend; checking them at the next call", exc_info=True)
+            return None
+        refusal = _scope_refusal(SimpleNamespace(**{k: self.scopes.get(k) for k in SCOPE_KEYS}), session, day,
+                                 self.store.today())
+        if refusal is None:
+            return None
+        reason = "cost_budget" if "max_cost_usd_per_" in refusal else "token_budget"
+        return reason, ("stopped before its next model call (the output below is what it had so far): "
+                        + refusal.removeprefix("not dispatched: "))
 
     def _stop_here(self) -> tuple[str, str] | None:
         used, cost, unknown = self._spent()
@@ -224,7 +251,8 @@ def call_budget(cfg: Any, spend: SpendStore | None, session_key: str,
     if cfg.max_tokens_per_delegation is None and all(v is None for v in scoped) and not guard and parent is None:
         return None
     return DelegationBudget(cfg.max_tokens_per_delegation, spend, session_key,
-                            cost_cap=cfg.max_cost_usd_per_delegation, cost_guard=guard or None, parent=parent)
+                            cost_cap=cfg.max_cost_usd_per_delegation, cost_guard=guard or None, parent=parent,
+                            scopes={key: getattr(cfg, key) for key in SCOPE_KEYS})
 
 
 def budget_from_spec(spec: Any, store: SpendStore | None, _levels: int = 8) -> DelegationBudget | None:
@@ -243,8 +271,10 @@ def budget_from_spec(spec: Any, store: SpendStore | None, _levels: int = 8) -> D
     if cap is None and counted is None and cost_cap is None and not guard and parent is None:
         return None
     call_id = spec.get("call_id") if isinstance(spec.get("call_id"), str) and spec.get("call_id") else None
+    scopes = spec.get("scopes") if isinstance(spec.get("scopes"), Mapping) else {}
+    scopes = {k: v for k, v in scopes.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0}
     return DelegationBudget(cap, counted, str(spec.get("session_key") or ""), cost_cap=cost_cap, cost_guard=guard,
-                            call_id=call_id, shared=call_id is not None, parent=parent)
+                            call_id=call_id, shared=call_id is not None, parent=parent, scopes=scopes)
 
 
 def over_budget(cfg: Any, store: SpendStore | None, session_key: str) -> str | None:
@@ -259,8 +289,12 @@ def over_budget(cfg: Any, store: SpendStore | None, session_key: str) -> str | N
         return (f"not dispatched: the spend caps are set but what subagents spent could not be read from the ledger "
                 f"({exc}), so they cannot be checked. Do the work yourself and tell the user; the operator must fix "
                 "the ledger as its error says, or remove the caps (offload config set delegation.max_... null)")
+    return _scope_refusal(cfg, session, day, store.today())
+
+
+def _scope_refusal(cfg: Any, session: Spend, day: Spend, today: str) -> str | None:
     for scope, spent, whose, when in (("session", session, "this session's subagents have", ""),
-                                      ("day", day, "subagents have", f" today (UTC {store.today()})")):
+                                      ("day", day, "subagents have", f" today (UTC {today})")):
         refusal = _over(cfg, scope, spent, whose, when)
         if refusal:
             return refusal

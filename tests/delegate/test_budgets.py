@@ -259,3 +259,16 @@ def test_a_nested_calls_budget_charges_its_ancestors_and_stops_at_theirs(tmp_pat
     assert rebuilt.stop() is None  # in another process, the root's own units spent nothing yet
     root.charge(usage(1000))
     assert rebuilt.stop()[0] == "token_budget"  # the root call's total is shared through the ledger
+
+
+def test_a_session_or_day_cap_crossed_stops_running_children_too(tmp_path: Path) -> None:
+    store = spend_store(tmp_path, Clock())
+    budget = call_budget(caps(max_tokens_per_session=1000), store, "s1")
+    budget.charge(usage(600))
+    assert budget.stop() is None
+    store.add("s1", 500, call_id="another call of the session")
+    reason, notice = budget.stop()
+    assert reason == "token_budget" and notice.startswith("stopped before its next model call")
+    assert "used 1100 tokens, the budget delegation.max_tokens_per_session=1000" in notice
+    rebuilt = budget_from_spec(budget.to_spec(), store)  # a worker's copy keeps the session cap
+    assert rebuilt.stop()[0] == "token_budget"

@@ -59,12 +59,14 @@ def subagent_calls(server: ScriptedModelServer) -> list[dict[str, Any]]:
     return [r for r in server.requests if request_role(r) == "subagent"]
 
 
-def test_a_grandchilds_spend_counts_against_the_root_session_and_delegation(tmp_path: Path) -> None:
+@pytest.mark.parametrize("caps", [{"max_tokens_per_delegation": 3000, "max_tokens_per_session": 5000},
+                                  {"max_tokens_per_session": 3000}],  # the case: a session cap alone
+                         ids=["delegation-cap", "session-cap-alone"])
+def test_a_grandchilds_spend_counts_against_the_root_session_and_delegation(tmp_path: Path, caps) -> None:
     home, workspace = tmp_path / "home", tmp_path / "ws"
     workspace.mkdir()
     with ScriptedModelServer(hostile_tree) as server:
-        write_config(home, server, workspace, max_tokens_per_delegation=3000, max_tokens_per_session=5000,
-                     max_iterations=40)
+        write_config(home, server, workspace, **caps, max_iterations=40)
         done = run({"HERMES_HOME": str(home)}, "dig", workspace)
         assert done.returncode in (0, 5), done  # 5: no subagent completed (they were stopped)
         calls = subagent_calls(server)
