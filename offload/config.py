@@ -29,7 +29,7 @@ from offload.agent.toolsets import KNOWN_TOOLSETS, validate_toolsets
 from offload.gateway.config import GatewayConfig
 from offload import config_file
 from offload.errors import ConfigError
-from offload.home import read_config_file
+from offload.home import AliasRefused, alias_error, load_yaml, read_config_file
 from offload.subagents.config import DelegationConfig
 from offload.home import config_path
 from offload.ledger.config import LedgerConfig
@@ -258,7 +258,9 @@ def parse_value(raw: str, field: Any, key: str = "") -> Any:
     like a list or mapping must parse as one, and cannot go into a text field."""
     looks_structured = raw.lstrip()[:1] in ("[", "{")
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml(raw)
+    except AliasRefused as exc:
+        raise alias_error(f"the value of {key}", exc) from exc
     except yaml.YAMLError as exc:
         if looks_structured:
             problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
@@ -285,7 +287,7 @@ def set_value(key: str, raw: str, path: Path | None = None) -> tuple[Any, list[P
     doc = config_file.load_document(path)
     config_file.set_key(doc, key, value)
     text = config_file.dump(doc)
-    found = problems(yaml.safe_load(text) or {})
+    found = problems(load_yaml(text) or {})  # load_document refused aliases already
     mine = [p for p in found if p.key == key or _within(key, p.key) or _within(p.key, key)]
     if mine:
         raise ConfigError(f"invalid value: {'; '.join(p.key + ': ' + p.message for p in mine)}. {path} was not "

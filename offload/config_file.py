@@ -14,11 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from offload.errors import ConfigError
+from offload.home import AliasRefused, alias_error, load_yaml
 
 
 def _yaml() -> YAML:
@@ -46,8 +48,11 @@ def load_document(path: Path) -> CommentedMap:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path} ({exc}); check its permissions and that it is UTF-8 text") from exc
     try:
+        load_yaml(text)  # an alias bomb is refused before ruamel builds anything of it
         doc = _yaml().load(text)
-    except YAMLError as exc:
+    except AliasRefused as exc:
+        raise alias_error(str(path), exc, f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.bad')}") from exc
+    except (YAMLError, yaml.YAMLError) as exc:
         raise syntax_error(path, exc) from exc
     if doc is None:
         return CommentedMap()

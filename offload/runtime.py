@@ -49,6 +49,7 @@ from offload.owner_loop import OwnerLoop
 from offload.render.notification import format_event
 from offload.subagents.admission import Admission
 from offload.subagents.config import DelegationConfig
+from offload.subagents import lineage
 from offload.subagents.budget import SpendStore
 from offload.subagents.tool import DelegateTool, Seams, resolve_delegation_credentials
 from offload.subagents.child import build_child_agent, finalize_child_results, run_single_child
@@ -257,11 +258,16 @@ class Offload(PublicApi):
 
         cfg = config or self.config
         key = api_key if api_key is not None else self.api_key
-        return AIAgent(model=cfg.model, base_url=cfg.base_url,
-                       api_key=key if key is not None else resolve_api_key(cfg),
-                       toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
-                       session_id=session_id, tool_settings=tool_settings_of(cfg, self.home),
-                       stream_idle_timeout_s=cfg.stream_idle_timeout_s, provided_toolsets=self.toolsets())
+        agent = AIAgent(model=cfg.model, base_url=cfg.base_url,
+                        api_key=key if key is not None else resolve_api_key(cfg),
+                        toolsets=cfg.toolsets, max_iterations=cfg.max_iterations, workspace=workspace_of(cfg),
+                        session_id=session_id, tool_settings=tool_settings_of(cfg, self.home),
+                        stream_idle_timeout_s=cfg.stream_idle_timeout_s, provided_toolsets=self.toolsets())
+        # Started by a subagent's command (`offload run` in run_command): its calls stay in that tree.
+        inherited = lineage.from_env(os.environ, self.delegate_tool.spend, cfg.delegation.max_concurrent_children)
+        if inherited is not None:
+            lineage.adopt(agent, inherited)
+        return agent
 
     def session_store(self) -> Any:
         """The session store of this home (``state.db``, where the ledger is a guest table)."""

@@ -62,8 +62,15 @@ _DEMO_MODEL = typer.Option(False, "--demo-model", help="no API key: talk to the 
 
 
 def _log_to_stderr(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="offload: %(levelname)s: %(message)s")
+    from offload.render.terminal import inert
+
+    class InertFormatter(logging.Formatter):  # a logged error may quote a child's text or a foreign row
+        def format(self, record: logging.LogRecord) -> str:
+            return inert(super().format(record))
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(InertFormatter("offload: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
 @contextlib.contextmanager
@@ -281,7 +288,9 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
 
     _log_to_stderr(verbose)
     with Offload(load_config()) as off:
-        code = serve(off, concurrency, lambda line: print(line, flush=True))
+        from offload.render.terminal import inert
+
+        code = serve(off, concurrency, lambda line: print(inert(line), flush=True))  # ids from any host
     raise typer.Exit(code)
 
 
@@ -310,7 +319,10 @@ def demo(keep: bool = typer.Option(False, "--keep", help="keep the demo's tempor
 def _fail(message: str, code: int) -> None:
     from rich.console import Console
 
-    Console(stderr=True, highlight=False).print(f"offload: {message}", markup=False, soft_wrap=True, style="red")
+    from offload.render.terminal import inert
+
+    Console(stderr=True, highlight=False).print(f"offload: {inert(message)}", markup=False, soft_wrap=True,
+                                                style="red")
     sys.exit(code)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import typer
 
 from offload.errors import CliError
+from offload.render.terminal import inert
 
 app = typer.Typer(rich_markup_mode=None, invoke_without_command=True,
                   help="Subagents' risky commands waiting for your answer (delegation.approvals: ask).")
@@ -40,7 +41,7 @@ def approvals(ctx: typer.Context,
         return
     now = time.time()
     for row in waiting:
-        typer.echo(request_line(row, now))
+        typer.echo(inert(request_line(row, now), keep_newlines=False))
     typer.echo("answer with: offload approvals approve ID  |  offload approvals deny ID")
 
 
@@ -76,4 +77,5 @@ def _answer(wanted: str, allow: bool, by: str | None) -> None:
             row = decide(ledger, find_pending(ledger, wanted), allow, by or f"cli:{getpass.getuser()}")
         except ApprovalError as exc:
             raise CliError(str(exc)) from None
-    typer.echo(f"{row['request_id']}: {row['state']} by {row['decided_by']} ({row['command']!r})")
+    typer.echo(inert(f"{row['request_id']}: {row['state']} by {row['decided_by']} ({row['command']!r})",
+                     keep_newlines=False))

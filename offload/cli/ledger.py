@@ -27,7 +27,9 @@ SETTLED_SHOWN = 10
 
 
 def emit_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    from offload.render.terminal import inert_json
+
+    typer.echo(inert_json(json.dumps(data, indent=2, ensure_ascii=False)))
 
 
 @contextlib.contextmanager

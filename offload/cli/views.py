@@ -3,8 +3,10 @@ for ``/agents``, ``offload agents`` and ``offload inbox``.
 
 Pure presentation over rich: builders return renderables from plain data, ``Ui`` prints.
 Invariant: text that came from a model, a child or the ledger is never parsed as rich markup
-(it is wrapped in ``Text`` or printed with ``markup=False``), and long lines are not wrapped
-(``soft_wrap``), so ids and result lines stay intact in pipes and logs.
+(it is wrapped in ``Text`` or printed with ``markup=False``) and never reaches the terminal with
+a control character in it (``offload.render.terminal.inert``: an escape sequence, a CR, a
+bidirectional override are shown as ``\x1b``, ``\r``, ``\u202e``), and long lines are not
+wrapped (``soft_wrap``), so ids and result lines stay intact in pipes and logs.
 """
 from __future__ import annotations
 
@@ -23,13 +25,19 @@ from offload.engine.events import is_interim
 from offload.engine.states import child_state, unit_state
 from offload.render.notification import async_delegation_display_text
 from offload.render.state_style import TRUNCATED_WORD, child_mark, rich_style
+from offload.render.terminal import inert
 
 _GOAL_CHARS = 48
 
 
 def _clip(text: Any, limit: int = _GOAL_CHARS) -> str:
-    text = " ".join(str(text or "").split())
+    text = inert(" ".join(str(text or "").split()), keep_newlines=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _line(text: str, style: str = "") -> Text:
+    """One line of a view: untrusted parts (ids, states, tools, reasons) made inert here too."""
+    return Text(inert(text, keep_newlines=False), style=style)
 
 
 def _seconds(value: Any) -> str:
@@ -65,12 +73,12 @@ def live_roster(items: list[dict[str, Any]]) -> RenderableType:
         activities = item.get("children_activity") or []
         done = f"  children done {len(finished)}/{len(indexes)}" if activities else ""
         where = f"  ({item['where']})" if item.get("where") else ""  # a unit another process (a worker) has
-        state, head = unit_state(item.get("status")), f"  {item.get('delegation_id')}  "
-        lines.append(_colour_state(Text(f"{head}{state}{done}  {_clip(label)}{since}{where}"), len(head), state))
+        state, head = unit_state(item.get("status")), inert(f"  {item.get('delegation_id')}  ", keep_newlines=False)
+        lines.append(_colour_state(_line(f"{head}{state}{done}  {_clip(label)}{since}{where}"), len(head), state))
         for position, activity in enumerate(activities):
             index = indexes[position] if position < len(indexes) else position
             goal = _clip(goals[index] if index < len(goals) else item.get("goal"))
-            lines.append(Text(f"      #{index + 1}  {_child_state(finished.get(index), activity)}  {goal}", style="dim"))
+            lines.append(_line(f"      #{index + 1}  {_child_state(finished.get(index), activity)}  {goal}", "dim"))
     for line in lines:  # one row per line whatever the width: cut the end rather than wrap
         line.no_wrap, line.overflow = True, "ellipsis"
     return Group(*lines)
@@ -107,8 +115,7 @@ def _child_lines(rec: dict[str, Any]) -> list[Text]:
         if child.get("api_calls") is not None or child.get("current_tool"):  # published by its owner
             doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "
                      f"idle {_seconds(child.get('seconds_since_activity'))} s{progress_note(child)}")
-        lines.append(Text(f"      #{child['task']} {mark} {shown}{took}{doing}  {_clip(child['goal'])}",
-                          style="dim"))
+        lines.append(_line(f"      #{child['task']} {mark} {shown}{took}{doing}  {_clip(child['goal'])}", "dim"))
     return lines
 
 
@@ -120,10 +127,10 @@ def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[s
         return Text(f"{title}: none")
     lines = [Text(f"{title} ({len(records)})", style="bold")]
     for rec in records:
-        text, state = status(rec), rec["state"]
-        line = Text(f"  {rec['id']}  {text}")
-        lines.append(_colour_state(line, len(rec["id"]) + 4, state) if text.startswith(state) else line)
-        lines.append(Text(f"      session {rec['session'] or '-'}  ·  {_clip(rec['label'])}", style="dim"))
+        text, state, shown_id = status(rec), rec["state"], inert(rec["id"], keep_newlines=False)
+        line = _line(f"  {shown_id}  {text}")
+        lines.append(_colour_state(line, len(shown_id) + 4, state) if text.startswith(state) else line)
+        lines.append(_line(f"      session {rec['session'] or '-'}  ·  {_clip(rec['label'])}", "dim"))
         lines.extend(_child_lines(rec))
     return Group(*lines)
 
@@ -218,8 +225,8 @@ def sessions_table(listed: Iterable[Any], pending: dict[str, int], now: float | 
     lines = [Text(f"sessions ({len(listed)}, most recent first)", style="bold")]
     for info in listed:
         waiting = f"  {pending[info.session_id]} result(s) pending" if pending.get(info.session_id) else ""
-        lines.append(Text(f"  {info.session_id}  used {_age(info.updated_at, now)} ago  {info.message_count} "
-                          f"message(s)  model {info.model or '-'}{waiting}"))
+        lines.append(_line(f"  {info.session_id}  used {_age(info.updated_at, now)} ago  {info.message_count} "
+                           f"message(s)  model {info.model or '-'}{waiting}"))
     return Group(*lines)
 
 
@@ -264,15 +271,15 @@ class Ui:
         return cls(err, err, make_console(), label_answers=same_destination())
 
     def say(self, text: str, style: str | None = None) -> None:
-        self.console.print(Text(text, style=style or ""), soft_wrap=True)
+        self.console.print(Text(inert(text), style=style or ""), soft_wrap=True)
 
     def answer(self, text: str | None, label: str = "agent") -> None:
         if label == "agent" and not self.label_answers:
             if text:
-                self.answers.print(Text(text), soft_wrap=True)
+                self.answers.print(Text(inert(text)), soft_wrap=True)
             return
         console = self.answers if label == "agent" else self.console
-        console.print(Text.assemble((f"{label}> ", "bold cyan"), text or "(no answer)"), soft_wrap=True)
+        console.print(Text.assemble((f"{label}> ", "bold cyan"), inert(text or "(no answer)")), soft_wrap=True)
 
     def handles(self, handles: list[dict[str, Any]]) -> None:
         for handle in handles:
@@ -287,7 +294,7 @@ class Ui:
                   else " (replayed from the ledger)" if event.get("restored") else "")
         if event.get("type") != "async_delegation":
             self.say(f"⇠ background {event.get('type')} landed{origin}", style="bold green")
-            self.console.print(Text(text, style="dim"), soft_wrap=True)
+            self.console.print(Text(inert(text), style="dim"), soft_wrap=True)
             return
         if is_interim(event):
             self._failure_notice(event)
@@ -295,11 +302,11 @@ class Ui:
         title = async_delegation_display_text(event)
         self.say(f"⇠ background result {delegation_id} landed{origin}: {title}", style="bold green")
         if full:
-            self.console.print(Text(text, style="dim"), soft_wrap=True)
+            self.console.print(Text(inert(text), style="dim"), soft_wrap=True)
             return
         notices = [line for line in text.splitlines() if line.startswith("⚠ ")]  # child text cannot forge one
         for line in [*notices, *task_lines(event)]:
-            self.console.print(Text("  " + line), soft_wrap=True)
+            self.console.print(Text("  " + inert(line, keep_newlines=False)), soft_wrap=True)
         hint = self.read_hint(str(delegation_id))
         if hint:
             self.say(hint, style="dim")
@@ -309,15 +316,15 @@ class Ui:
         self.say(f"⚠ background {event.get('delegation_id')}: a task failed while the others still run; "
                  "the full result follows when all are done", style="bold yellow")
         for line in task_lines(event):
-            self.console.print(Text("  " + line), soft_wrap=True)
+            self.console.print(Text("  " + inert(line, keep_newlines=False)), soft_wrap=True)
 
     def error(self, text: str) -> None:
         """A failure: on stderr, so scripts reading stdout get only answers and results."""
-        self.err_console.print(Text(text, style="bold red"), soft_wrap=True)
+        self.err_console.print(Text(inert(text), style="bold red"), soft_wrap=True)
 
     def warn(self, text: str) -> None:
         """Something the user should know that is not an answer (an interrupt, a stop): stderr."""
-        self.err_console.print(Text(text, style="yellow"), soft_wrap=True)
+        self.err_console.print(Text(inert(text), style="yellow"), soft_wrap=True)
 
     def show(self, renderable: RenderableType) -> None:
         self.console.print(renderable)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from urllib.parse import SplitResult, urlsplit
 
 from offload.ledger.protocol import DelegationLedger, LedgerError
+from offload.ledger.redaction import redact
 
 
 def _sqlite_file(path: Path) -> DelegationLedger:
@@ -81,15 +82,3 @@ def open_ledger(url: str | os.PathLike[str], **options: Any) -> DelegationLedger
         raise LedgerError(f"unknown ledger URL scheme {parsed.scheme!r} in {redact(raw)!r}; use one of {accepted} "
                           "or a path to a SQLite file", kind="config")
     return opener(parsed, raw, **options)
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    try:
-        parsed = urlsplit(url)
-        if parsed.password is None:
-            return url
-    except ValueError:
-        return url.split("@", 1)[-1] if "@" in url else url  # unparseable: drop anything credential-like
-    credentials, _, host = parsed.netloc.rpartition("@")
-    return parsed._replace(netloc=f"{credentials.split(':', 1)[0]}:***@{host}").geturl()

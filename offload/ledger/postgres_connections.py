@@ -64,7 +64,7 @@ class PostgresConnections:
             conninfo_to_dict(url)
             self._bad_url: LedgerError | None = None
         except psycopg.Error as exc:
-            self._bad_url = classify(self.location, exc)
+            self._bad_url = classify(self.location, exc, self.url)
 
     def _get_pool(self) -> ConnectionPool:
         if self._bad_url is not None:
@@ -102,14 +102,14 @@ class PostgresConnections:
                 if not create and missing is not MISSING:
                     return missing
                 if attempt == 2:
-                    raise classify(self.location, exc) from exc
+                    raise classify(self.location, exc, self.url) from exc
             except PoolTimeout as exc:
                 self._down, self._down_at = self._why_unreachable(exc), time.monotonic()
                 raise self._down from exc
             except (psycopg.Error, OSError) as exc:
                 # the connection died under us (server restart, terminated backend): once more on a fresh one
                 if attempt == 2 or error_kind(exc) != "unreachable":
-                    error = classify(self.location, exc)
+                    error = classify(self.location, exc, self.url)
                     if error.kind == "unreachable":
                         self._down, self._down_at = error, time.monotonic()
                     raise error from exc
@@ -117,7 +117,7 @@ class PostgresConnections:
             except (ValueError, OverflowError) as exc:
                 # a value PostgreSQL cannot store (a lone surrogate in a session key): a failed
                 # write like any other, never a crash of the caller
-                raise classify(self.location, exc) from exc
+                raise classify(self.location, exc, self.url) from exc
         raise AssertionError("unreachable")
 
     def _drop_dead_connections(self) -> None:
@@ -139,7 +139,7 @@ class PostgresConnections:
         try:
             psycopg.connect(self.url, connect_timeout=PROBE_TIMEOUT_S).close()
         except (psycopg.Error, OSError) as exc:
-            self._down, self._down_at = classify(self.location, exc), time.monotonic()
+            self._down, self._down_at = classify(self.location, exc, self.url), time.monotonic()
             raise self._down from exc
         self._down = None
 
@@ -148,8 +148,8 @@ class PostgresConnections:
         try:
             psycopg.connect(self.url, connect_timeout=PROBE_TIMEOUT_S).close()
         except psycopg.Error as direct:
-            return classify(self.location, direct)
-        return classify(self.location, exc)
+            return classify(self.location, direct, self.url)
+        return classify(self.location, exc, self.url)
 
     def _ensure_schema(self, conn: Any) -> None:
         """The tables at this version (``offload.ledger.versions``): one read when they are."""

@@ -1,5 +1,6 @@
 """PostgreSQL ledger failures as one-line ``LedgerError``s: one kind per cause, each naming
-the server (password redacted) and the fix.
+the server (password redacted) and the fix; the cause libpq gives is scrubbed of the
+password too (``offload.ledger.redaction``).
 
 libpq reports connection failures without an SQLSTATE, so those are told apart by libpq's own
 fixed phrases; errors from a live server are told apart by SQLSTATE class.
@@ -10,6 +11,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from offload.ledger.protocol import LedgerError
+from offload.ledger.redaction import scrub
 
 # kind -> phrases libpq uses for it (lower case)
 _PHRASES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -65,12 +67,14 @@ def error_kind(exc: BaseException) -> str:
     return "error"
 
 
-def classify(where: str, exc: BaseException) -> LedgerError:
-    """A raw psycopg/pool error as a ``LedgerError`` naming the server, the cause and the fix."""
+def classify(where: str, exc: BaseException, url: str = "") -> LedgerError:
+    """A raw psycopg/pool error as a ``LedgerError`` naming the server, the cause and the fix;
+    libpq's text is scrubbed of ``url``'s password (it quotes values it could not use)."""
     if isinstance(exc, LedgerError):
         return exc
     kind = error_kind(exc)
     cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    cause = scrub(cause, url)
     fixes = {
         "auth": f"the ledger database {where} refused the login ({cause}); fix the user or password in "
                 "ledger.url (or OFFLOAD_LEDGER_URL)",

@@ -23,6 +23,7 @@ import psycopg
 
 from offload.engine.loop import Clock, Loop
 from offload.ledger.postgres_sql import notify_channel
+from offload.ledger.redaction import scrub
 
 logger = logging.getLogger("offload.engine")
 
@@ -99,7 +100,7 @@ class CompletionListener:
         log = logger.warning if self._failures == 0 else logger.debug
         log("Delegation ledger %s: lost the notification connection (%s); reconnecting in %.1fs, "
             "results meanwhile are found by the slow sweep.", self.label,
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay_s)
+            scrub(str(exc).strip().splitlines()[0], self.url) if str(exc).strip() else type(exc).__name__, delay_s)
         self._failures += 1
         return delay_s
 

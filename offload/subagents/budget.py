@@ -19,6 +19,11 @@ ledger (for ``offload worker``, or at capacity) carries its budget and its call'
 (``to_spec``); the process that runs it -- a worker, or an owner that adopted it after its own
 died -- charges the same session, day and call, and stops its children on the call's total in
 the ledger, so the units of one split call share one per-delegation budget wherever they run.
+A nested call (a subagent's own delegate_task, ``offload.subagents.lineage``) books its spend to
+the root session and charges its ancestors' budgets too (``parent``): a grandchild stops when
+its call's budget or any ancestor's is used up. The session and day caps refuse a call at
+dispatch and also stop running children before their next model call once crossed (a read
+failure there is logged and the children go on under their delegation budgets).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 from offload.ledger import LedgerError
@@ -36,6 +42,7 @@ from offload.ledger import LedgerError
 logger = logging.getLogger(__name__)
 
 COST_KEYS = ("max_cost_usd_per_delegation", "max_cost_usd_per_session", "max_cost_usd_per_day")
+SCOPE_KEYS = ("max_tokens_per_session", "max_tokens_per_day", "max_cost_usd_per_session", "max_cost_usd_per_day")
 
 
 def reported_tokens(usage: Mapping[str, Any] | None) -> int:
@@ -115,35 +122,58 @@ class DelegationBudget:
 
     def __init__(self, cap: int | None, store: SpendStore | None, session_key: str, *,
                  cost_cap: float | None = None, cost_guard: str | None = None, call_id: str | None = None,
-                 shared: bool = False) -> None:
+                 shared: bool = False, parent: DelegationBudget | None = None,
+                 scopes: Mapping[str, Any] | None = None) -> None:
         self.cap, self.store, self.session_key = cap, store, session_key
         self.cost_cap = cost_cap
         self.cost_guard = cost_guard or ("delegation.max_cost_usd_per_delegation" if cost_cap is not None else None)
         self.call_id = call_id or f"call_{secrets.token_hex(8)}"
         self.shared = shared and store is not None
+        self.parent = parent  # the budget of the call that built the agent making this call (lineage)
+        # The session and day caps in force: checked before each model call too, not only at dispatch.
+        self.scopes = {k: v for k, v in (scopes or {}).items() if k in SCOPE_KEYS and v is not None}
         self.used, self.cost_usd, self.cost_unknown_calls = 0, 0.0, 0
+        self.below = (0, 0.0, 0)  # what descendant calls charged here (in this process)
         self._lock = threading.Lock()
 
     def charge(self, usage: Mapping[str, Any] | None, interrupted: bool = False) -> None:
-        """Count one model call. ``interrupted``: this side cut the call short (an interrupt, a
-        stop) before its server could send usage; a missing cost there says nothing about the
-        provider, and the child is stopping anyway, so it is not counted as unknown."""
+        """Count one model call, here and in every ancestor's budget. ``interrupted``: this side
+        cut the call short (an interrupt, a stop) before its server could send usage; a missing
+        cost there says nothing about the provider, and the child is stopping anyway, so it is
+        not counted as unknown."""
         tokens, cost = reported_tokens(usage), reported_cost(usage)
         unknown = 1 if cost is None and not interrupted else 0
         with self._lock:
             self.used += tokens
             self.cost_unknown_calls += unknown
             self.cost_usd += cost or 0.0
-        if self.store is not None:
+        ancestor = self.parent
+        while ancestor is not None:
+            ancestor._absorb(tokens, cost or 0.0, unknown)
+            ancestor = ancestor.parent
+        if self.store is not None:  # once, under this call: the session and day totals count it once
             self.store.add(self.session_key, tokens, cost or 0.0, unknown, call_id=self.call_id)
+
+    def _absorb(self, tokens: int, cost: float, unknown: int) -> None:
+        with self._lock:
+            self.below = (self.below[0] + tokens, self.below[1] + cost, self.below[2] + unknown)
 
     def to_spec(self) -> dict[str, Any]:
         """What a queued unit's row carries of this budget, for the process that will run it."""
-        return {"max_tokens": self.cap, "max_cost_usd": self.cost_cap, "cost_guard": self.cost_guard,
-                "session_key": self.session_key, "counted": self.store is not None, "call_id": self.call_id}
+        spec = {"max_tokens": self.cap, "max_cost_usd": self.cost_cap, "cost_guard": self.cost_guard,
+                "session_key": self.session_key, "counted": self.store is not None, "call_id": self.call_id,
+                **({"scopes": self.scopes} if self.scopes else {})}
+        return {**spec, "parent": self.parent.to_spec()} if self.parent is not None else spec
 
     def _spent(self) -> tuple[int, float, int]:
-        """(tokens, USD, calls of unknown cost) this call used: in every process when shared."""
+        """(tokens, USD, calls of unknown cost) this call and its descendants' calls used: this
+        call's in every process when shared, its descendants' in this one."""
+        with self._lock:
+            below = self.below
+        tokens, cost, unknown = self._own()
+        return tokens + below[0], cost + below[1], unknown + below[2]
+
+    def _own(self) -> tuple[int, float, int]:
         if self.shared:
             try:
                 spent = self.store.call_spend(self.call_id)
@@ -161,7 +191,33 @@ class DelegationBudget:
 
     def stop(self) -> tuple[str, str] | None:
         """(exit reason, notice) for a child that must stop now -- ``token_budget``, or
-        ``cost_budget`` (also for a cost that was not reported) -- or None."""
+        ``cost_budget`` (also for a cost that was not reported) -- or None. A call's budget or
+        any ancestor's being used up stops it, and so does its (root) session's or the day's."""
+        return self._chain_stop() or self._scope_stop()
+
+    def _chain_stop(self) -> tuple[str, str] | None:
+        own = self._stop_here()
+        return own if own is not None or self.parent is None else self.parent._chain_stop()
+
+    def _scope_stop(self) -> tuple[str, str] | None:
+        """The session or day cap crossed while this call's children run (a read failure is
+        logged and lets them go on: their own budgets still hold)."""
+        if not self.scopes or self.store is None:
+            return None
+        try:
+            session, day = self.store.spend(self.session_key)
+        except LedgerError:
+            logger.warning("could not read the session's and day's spend; checking them at the next call", exc_info=True)
+            return None
+        refusal = _scope_refusal(SimpleNamespace(**{k: self.scopes.get(k) for k in SCOPE_KEYS}), session, day,
+                                 self.store.today())
+        if refusal is None:
+            return None
+        reason = "cost_budget" if "max_cost_usd_per_" in refusal else "token_budget"
+        return reason, ("stopped before its next model call (the output below is what it had so far): "
+                        + refusal.removeprefix("not dispatched: "))
+
+    def _stop_here(self) -> tuple[str, str] | None:
         used, cost, unknown = self._spent()
         stop = "so no further model call was made; the output below is what it had so far."
         if self.cap is not None and used >= self.cap:
@@ -183,35 +239,42 @@ class DelegationBudget:
         return None
 
 
-def call_budget(cfg: Any, spend: SpendStore | None, session_key: str) -> DelegationBudget | None:
+def call_budget(cfg: Any, spend: SpendStore | None, session_key: str,
+                parent: DelegationBudget | None = None) -> DelegationBudget | None:
     """The budget of one delegate_task call under ``cfg`` (a ``DelegationConfig``), or None when
-    nothing is capped (then nothing is written per model call). While any cap is set, spend is
-    counted in ``spend``: the session and day caps read it, and so do the call's units that run
-    in other processes."""
+    nothing is capped and no ancestor call has a budget (then nothing is written per model
+    call). While any cap is set, spend is counted in ``spend`` under ``session_key`` (the root
+    session of a nested call): the session and day caps read it, and so do the call's units that
+    run in other processes. ``parent``: the budget of the call that built the calling subagent."""
     scoped = (cfg.max_tokens_per_session, cfg.max_tokens_per_day, cfg.max_cost_usd_per_session, cfg.max_cost_usd_per_day)
     guard = ", ".join(f"delegation.{key}={getattr(cfg, key):g}" for key in COST_KEYS if getattr(cfg, key) is not None)
-    if cfg.max_tokens_per_delegation is None and all(v is None for v in scoped) and not guard:
+    if cfg.max_tokens_per_delegation is None and all(v is None for v in scoped) and not guard and parent is None:
         return None
     return DelegationBudget(cfg.max_tokens_per_delegation, spend, session_key,
-                            cost_cap=cfg.max_cost_usd_per_delegation, cost_guard=guard or None)
+                            cost_cap=cfg.max_cost_usd_per_delegation, cost_guard=guard or None, parent=parent,
+                            scopes={key: getattr(cfg, key) for key in SCOPE_KEYS})
 
 
-def budget_from_spec(spec: Any, store: SpendStore | None) -> DelegationBudget | None:
+def budget_from_spec(spec: Any, store: SpendStore | None, _levels: int = 8) -> DelegationBudget | None:
     """The budget of a unit rebuilt from its ledger row (``DelegationBudget.to_spec``), counted in
     ``store`` (the running process's ledger) when the dispatching host counted, and sharing the
-    call's total with its other units through it; None: the row has none."""
-    if not isinstance(spec, Mapping):
+    call's total with its other units through it, with its ancestors' (``parent``, at most
+    ``_levels`` deep: max_spawn_depth is 5 at most); None: the row has none."""
+    if not isinstance(spec, Mapping) or _levels <= 0:
         return None  # queued before budgets travelled, or by a call without any
     cap = spec.get("max_tokens")
     cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
     cost_cap = reported_cost({"cost_usd": spec.get("max_cost_usd")})
     guard = spec.get("cost_guard") if isinstance(spec.get("cost_guard"), str) else None
     counted = store if spec.get("counted") else None
-    if cap is None and counted is None and cost_cap is None and not guard:
+    parent = budget_from_spec(spec.get("parent"), store, _levels - 1)
+    if cap is None and counted is None and cost_cap is None and not guard and parent is None:
         return None
     call_id = spec.get("call_id") if isinstance(spec.get("call_id"), str) and spec.get("call_id") else None
+    scopes = spec.get("scopes") if isinstance(spec.get("scopes"), Mapping) else {}
+    scopes = {k: v for k, v in scopes.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0}
     return DelegationBudget(cap, counted, str(spec.get("session_key") or ""), cost_cap=cost_cap, cost_guard=guard,
-                            call_id=call_id, shared=call_id is not None)
+                            call_id=call_id, shared=call_id is not None, parent=parent, scopes=scopes)
 
 
 def over_budget(cfg: Any, store: SpendStore | None, session_key: str) -> str | None:
@@ -226,8 +289,12 @@ def over_budget(cfg: Any, store: SpendStore | None, session_key: str) -> str | N
         return (f"not dispatched: the spend caps are set but what subagents spent could not be read from the ledger "
                 f"({exc}), so they cannot be checked. Do the work yourself and tell the user; the operator must fix "
                 "the ledger as its error says, or remove the caps (offload config set delegation.max_... null)")
+    return _scope_refusal(cfg, session, day, store.today())
+
+
+def _scope_refusal(cfg: Any, session: Spend, day: Spend, today: str) -> str | None:
     for scope, spent, whose, when in (("session", session, "this session's subagents have", ""),
-                                      ("day", day, "subagents have", f" today (UTC {store.today()})")):
+                                      ("day", day, "subagents have", f" today (UTC {today})")):
         refusal = _over(cfg, scope, spent, whose, when)
         if refusal:
             return refusal

@@ -134,6 +134,7 @@ class Batch:
     result_hops: int = 0  # delivered results in a row that led to this call (offload.context.result_chain)
     cancelled: threading.Event = field(default_factory=threading.Event)
     budget: Any = None  # the call's ``subagents.budget.DelegationBudget``; its children share it
+    lineage: Any = None  # the ``subagents.lineage.Lineage`` its children inherit (None: not counted)
     approvals: Any = None  # the call's ``subagents.approvals.ApprovalGate``; each child gets its own copy
     delegation_id: str | None = None  # the unit's id once dispatched (None: inline)
     # The unit's seams (``subagents.tool.Seams``): the hermes adapter passes ones that look its

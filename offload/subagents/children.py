@@ -4,9 +4,10 @@ Each child is BUILT on the thread that runs it, never on the caller's: a slow or
 cannot block the parent's turn (background) or its interrupt (sync). A unit's ``stop``
 (``interrupt_fn`` of a background unit, or the parent's interrupt in sync mode) sets the
 unit's ``cancelled`` flag and interrupts every child built so far; a build still in progress
-is honoured when it returns — the new child is interrupted and never run. Invariant: every
-task of the unit yields exactly one entry: real, ``error`` (the build or the run raised),
-or ``interrupted``.
+is honoured when it returns — the new child is interrupted and never run. Each child gets the
+unit's lineage (``offload.subagents.lineage``) and gives its place in the tree's running count
+back when it ends. Invariant: every task of the unit yields exactly one entry: real, ``error``
+(the build or the run raised), or ``interrupted``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from offload.engine.observers import span
 from offload.engine.states import COMPLETED, child_state
 from offload.subagents.approvals import GATE_SETTING
 from offload.subagents.child import Batch, fabricated_entry
+from offload.subagents.lineage import adopt
 
 UNWIND_S = 10.0  # after a parent interrupt, children get this long to return their partial work
 _POLL_S = 0.2
@@ -52,7 +54,11 @@ def run_children(unit: Batch, on_entry: Callable[[dict], Any] | None,
 def _run_one(unit: Batch, pos: int, index: int, done: queue.Queue, attach: bool) -> None:
     task = unit.tasks[index]
     with span("offload.subagent", task_index=index, goal=task.goal[:200]) as traced:
-        entry = _build_and_run(unit, pos, index, attach)
+        try:
+            entry = _build_and_run(unit, pos, index, attach)
+        finally:
+            if unit.lineage is not None:  # its place in the tree's running count (taken by the call)
+                unit.lineage.live.release(1)
         traced.set(status=entry.get("status"), api_calls=entry.get("api_calls"))
         if (state := child_state(entry.get("status"))) != COMPLETED:  # failed, error, interrupted, stalled …
             traced.fail(f"{state}: {entry.get('error') or entry.get('failure_reason') or ''}".rstrip(": "))
@@ -88,13 +94,20 @@ def _build(unit: Batch, pos: int, index: int, attach: bool) -> Any:
                              max_iterations=unit.child_max_iterations, parent_agent=unit.parent)
     if unit.budget is not None:
         child.token_budget = unit.budget  # shared by the call's children; an agent checks it per model call
-    settings = getattr(child, "tool_settings", None)
-    if unit.approvals is not None and isinstance(settings, dict):  # its run_command asks this gate
+    if unit.lineage is not None:  # its own calls inherit the root session, the depth, the tree, the budget
+        adopt(child, unit.lineage)
+    settings = settings_of(child)
+    if unit.approvals is not None and settings is not None:  # its run_command asks this gate
         settings[GATE_SETTING] = unit.approvals.for_child(unit.delegation_id, index)
     unit.children[pos] = child
     if attach:
         _with_children_list(unit.parent, lambda kids: kids.append(child))
     return child
+
+
+def settings_of(child: Any) -> dict[str, Any] | None:
+    settings = getattr(child, "tool_settings", None)
+    return settings if isinstance(settings, dict) else None
 
 
 def _collect(unit: Batch, done: queue.Queue, on_entry, honor_parent_interrupt: bool) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ def unit_spec(unit: Any, origin: Origin) -> dict[str, Any]:
             "is_batch": True, "run_on": "workers", "subagent_config": unit_stamp(unit),
             "routing": legacy_routing(origin),
             **({"budget": unit.budget.to_spec()} if getattr(unit, "budget", None) is not None else {}),
+            **({"lineage": unit.lineage.to_spec()} if getattr(unit, "lineage", None) is not None else {}),
             "trace_parent": trace_carrier()}  # the worker's unit span joins the dispatcher's trace
 
 

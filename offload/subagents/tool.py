@@ -10,8 +10,11 @@ JSON that says what to change, before anything is dispatched; routing identity i
 before any child is built (building a child may rebind session state); a child never gets a
 toolset its parent lacks; a child that raised is ``error``, one that ran and did not succeed
 ``failed``; a session or day over its token or cost budget is refused before anything is built, and a
-call's children share its delegation budget (``budget``). Where a call gets its config, credentials and children is ``Seams``: the runtime's
-own, or the hermes adapter's patchable names, each called per use.
+call's children share its delegation budget (``budget``); a subagent's own call inherits its
+lineage (``lineage``): spend booked to the root session and charged to every ancestor's budget,
+the depth counted from the root, and the tree's running agents capped by
+max_concurrent_children. Where a call gets its config, credentials and children is ``Seams``:
+the runtime's own, or the hermes adapter's patchable names, each called per use.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from pydantic import ValidationError
 
 from offload.context import result_chain
 from offload.context.approval import current_no_ask_reason
+from offload.subagents import lineage
 from offload.subagents.approvals import ApprovalGate, ApprovalPolicy
 from offload.subagents.args import DELEGATE_TASK_SCHEMA, DelegateArgs, TaskArgs
 from offload.subagents.budget import SpendStore, call_budget, over_budget
@@ -148,10 +152,9 @@ class DelegateTool:
 
     def _delegate(self, args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConfig,
                   parent: Any) -> dict[str, Any]:
-        from offload.subagents import dispatch  # the engine's dispatch loads only when a call delegates
-
+        inherited = lineage.of_agent(parent)  # a subagent's call: its tree's root session, depth and budget
         depth = getattr(parent, "_delegate_depth", 0)
-        depth = depth if isinstance(depth, int) else 0
+        depth = max(depth if isinstance(depth, int) else 0, inherited.depth if inherited else 0)
         if depth >= cfg.max_spawn_depth:
             return {"status": "error", "error": f"depth limit reached: this agent is at spawn depth {depth} and "
                     f"delegation.max_spawn_depth={cfg.max_spawn_depth}, so it cannot delegate further; do the work "
@@ -159,7 +162,7 @@ class DelegateTool:
         if len(task_list) > cfg.max_concurrent_children:
             return {"status": "error", "error": f"{len(task_list)} tasks exceed delegation.max_concurrent_children="
                     f"{cfg.max_concurrent_children}; split the call or raise the key"}
-        session_key = _str_attr(parent, "session_id") or ""
+        session_key = inherited.session_key if inherited else _str_attr(parent, "session_id") or ""
         refusal = over_budget(cfg, self.spend, session_key)
         if refusal:
             return {"status": "error", "error": refusal}
@@ -170,12 +173,31 @@ class DelegateTool:
         hops = result_chain.next_hops()
         if background and hops > cfg.max_result_chain:
             return {"status": "error", "error": _chain_refusal(hops, cfg.max_result_chain)}
+        live = inherited.live if inherited else lineage.LiveCount(cfg.max_concurrent_children)
+        if not live.reserve(len(task_list)):
+            return {"status": "error", "error": _tree_refusal(len(task_list), live, cfg.max_concurrent_children)}
+        budget = call_budget(cfg, self.spend, session_key, parent=inherited.budget if inherited else None)
+        try:
+            result = self._dispatch(args, task_list, cfg, parent, creds, background, hops, budget,
+                                    lineage.Lineage(session_key, depth + 1, live, budget))
+        except BaseException:
+            live.release(len(task_list))
+            raise
+        if result.get("status") == "error" or result.get("run_on") == "workers":  # nothing runs here
+            live.release(len(task_list))
+        return result
+
+    def _dispatch(self, args: DelegateArgs, task_list: list[TaskArgs], cfg: DelegationConfig, parent: Any,
+                  creds: dict[str, Any], background: bool, hops: int, budget: Any,
+                  below: lineage.Lineage) -> dict[str, Any]:
+        from offload.subagents import dispatch  # the engine's dispatch loads only when a call delegates
+
         origin = dispatch.capture_origin(parent) if background else None  # before any child is built
         # Children are built later, each on the worker that runs it (offload.subagents.children).
         batch = self.batch(tasks=task_list, children=[None] * len(task_list), parent=parent, cfg=cfg, creds=creds,
                            context=args.context, role=args.role or "leaf", indexes=list(range(len(task_list))),
                            child_max_iterations=args.max_iterations or cfg.max_iterations, result_hops=hops,
-                           budget=call_budget(cfg, self.spend, session_key))
+                           budget=budget, lineage=below)
         if not background:
             return dispatch.run_sync(batch)
         if origin is None:
@@ -195,6 +217,12 @@ def _describe_validation(exc: ValidationError) -> str:
         msg = msg.removeprefix("Value error, ")
         parts.append(f"{where}: {msg}")
     return "invalid delegate_task arguments: " + "; ".join(parts)
+
+
+def _tree_refusal(tasks: int, live: Any, cap: int) -> str:
+    return (f"not dispatched: {live.running} subagent(s) of this delegation tree are running, and {tasks} more would "
+            f"pass delegation.max_concurrent_children={cap}, which counts every level (nested inline calls too). "
+            "Do this part yourself, or delegate fewer tasks once some finish; the operator can raise the key")
 
 
 def _chain_refusal(hops: int, limit: int) -> str:

@@ -8,11 +8,13 @@ reaches the parent's host through the ledger (LISTEN/NOTIFY), as a new turn ther
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from offload.engine.observers import continuing
 from offload.engine.units import batch_spec
 from offload.ledger import LedgerRow
+from offload.subagents import lineage
 from offload.subagents.args import TaskArgs
 from offload.subagents.budget import budget_from_spec
 from offload.subagents.child import Batch
@@ -45,10 +47,15 @@ def _rebuild(tool: DelegateTool, spec: dict[str, Any], parent: Any, cfg: Delegat
     creds = tool.seams.resolve_credentials(cfg, parent)
     if spec.get("model"):
         creds["model"] = spec["model"]
+    budget = budget_from_spec(spec.get("budget"), tool.spend)
+    # A nested call's unit keeps its tree's root session, depth and ancestors' budgets here too.
+    below = lineage.from_spec(spec.get("lineage"), tool.spend, cfg.max_concurrent_children, running=len(indexes))
+    if below is not None:
+        below = replace(below, budget=budget)
     # The children are built by the unit runner, on the pool thread that runs each (as in-process).
     return tool.batch(tasks=tasks, children=[None] * len(indexes), parent=parent, cfg=cfg, creds=creds,
                       context=spec.get("context"), role=spec.get("role") or "leaf", indexes=indexes,
-                      group=spec.get("group"), budget=budget_from_spec(spec.get("budget"), tool.spend),
+                      group=spec.get("group"), budget=budget, lineage=below,
                       child_max_iterations=int(spec.get("max_iterations") or cfg.max_iterations))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from offload.toolsets.file_walk import list_tree, looks_binary, search_tree
+from offload.toolsets.search_pattern import SYNTAX_NOTE
 from offload.toolsets.tool_args import (
     optional_bool,
     optional_int,
@@ -33,6 +34,8 @@ DEFAULT_READ_CAP_BYTES = 100_000
 DEFAULT_SEARCH_MAX_RESULTS = 200
 DEFAULT_LIST_MAX_ENTRIES = 500
 _MAX_LINE = 10**9
+_MAX_MATCHES = 1_000  # patch_file: occurrences counted before "not unique" is certain enough
+_MAX_PATCH_BYTES = 50_000_000  # patch_file reads the whole file into memory
 
 
 def _existing_file(ctx: ToolContext, args: dict[str, Any], tool: str) -> tuple[Path, Path, str]:
@@ -123,6 +126,8 @@ def write_file_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     if target == workspace or target.is_dir():
         raise ToolError(f"{tool}: '{raw}' is a folder; give a file path inside it.")
     existed = target.exists()
+    if existed and not target.is_file():  # opening a FIFO for writing waits for a reader forever
+        raise ToolError(f"{tool}: '{raw}' is not a regular file (a pipe, socket or device), so it is not written.")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         data = content.encode("utf-8")
@@ -134,11 +139,16 @@ def write_file_handler(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 def _match_lines(text: str, old: str) -> list[int]:
-    """1-based line numbers of every occurrence of ``old``, overlapping ones included."""
+    """1-based line numbers of the occurrences of ``old``, overlapping ones included, at most
+    ``_MAX_MATCHES + 1`` of them (enough to say it is not unique), in time linear in ``text``:
+    a one-character ``old`` in a large file must not hold the interpreter for minutes."""
     lines: list[int] = []
+    line, counted_to = 1, 0
     index = text.find(old)
-    while index != -1:
-        lines.append(text.count("\n", 0, index) + 1)
+    while index != -1 and len(lines) <= _MAX_MATCHES:
+        line += text.count("\n", counted_to, index)
+        counted_to = index
+        lines.append(line)
         index = text.find(old, index + 1)
     return lines
 
@@ -151,6 +161,10 @@ def patch_file_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     new = require_str(args, "new", tool, allow_empty=True)
     if not old:
         raise ToolError(f"{tool}: 'old' is empty; give the exact text to replace (use write_file to create a file).")
+    size_bytes = target.stat().st_size
+    if size_bytes > _MAX_PATCH_BYTES:
+        raise ToolError(f"{tool}: '{shown}' is {size_bytes} bytes, over {_MAX_PATCH_BYTES}; patch_file works on "
+                        "text files of a normal size (use run_command with a stream editor for a huge one).")
     try:
         text = target.read_bytes().decode("utf-8")  # bytes keep CRLF line endings as they are
     except UnicodeDecodeError as exc:
@@ -164,7 +178,8 @@ def patch_file_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     if len(matches) > 1:
         where = ", ".join(str(n) for n in matches[:10]) + (", ..." if len(matches) > 10 else "")
         raise ToolError(
-            f"{tool}: the 'old' text occurs {len(matches)} times in '{shown}' (starting on lines {where}); "
+            f"{tool}: the 'old' text occurs {'over ' + str(_MAX_MATCHES) if len(matches) > _MAX_MATCHES else len(matches)} "
+            f"times in '{shown}' (starting on lines {where}); "
             "include more surrounding lines so it matches exactly once."
         )
     target.write_bytes(text.replace(old, new, 1).encode("utf-8"))
@@ -268,13 +283,14 @@ search_files = Tool(
     name="search_files",
     toolset="file",
     description=(
-        "Search text files under a workspace folder for a Python regular expression; returns "
-        "'path:line: text' for each matching line, capped."
+        "Search text files under a workspace folder for a regular expression (RE2 syntax: like Python's, "
+        "but no backreferences and no lookahead/lookbehind); returns 'path:line: text' for each matching "
+        "line, capped."
     ),
     parameters={
         "type": "object",
         "properties": {
-            "pattern": {"type": "string", "description": "Python regular expression, matched per line."},
+            "pattern": {"type": "string", "description": f"Regular expression: {SYNTAX_NOTE}."},
             "path": {"type": "string", "description": "Folder (or single file) to search; default the workspace."},
             "glob": {"type": "string", "description": "Only files whose name matches this glob, e.g. '*.py'."},
             "ignore_case": {"type": "boolean", "description": "Match case-insensitively (default false)."},

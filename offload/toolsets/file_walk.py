@@ -7,7 +7,8 @@ Invariants:
 * A walk never leaves the workspace through a symlink: folder symlinks are shown but never
   descended, and a file symlink is searched only if its target resolves inside the workspace.
 * A walk given offload's home (a subagent's) neither searches nor lists anything in it.
-* A walk checks ``interrupted`` between entries, so a huge tree stops promptly.
+* A walk checks ``interrupted`` between entries (a search also between lines), so a huge tree
+  stops promptly; patterns are RE2's (``search_pattern``): no search can freeze the process.
 * Results are capped by the caller's limits, and the text says when and how to narrow down.
 """
 from __future__ import annotations
@@ -15,13 +16,13 @@ from __future__ import annotations
 import codecs
 import fnmatch
 import os
-import re
 import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
+from offload.toolsets.search_pattern import compile_search_pattern
 from offload.toolsets.toolspec import ToolError
 from offload.toolsets.workspace_paths import in_home, is_inside, relative_display
 
@@ -73,8 +74,10 @@ def _candidate_files(workspace: Path, root: Path, glob: str | None, stats: _Sear
             yield path
 
 
-def _search_file(path: Path, shown: str, regex: re.Pattern[str], results: list[str], max_results: int) -> bool:
-    """Append matches from one file; False if the file was skipped instead of searched."""
+def _search_file(path: Path, shown: str, regex: Any, results: list[str], max_results: int,
+                 interrupted: threading.Event) -> bool:
+    """Append matches from one file (``regex``: an RE2 pattern, linear in each line, so the
+    interrupt checked per line is seen within a second); False if the file was skipped."""
     try:
         info = path.stat()
         # Only regular files: opening a FIFO would block the search forever.
@@ -82,8 +85,10 @@ def _search_file(path: Path, shown: str, regex: re.Pattern[str], results: list[s
             return False
         with path.open("r", encoding="utf-8", errors="replace") as handle:
             for number, line in enumerate(handle, start=1):
-                if regex.search(line):
-                    text = line.rstrip("\r\n")
+                if interrupted.is_set():
+                    raise ToolError(f"search_files: the agent was interrupted; the search stopped in {shown}.")
+                text = line.rstrip("\r\n")
+                if regex.search(text):
                     if len(text) > _MAX_SHOWN_LINE_CHARS:
                         text = text[:_MAX_SHOWN_LINE_CHARS] + " [...]"
                     results.append(f"{shown}:{number}: {text}")
@@ -104,19 +109,13 @@ def search_tree(
     interrupted: threading.Event,
     home: Path | None = None,
 ) -> str:
-    try:
-        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
-        raise ToolError(
-            f"search_files: pattern {pattern!r} is not a valid Python regular expression ({exc}); "
-            "escape special characters such as ( [ . * + ? with a backslash."
-        ) from exc
+    regex = compile_search_pattern(pattern, ignore_case)
     results: list[str] = []
     stats = _SearchStats()
     for path in _candidate_files(workspace, root, glob, stats, home):
         if interrupted.is_set():
             raise ToolError(f"search_files: the agent was interrupted; the search stopped after {stats.searched} files.")
-        if _search_file(path, relative_display(workspace, path), regex, results, max_results):
+        if _search_file(path, relative_display(workspace, path), regex, results, max_results, interrupted):
             stats.searched += 1
         else:
             stats.skipped += 1

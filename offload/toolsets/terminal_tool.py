@@ -38,6 +38,7 @@ from typing import IO, Any
 from offload.toolsets.command_risk import classify
 from offload.toolsets.tool_args import optional_number, optional_str, reject_unknown, require_str, setting_int, setting_number
 from offload.toolsets.terminal_sandbox import Launch, launch, terminal_config
+from offload.toolsets.toolset_names import LINEAGE_ENV, LINEAGE_SETTING
 from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 from offload.toolsets.workspace_paths import (home_mentions, home_refusal, offload_home, protected_home, resolve_inside,
                                               workspace_root)
@@ -312,6 +313,11 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     buffer = HeadTailBuffer(cap_bytes)
     how = launch(terminal_config(ctx.settings), workspace=workspace_root(ctx), cwd=cwd,
                  offload_home=home or offload_home(ctx), tool=_TOOL)
+    # An agent's delegation lineage: an `offload run` this command starts stays in its tree
+    # (offload.subagents.lineage): root session, depth and budgets go on, never start afresh.
+    lineage = ctx.settings.get(LINEAGE_SETTING)
+    if isinstance(lineage, str) and lineage:
+        how.env[LINEAGE_ENV] = lineage
     return approved + _run(command, cwd, how, ctx, buffer, (timeout_s, grace_s))
 
 

@@ -13,3 +13,9 @@ BUILTIN_TOOLSET_MODULES: dict[str, str] = {
 }
 DELEGATION_TOOLSET = "delegation"
 KNOWN_TOOLSETS: tuple[str, ...] = (*BUILTIN_TOOLSET_MODULES, DELEGATION_TOOLSET)
+
+# A subagent's delegation lineage (``offload.subagents.lineage``) reaches its terminal tool as
+# this setting, and every command it runs as this variable: an `offload run` started there
+# stays in the same delegation tree (root session, depth, budgets).
+LINEAGE_SETTING = "delegation_lineage"
+LINEAGE_ENV = "OFFLOAD_DELEGATION_LINEAGE"

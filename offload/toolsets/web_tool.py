@@ -9,7 +9,8 @@ Invariants:
   here (not by the client) so the 5-hop limit and the scheme check hold for any client.
 * At most ``web_max_bytes`` of body are read, by streaming, so a huge body is cut, never
   buffered whole. Each request carries ``web_timeout_s`` and the whole read stops at that
-  deadline; the interrupt flag is checked between chunks.
+  deadline; an interrupt returns the tool within a second even while a connect or a read
+  blocks (the request runs on a helper thread, abandoned and its client closed).
 * Non-text content is refused before its body is read.
 * The client fetch_url creates connects only to public addresses, or to hosts and networks in
   ``settings["web_allowed_hosts"]`` (config ``web.allowed_hosts``), checked on the resolved
@@ -22,8 +23,10 @@ Invariants:
 from __future__ import annotations
 
 import codecs
+import contextvars
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 import httpx
@@ -46,6 +49,7 @@ _TEXT_TYPES = frozenset(
     }
 )
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_INTERRUPT_POLL_S = 0.1  # how soon an interrupt returns a fetch that waits on the network
 _clock = time.monotonic  # module-level so tests can drive the deadline without sleeping
 
 
@@ -164,13 +168,50 @@ def fetch_url_handler(args: dict[str, Any], ctx: ToolContext) -> str:
     if ctx.interrupted.is_set():
         raise ToolError(f"{_TOOL}: the agent was interrupted before the request; nothing was fetched.")
     client, owned = _client_from(ctx.settings, timeout_s)
+    try:
+        return _interruptible(lambda: _fetch(client, url, max_bytes, timeout_s, ctx.interrupted), ctx.interrupted,
+                              f"{_TOOL}: the agent was interrupted; the request to {url} was abandoned.",
+                              client.close if owned else None)
+    finally:
+        if owned:
+            client.close()
+
+
+def _interruptible(work: Callable[[], str], interrupted: threading.Event, why: str,
+                   abandon: Callable[[], Any] | None) -> str:
+    """``work()`` on a helper thread, returned (or raised) here, or a ToolError ``why`` within
+    ``_INTERRUPT_POLL_S`` of an interrupt: a connect or a read that blocks (a server that sends
+    nothing) holds only the helper, which ``abandon`` (closing our own client) releases."""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["text"] = work()
+        except BaseException as exc:  # handed to the caller's thread as it is
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=contextvars.copy_context().run, args=(run,), name="fetch_url", daemon=True).start()
+    while not done.wait(_INTERRUPT_POLL_S):
+        if interrupted.is_set():
+            if abandon is not None:
+                abandon()
+            raise ToolError(why)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["text"]
+
+
+def _fetch(client: httpx.Client, url: str, max_bytes: int, timeout_s: float, interrupted: threading.Event) -> str:
     deadline = _clock() + timeout_s
     try:
         response = _open(client, url, timeout_s)
         try:
             mime = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
             _refuse_non_text(mime, str(response.url))
-            body, cut = _read_body(response, max_bytes, deadline, ctx.interrupted)
+            body, cut = _read_body(response, max_bytes, deadline, interrupted)
         finally:
             response.close()  # also stops a body we cut short
         return _render(response, url, body, cut, max_bytes)
@@ -180,9 +221,6 @@ def fetch_url_handler(args: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolError(
             f"{_TOOL}: could not fetch {url}: {type(exc).__name__}: {exc}. Check the URL, or try another source."
         ) from exc
-    finally:
-        if owned:
-            client.close()
 
 
 fetch_url = Tool(

@@ -240,3 +240,35 @@ def test_spend_that_cannot_be_read_refuses_the_call_and_a_failed_charge_never_fa
     shared = DelegationBudget(100, store, "s1", call_id="call_x", shared=True)
     shared.charge(usage(100))  # the write fails: logged, the child goes on
     assert shared.stop()[0] == "token_budget"  # the read fails: this process's own share still counts
+
+
+def test_a_nested_calls_budget_charges_its_ancestors_and_stops_at_theirs(tmp_path: Path) -> None:
+    """Issue 40: a grandchild's tokens count against the root delegation's cap, are booked once
+    to the root session, and a worker rebuilding the nested unit keeps the chain."""
+    store = spend_store(tmp_path, Clock())
+    root = call_budget(caps(max_tokens_per_delegation=1000), store, "sess_root")
+    nested = call_budget(caps(max_tokens_per_delegation=5000), store, "sess_root", parent=root)
+    nested.charge(usage(600))
+    assert nested.stop() is None and root.stop() is None
+    nested.charge(usage(500))
+    reason, notice = nested.stop()  # its own 5000 are far off; the root's 1000 are used up
+    assert reason == "token_budget" and "used 1100 tokens of delegation.max_tokens_per_delegation=1000" in notice
+    assert store.totals("sess_root") == (1100, 1100)  # once, under the root session
+    rebuilt = budget_from_spec(nested.to_spec(), store)
+    assert rebuilt.parent is not None and rebuilt.parent.call_id == root.call_id and rebuilt.session_key == "sess_root"
+    assert rebuilt.stop() is None  # in another process, the root's own units spent nothing yet
+    root.charge(usage(1000))
+    assert rebuilt.stop()[0] == "token_budget"  # the root call's total is shared through the ledger
+
+
+def test_a_session_or_day_cap_crossed_stops_running_children_too(tmp_path: Path) -> None:
+    store = spend_store(tmp_path, Clock())
+    budget = call_budget(caps(max_tokens_per_session=1000), store, "s1")
+    budget.charge(usage(600))
+    assert budget.stop() is None
+    store.add("s1", 500, call_id="another call of the session")
+    reason, notice = budget.stop()
+    assert reason == "token_budget" and notice.startswith("stopped before its next model call")
+    assert "used 1100 tokens, the budget delegation.max_tokens_per_session=1000" in notice
+    rebuilt = budget_from_spec(budget.to_spec(), store)  # a worker's copy keeps the session cap
+    assert rebuilt.stop()[0] == "token_budget"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -239,8 +240,49 @@ def test_search_is_capped(workspace: Path) -> None:
 
 
 def test_search_bad_regex_is_explained(ctx: ToolContext) -> None:
-    with pytest.raises(ToolError, match="not a valid Python regular expression"):
+    with pytest.raises(ToolError, match=r"not a valid regular expression \(missing \): \(unclosed\); patterns are RE2"):
         call(search_files, ctx, pattern="(unclosed")
+
+
+@pytest.mark.parametrize("pattern,construct,instead", [
+    (r"(a)\1", "a backreference", "search for the text itself"),
+    (r"(?P<w>a)(?P=w)", "a backreference", "search for the text itself"),
+    (r"foo(?=bar)", "a lookahead", "match the following text"),
+    (r"foo(?!bar)", "a negative lookahead", "leave the unwanted hits out"),
+    (r"(?<=x)foo", "a lookbehind", "match the preceding text"),
+    (r"(?<!x)foo", "a lookbehind", "match the preceding text"),
+    (r"a++", "a possessive quantifier", "drop the trailing +"),
+])
+def test_search_names_what_the_linear_engine_does_not_support(ctx: ToolContext, pattern: str, construct: str,
+                                                              instead: str) -> None:
+    with pytest.raises(ToolError) as raised:
+        call(search_files, ctx, pattern=pattern)
+    message = str(raised.value)
+    assert f"uses {construct}" in message and instead in message and "no backreferences" in message, message
+
+
+def test_search_refuses_a_pattern_too_large_to_run(ctx: ToolContext) -> None:
+    with pytest.raises(ToolError, match="too large to run"):
+        call(search_files, ctx, pattern="((a{100}){100}){100}")
+    with pytest.raises(ToolError, match="over 2000; search for a shorter"):
+        call(search_files, ctx, pattern="a" * 2001)
+
+
+@pytest.mark.timeout(10)
+def test_a_catastrophic_pattern_runs_in_linear_time(ctx: ToolContext, workspace: Path) -> None:
+    """``(a+)+$`` on 41 a's and a mismatch: minutes inside Python's re (holding the GIL)."""
+    (workspace / "bomb.txt").write_text("a" * 41 + "!\n" + "a" * 100_000 + "!\n" + "aaa\n")
+    started = time.monotonic()
+    assert call(search_files, ctx, pattern="(a+)+$").startswith("bomb.txt:3: aaa\n[1 match")
+    assert time.monotonic() - started < 2
+
+
+def test_search_matches_python_regex_basics(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "m.py").write_text("def alpha(x):\n    return x  # TODO\nclass Beta:\n")
+    assert call(search_files, ctx, pattern=r"^def \w+\(").startswith("m.py:1: def alpha(x):")
+    assert call(search_files, ctx, pattern=r"TODO$").startswith("m.py:2:")  # $ at the line's end, as with re
+    assert call(search_files, ctx, pattern=r"(?i)^class beta").startswith("m.py:3:")
+    assert call(search_files, ctx, pattern=r"(?P<name>Beta)").startswith("m.py:3:")
 
 
 def test_search_stops_when_interrupted(ctx: ToolContext, tree: Path) -> None:
@@ -283,3 +325,18 @@ def test_list_errors(ctx: ToolContext, workspace: Path) -> None:
     with pytest.raises(ToolError, match="outside the workspace"):
         call(list_files, ctx, path="..")
     assert call(list_files, ctx, path=".").splitlines() == ["./", "  f.txt"]
+
+
+@pytest.mark.timeout(20)
+def test_patch_counts_a_flood_of_matches_in_linear_time(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "flood.txt").write_text("a\n" * 2_000_000)
+    started = time.monotonic()
+    with pytest.raises(ToolError, match=r"occurs over 1000 times .* lines 1, 2, 3"):
+        call(patch_file, ctx, path="flood.txt", old="a", new="b")
+    assert time.monotonic() - started < 5
+
+
+def test_write_refuses_a_pipe_instead_of_waiting_for_a_reader(ctx: ToolContext, workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        call(write_file, ctx, path="pipe", content="x")

@@ -181,6 +181,48 @@ def test_interrupt_stops_the_download(workspace: Path) -> None:
         fetch(ctx, "https://x.test/")
 
 
+@pytest.mark.timeout(20)
+def test_an_interrupt_returns_within_a_second_while_the_server_sends_nothing(workspace: Path) -> None:
+    """A server that accepts and never answers (a 30 s time cap): the tool's thread is back
+    within a second of the interrupt, not at the cap."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        held.append(conn)  # read nothing, answer nothing
+        accepted.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    ctx = ToolContext(workspace=workspace, settings={"web_allowed_hosts": ["127.0.0.1"], "web_timeout_s": 30})
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            fetch(ctx, f"http://127.0.0.1:{listener.getsockname()[1]}/")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    try:
+        assert accepted.wait(10)
+        interrupted_at = time.monotonic()
+        ctx.interrupted.set()
+        caller.join(5)
+        assert not caller.is_alive() and time.monotonic() - interrupted_at < 1.0
+        assert isinstance(outcome[0], ToolError) and "interrupted; the request to" in str(outcome[0])
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
 def test_bad_injected_client_is_an_operator_error(workspace: Path) -> None:
     ctx = ToolContext(workspace=workspace, settings={"web_http_client": "not a client"})
     with pytest.raises(ToolError, match="web_http_client"):
