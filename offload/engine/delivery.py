@@ -60,10 +60,18 @@ class Deliveries:
         self._offered: dict[tuple[str, str], float] = {}  # (ledger location, delegation id) -> last offer
         self._offer_lock = threading.Lock()  # a listener thread and a scan may look at one row at once
         self._listened: dict[tuple[str, str], queue.Queue] = {}  # the queue a listener/sweep last offered it to
+        # ``resume(row) -> (queued task | None, why not | None)``: a dead owner's unit this
+        # process hands back to the queue to be resumed (``offload.subagents.resume``), asked
+        # only by a consumer's restore and sweeps; an empty task: resumable, but by another
+        # process (left running); None: every abandoned row is settled.
+        self.resume: Callable[[LedgerRow], tuple[dict[str, Any] | None, str | None]] | None = None
 
     # -- restart: recovery and replay ---------------------------------------------------------
-    def recover_abandoned(self, now: float | None = None) -> int:
-        """Settle ``running`` rows whose owner process died as ``unknown``; returns how many."""
+    def recover_abandoned(self, now: float | None = None, *, resuming: bool = False) -> int:
+        """Settle ``running`` rows whose owner process died as ``unknown``; returns how many.
+        ``resuming`` (a long-lived consumer): a row ``self.resume`` accepts goes back to the
+        queue to be resumed instead; a command that only looks leaves such a row running, for
+        the next long-lived process on the ledger."""
         ledger = self.ledger()
         if not ledger.exists():
             return 0
@@ -73,10 +81,19 @@ class Deliveries:
         for row in ledger.running_rows():
             if not ledger.is_abandoned(row, self.owner_alive):
                 continue
+            queued, why_not = self.resume(row) if self.resume is not None else (None, None)
+            if queued is not None:
+                if resuming and queued and ledger.requeue_for_resume(row, queued, now):
+                    notify("resumable", row.delegation_id, row=row)
+                    logger.warning("Delegation %s lost its owner (pid %s) mid-run; queued to resume from its "
+                                   "children's last steps", row.delegation_id, row.owner_pid)
+                continue
             cwd = (row.task or {}).get("owner_cwd")
             if cwd not in hints:
                 hints[cwd] = git_state_hint(cwd)
             event, result = recovered_event(row, now, hints[cwd])
+            if why_not:
+                event["error"] = f"{event['error']} Not resumed: {why_not}."
             if ledger.settle_abandoned(row.delegation_id, event, result, now):
                 settled += 1
                 notify("recovered", row.delegation_id, row=row, event=event)
@@ -135,7 +152,7 @@ class Deliveries:
             return 0  # replay never creates a ledger
         offered = 0
         try:
-            self.recover_abandoned(now)
+            self.recover_abandoned(now, resuming=True)
             pending = ledger.pending_rows()
             offered = self._offer(ledger, target_queue, pending, now, only_new)
             self._forget_settled(ledger, target_queue, {row.delegation_id for row in pending}, now)

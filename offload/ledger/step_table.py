@@ -21,6 +21,11 @@ and returns False, writing nothing, when the writer no longer owns the unit; a s
 their unit runs: the owner drops them once the unit's result is recorded (``drop_steps``),
 and a unit that ends ``unknown`` after its owner died keeps them until ``prune`` deletes its
 row. The table is made by ledger migration 8; a read of a ledger without it returns nothing.
+
+``requeue_for_resume`` hands a dead owner's running unit back to the admission queue (its task
+rewritten to say what the next owner resumes), in one write conditional on that same dead
+owner, so of two processes recovering it at once one wins; the dead owner stays named on the
+queued row, so a live process adopts it as any queued row whose owner died.
 """
 from __future__ import annotations
 
@@ -49,6 +54,10 @@ POSTGRES_APPEND = (f"INSERT INTO async_delegation_steps ({_COLUMNS}) SELECT %s, 
                    + " AND owner_token IS NOT DISTINCT FROM %s)"
                    " AND (%s::bigint IS NULL OR EXISTS (SELECT 1 FROM async_delegation_owners WHERE token=%s))"
                    " ON CONFLICT (delegation_id, task_index, seq) DO NOTHING")
+_REQUEUE = ("UPDATE async_delegations SET state='queued', task_json={m}, updated_at={m} WHERE delegation_id={m}"
+            " AND state='running' AND event_json IS NULL")
+SQLITE_REQUEUE = _REQUEUE.format(m="?") + " AND owner_pid IS ? AND owner_started_at IS ?"
+POSTGRES_REQUEUE = _REQUEUE.format(m="%s") + " AND owner_token IS NOT DISTINCT FROM %s"
 _READ = f"SELECT {_COLUMNS} FROM async_delegation_steps WHERE delegation_id={{m}} ORDER BY task_index, seq"
 _DROP = "DELETE FROM async_delegation_steps WHERE delegation_id={m}"
 
@@ -91,6 +100,10 @@ class SqliteSteps:
     def drop_steps(self, delegation_id: str) -> None:
         self._side_delete("async_delegation_steps", [delegation_id])
 
+    def requeue_for_resume(self, row: Any, task: dict[str, Any], now: float) -> bool:
+        values = (dumps(task), now, row.delegation_id, row.owner_pid, row.owner_started_at)
+        return self._write(lambda conn: conn is not None and conn.execute(SQLITE_REQUEUE, values).rowcount > 0)
+
 
 class PostgresSteps:
     """Mixed into ``PostgresLedger``: its ``_run`` and the lease tokens it dispatched under."""
@@ -118,6 +131,18 @@ class PostgresSteps:
     def drop_steps(self, delegation_id: str) -> None:
         self._run(lambda conn: conn.execute(_DROP.format(m="%s"), (delegation_id,)), missing=None)
 
+    def requeue_for_resume(self, row: Any, task: dict[str, Any], now: float) -> bool:
+        """As ``settle_abandoned``: the dead owner's lease is revoked first (unless it is live on
+        another host), so its fenced writes still in flight commit before, and later ones fail."""
+        def requeue(conn: Any) -> bool:
+            with conn.transaction():
+                found = conn.execute("SELECT owner_token FROM async_delegations WHERE delegation_id=%s"
+                                     " AND state='running'", (row.delegation_id,)).fetchone()
+                if found is None or (found[0] is not None and not self._revoke_expired(conn, found[0])):
+                    return False
+                return conn.execute(POSTGRES_REQUEUE, (dumps(task), now, row.delegation_id, found[0])).rowcount > 0
+        return self._run(requeue, missing=False)
+
 
 class MemorySteps:
     """Mixed into ``MemoryLedger``: ``self.store.steps`` under the store's lock."""
@@ -137,6 +162,15 @@ class MemorySteps:
     def read_steps(self, delegation_id: str) -> list[Step]:
         with self.store.lock:
             return [s for k, s in sorted(self.store.steps.items()) if k[0] == delegation_id]
+
+    def requeue_for_resume(self, row: Any, task: dict[str, Any], now: float) -> bool:
+        with self.store.lock:
+            stored = self.store.rows.get(row.delegation_id)
+            if (stored is None or stored["state"] != "running" or stored["event_json"] is not None
+                    or (stored["owner_pid"], stored["owner_started_at"]) != (row.owner_pid, row.owner_started_at)):
+                return False
+            stored.update(state="queued", task_json=dumps(task), updated_at=now)
+            return True
 
     def drop_steps(self, delegation_id: str) -> None:
         with self.store.lock:
