@@ -8,7 +8,10 @@ most one model call issued again per death, and the result says it was resumed.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
+import yaml
 
 from offload.agent.step_log import HOST_DIED
 from offload.testing.demo_script import request_role
@@ -19,17 +22,31 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 MARKER = "echo ran >> marker.txt && sleep 300"
 
 
+@pytest.fixture
+def write_config(write_config, _isolated_hermes_home):
+    """As the harness's, plus the test's PostgreSQL ledger (``OFFLOAD_TEST_LEDGER=postgresql``):
+    the CLI's environment drops ``OFFLOAD_LEDGER_URL``, so it goes in config.yaml, with a short
+    lease so a dead owner on this host is recovered within seconds."""
+    def write(server, **delegation):
+        data = write_config(server, **delegation)
+        if os.environ.get("OFFLOAD_LEDGER_URL"):
+            data["ledger"] = {"url": os.environ["OFFLOAD_LEDGER_URL"], "lease_seconds": 4, "heartbeat_seconds": 1}
+            (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+        return data
+    return write
+
+
 def _child_requests(server) -> list[dict]:
     return [r for r in server.requests if request_role(r) == "subagent"]
 
 
-def _start_and_kill(cli, ready) -> tuple[str, str]:
-    """``offload run`` until ``ready()``, then SIGKILL; its session and delegation id."""
+def _start_and_kill(cli, ready) -> tuple[str, str, str]:
+    """``offload run`` until ``ready()``, then SIGKILL; its session, delegation id and output."""
     run = cli("run", "do the marked thing")
     did = run.wait_for(HANDLE_RE).group(1)
     until(ready, "the child reached the point where the owner is killed")
     run.kill()
-    return run.wait_for(SESSION_RE).group(1), did
+    return run.wait_for(SESSION_RE).group(1), did, run.output
 
 
 def _resume(cli, sid: str, code: int = 0):
@@ -50,9 +67,9 @@ def test_a_side_effecting_call_cut_by_the_death_is_never_run_again(cli, model_se
                                           on_result=text_reply("The resumed child is done.")))
     write_config(server)
     marker = workspace / "marker.txt"
-    sid, did = _start_and_kill(cli, lambda: marker.exists())
+    sid, did, said = _start_and_kill(cli, lambda: marker.exists())
     steps = runtime.ledger().read_steps(did)
-    assert [s.kind for s in steps] == ["reply", "tool_start"]  # the reply, then the start mark, no result
+    assert [s.kind for s in steps] == ["reply", "tool_start"], said  # the reply, then the start mark, no result
     again = _resume(cli, sid)
     assert marker.read_text().splitlines() == ["ran"]  # executed exactly once
     row = runtime.ledger().get(did)
@@ -74,7 +91,7 @@ def test_a_model_call_in_flight_at_the_death_is_issued_once_more(cli, model_serv
     server = model_server(scripted_parent(child=child, delegate={"goal": "answer"},
                                           on_result=text_reply("Got it.")))
     write_config(server)
-    sid, did = _start_and_kill(cli, lambda: _child_requests(server))
+    sid, did, said = _start_and_kill(cli, lambda: _child_requests(server))
     assert runtime.ledger().read_steps(did) == []  # nothing logged: the reply never arrived
     _resume(cli, sid)
     row = runtime.ledger().get(did)
@@ -87,7 +104,7 @@ def test_resume_never_reports_the_child_unknown_with_the_reason(cli, model_serve
     server = model_server(scripted_parent(child=lambda r: hang_reply("thinking"), delegate={"goal": "answer"},
                                           on_result=text_reply("Noted.")))
     write_config(server, resume="never")
-    sid, did = _start_and_kill(cli, lambda: _child_requests(server))
+    sid, did, said = _start_and_kill(cli, lambda: _child_requests(server))
     _resume(cli, sid, code=6)  # no subagent completed
     row = runtime.ledger().get(did)
     assert row.state == "unknown" and "delegation.resume is `never`" in row.event["error"]
