@@ -39,7 +39,8 @@ def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] 
 
     if unit.run_child is not run_single_child or unit.build_child is not build_child_agent:
         return None
-    return {"spec": unit_spec(unit, origin), "resumes": resumes}
+    workspace = getattr(unit.parent, "workspace", None)
+    return {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
 
 
 def step_writer(engine: Any, unit_id: str) -> Any:
@@ -74,7 +75,7 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
     mark = (row.task or {}).get(MARK) if isinstance(row.task, dict) else None
     if not isinstance(mark, dict) or "recorded" not in mark:
         return  # a fresh queued unit, not a resumed one
-    ran_in, here = (row.task or {}).get("owner_cwd"), getattr(unit.parent, "workspace", None)
+    ran_in, here = mark.get("workspace"), getattr(unit.parent, "workspace", None)
     if ran_in and here is not None and str(here) != ran_in:
         raise RuntimeError(f"its children worked in {ran_in} and this process works in {here}; resume it from "
                            f"an offload process started in {ran_in}")
