@@ -93,6 +93,8 @@ def test_a_model_call_in_flight_at_the_death_is_issued_once_more(cli, model_serv
     write_config(server)
     sid, did, said = _start_and_kill(cli, lambda: _child_requests(server))
     assert runtime.ledger().read_steps(did) == []  # nothing logged: the reply never arrived
+    assert cli("inbox").finish() == 0  # a command that only looks adopts nothing, settles nothing
+    assert runtime.ledger().get(did).state == "running" and len(_child_requests(server)) == 1
     _resume(cli, sid)
     row = runtime.ledger().get(did)
     assert row.state == "completed" and row.result["results"][0]["summary"] == "Answered on the second try."
