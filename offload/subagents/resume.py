@@ -5,7 +5,7 @@ Three moments:
 
 - dispatch (``durable_mark``): a unit whose children are built and run by offload's defaults
   (no injected ``run_child`` / ``build_child``: the compat adapter's, ``hooks.run_child``, a
-  patched runner) carries the ``durable`` mark in its ledger task: its queue form
+  patched runner; a parent that is offload's ``AIAgent``) carries the ``durable`` mark in its ledger task: its queue form
   (``queue.unit_spec``: goals, tasks, settings, no credentials) and how often it was resumed.
   Its children write their steps (``offload.agent.step_log``) through ``step_writer``.
 - recovery (``resume_task``): a long-lived process that finds the unit's owner dead asks here
@@ -33,11 +33,15 @@ MARK = "durable"
 
 
 def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] | None:
-    """The ledger task's ``durable`` value for ``unit`` (None: its runner is not offload's own)."""
+    """The ledger task's ``durable`` value for ``unit`` (None: its children are not run by offload's
+    own loop: an injected runner or builder, or a parent that is not an ``AIAgent``, whose
+    ``build_child`` may make anything)."""
+    from offload.agent.core import AIAgent
     from offload.subagents.child import build_child_agent, run_single_child
     from offload.subagents.queue import unit_spec
 
-    if unit.run_child is not run_single_child or unit.build_child is not build_child_agent:
+    if (unit.run_child is not run_single_child or unit.build_child is not build_child_agent
+            or not isinstance(unit.parent, AIAgent)):
         return None
     workspace = getattr(unit.parent, "workspace", None)
     return {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}

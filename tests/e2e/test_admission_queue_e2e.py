@@ -109,11 +109,13 @@ def test_a_restart_finds_the_queued_unit_and_runs_it_for_its_session(cli, model_
     release = threading.Event()
     server = model_server(two_calls_parent(gated_child(release)))
     sid, first, second = queued_then_killed(cli, server, write_config)
-    release.set()  # the killed chat's slow child is gone with it; its unit is recovered as unknown
+    release.set()  # the killed chat's slow child is resumed by the restart: its model call is issued again
     run = offload("run", "--resume", sid, "--json")
-    document = json.loads(run.stdout)  # it exits with the recovered unit's code: that one ended unknown
+    document = json.loads(run.stdout)
     states = {d["id"]: d["state"] for d in document["delegations"]}
-    assert states == {first: "unknown", second: "completed"}, states
+    assert states == {first: "completed", second: "completed"}, states
+    [resumed_doc] = [d for d in document["delegations"] if d["id"] == first]
+    assert resumed_doc["children"][0]["state"] == "completed", resumed_doc
     [queued_doc] = [d for d in document["delegations"] if d["id"] == second]
     assert queued_doc["children"][0]["summary"] == "finished quick follow-up check"
     assert agents_json()["queued"] == []
