@@ -59,7 +59,7 @@ def run_demo(keep: bool = False) -> int:
         ui.say(f"data: temporary HERMES_HOME {home} ({'kept' if keep else 'removed at the end'})", style="dim")
         write_config_file(home / "config.yaml", {
             "model": DEMO_MODEL, "base_url": server.url, "workspace": str(workspace),
-            "toolsets": ["terminal", "file", "delegation"], "delegation": {"independent_completions": True},
+            "toolsets": ["terminal", "file", "delegation"], "delegation": {"independent_completions": True, "resume": "auto"},
             "terminal": {"sandbox": _sandbox_mode(ui)}})
         with Offload(home=home) as off:
             _fan_out(ui, off)

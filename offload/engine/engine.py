@@ -178,8 +178,10 @@ class Delegations:
         pid, started = current_owner()
         task = {k: record[k] for k in ("goal", "context", "toolsets", "role", "model", "is_batch")}
         task.update({k: record[k] for k in ("goals", "task_indexes", "task_transcripts", "group", "trace_context",
-                                            "subagent_config", "durable", *IDENTITY_KEYS)
+                                            "subagent_config", *IDENTITY_KEYS)
                      if record.get(k)})
+        if record.get("_durable"):
+            task["durable"] = record["_durable"]
         task["owner_cwd"] = os.getcwd()
         if record["slot_key"] != record["delegation_id"]:
             task["slot_key"] = record["slot_key"]  # a shared ledger counts the call's units as one slot
@@ -292,7 +294,7 @@ class Delegations:
             self.health.report(ledger, "recording a completion", exc, "The result is delivered in memory only.")
             return
         self.health.ok(ledger)
-        if record.get("durable"):  # its result is recorded: its children's step log is not needed
+        if record.get("_durable"):  # its result is recorded: its children's step log is not needed
             try:
                 ledger.drop_steps(evt["delegation_id"])
             except Exception:

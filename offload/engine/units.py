@@ -62,7 +62,7 @@ def new_record(spec: UnitSpec, delegation_id: str) -> dict[str, Any]:
     if spec.subagent_config:
         record["subagent_config"] = dict(spec.subagent_config)
     if spec.durable:
-        record["durable"] = spec.durable
+        record["_durable"] = spec.durable  # private: written to the ledger task as ``durable``
     if spec.is_batch:
         record.update(goals=list(spec.goals), slot_key=spec.slot_key or delegation_id)
         for key in ("task_indexes", "task_transcripts", "group"):

@@ -3,9 +3,9 @@ children's last logged steps after its owner died (issue 44).
 
 Three moments:
 
-- dispatch (``durable_mark``): a unit whose children are built and run by offload's defaults
-  (no injected ``run_child`` / ``build_child``: the compat adapter's, ``hooks.run_child``, a
-  patched runner; a parent that is offload's ``AIAgent``) carries the ``durable`` mark in its ledger task: its queue form
+- dispatch (``durable_mark``): with ``delegation.resume: auto``, a unit whose children are built
+  and run by offload's defaults (no injected ``run_child`` / ``build_child``: the compat
+  adapter's, ``hooks.run_child``, a patched runner; a parent that is offload's ``AIAgent``) carries the ``durable`` mark in its ledger task: its queue form
   (``queue.unit_spec``: goals, tasks, settings, no credentials) and how often it was resumed.
   Its children write their steps (``offload.agent.step_log``) through ``step_writer``.
 - recovery (``resume_task``): a long-lived process that finds the unit's owner dead asks here
@@ -41,8 +41,8 @@ def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] 
     from offload.subagents.queue import unit_spec
 
     if (unit.run_child is not run_single_child or unit.build_child is not build_child_agent
-            or not isinstance(unit.parent, AIAgent)):
-        return None
+            or not isinstance(unit.parent, AIAgent) or getattr(unit.cfg, "resume", "never") != "auto"):
+        return None  # (with ``delegation.resume: never`` no step is logged at all)
     workspace = getattr(unit.parent, "workspace", None)
     return {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
 

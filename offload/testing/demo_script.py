@@ -124,5 +124,7 @@ def _subagent(request: dict[str, Any]) -> Reply:
         if "host running this tool call died" in last_message_text(request):
             return text_reply("Resumed after the crash: the survey command was cut off when its host died, so I "
                               "checked the workspace instead of running it again: 3 files, all surveyed.")
+        if last_role(request) == "tool":  # the command ended (no crash came): never asked twice
+            return text_reply("Surveyed every file: 3 files, nothing unusual.")
         return tool_call_reply("run_command", {"command": SLOW_COMMAND, "timeout_s": 60})
     return text_reply("(scripted demo subagent: no rule for this task)")

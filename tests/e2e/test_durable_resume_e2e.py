@@ -24,11 +24,11 @@ MARKER = "echo ran >> marker.txt && sleep 300"
 
 @pytest.fixture
 def write_config(write_config, _isolated_hermes_home):
-    """As the harness's, plus the test's PostgreSQL ledger (``OFFLOAD_TEST_LEDGER=postgresql``):
-    the CLI's environment drops ``OFFLOAD_LEDGER_URL``, so it goes in config.yaml, with a short
+    """As the harness's with ``delegation.resume: auto`` (the default is ``never``), plus the test's
+    PostgreSQL ledger (``OFFLOAD_TEST_LEDGER=postgresql``): the CLI's environment drops ``OFFLOAD_LEDGER_URL``, so it goes in config.yaml, with a short
     lease so a dead owner on this host is recovered within seconds."""
     def write(server, **delegation):
-        data = write_config(server, **delegation)
+        data = write_config(server, **{"resume": "auto", **delegation})
         if os.environ.get("OFFLOAD_LEDGER_URL"):
             data["ledger"] = {"url": os.environ["OFFLOAD_LEDGER_URL"], "lease_seconds": 4, "heartbeat_seconds": 1}
             (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
@@ -82,7 +82,7 @@ def test_a_side_effecting_call_cut_by_the_death_is_never_run_again(cli, model_se
     assert runtime.ledger().read_steps(did) == []  # dropped once the result was recorded
 
 
-def test_a_model_call_in_flight_at_the_death_is_issued_once_more(cli, model_server, write_config, runtime, workspace):
+def test_a_model_call_in_flight_at_the_death_is_issued_once_more(cli, model_server, write_config, runtime):
     def child(request):
         if len(_child_requests(server)) == 1:
             return hang_reply("thinking")  # the first call streams until the owner dies
@@ -102,12 +102,29 @@ def test_a_model_call_in_flight_at_the_death_is_issued_once_more(cli, model_serv
     assert row.result["results"][0]["resumed"]["resumes"] == 1
 
 
-def test_resume_never_reports_the_child_unknown_with_the_reason(cli, model_server, write_config, runtime, workspace):
+def test_a_taker_with_resume_never_reports_the_child_unknown_with_the_reason(cli, model_server, write_config,
+                                                                             runtime):
     server = model_server(scripted_parent(child=lambda r: hang_reply("thinking"), delegate={"goal": "answer"},
                                           on_result=text_reply("Noted.")))
-    write_config(server, resume="never")
+    write_config(server)  # dispatched with resume: auto (its steps logged) ...
     sid, did, said = _start_and_kill(cli, lambda: _child_requests(server))
+    write_config(server, resume="never")  # ... taken over by a process configured with never
     _resume(cli, sid, code=6)  # no subagent completed
     row = runtime.ledger().get(did)
     assert row.state == "unknown" and "delegation.resume is `never`" in row.event["error"]
     assert len(_child_requests(server)) == 1
+
+
+def test_by_default_nothing_is_logged_and_a_killed_child_is_unknown_as_before(cli, model_server, runtime, workspace,
+                                                                              _isolated_hermes_home):
+    server = model_server(scripted_parent(child=lambda r: tool_call_reply("run_command", {"command": MARKER}),
+                                          delegate={"goal": "mark once"}, on_result=text_reply("Noted.")))
+    data = {"model": "demo-model", "base_url": server.url, "workspace": str(workspace),
+            "toolsets": ["terminal", "file", "delegation"]}  # no delegation.resume: the default, never
+    if os.environ.get("OFFLOAD_LEDGER_URL"):
+        data["ledger"] = {"url": os.environ["OFFLOAD_LEDGER_URL"], "lease_seconds": 4, "heartbeat_seconds": 1}
+    (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    sid, did, said = _start_and_kill(cli, lambda: (workspace / "marker.txt").exists())
+    assert runtime.ledger().read_steps(did) == [] and "durable" not in runtime.ledger().get(did).task
+    _resume(cli, sid, code=6)
+    assert runtime.ledger().get(did).state == "unknown"
