@@ -65,6 +65,7 @@ class Deliveries:
         # only by a consumer's restore and sweeps; an empty task: resumable, but by another
         # process (left running); None: every abandoned row is settled.
         self.resume: Callable[[LedgerRow], tuple[dict[str, Any] | None, str | None]] | None = None
+        self.requeued = 0  # units handed back to the queue to be resumed, by this instance so far
 
     # -- restart: recovery and replay ---------------------------------------------------------
     def recover_abandoned(self, now: float | None = None, *, resuming: bool = False) -> int:
@@ -84,6 +85,7 @@ class Deliveries:
             queued, why_not = self.resume(row) if self.resume is not None else (None, None)
             if queued is not None:
                 if resuming and queued and ledger.requeue_for_resume(row, queued, now):
+                    self.requeued += 1
                     notify("resumable", row.delegation_id, row=row)
                     logger.warning("Delegation %s lost its owner (pid %s) mid-run; queued to resume from its "
                                    "children's last steps", row.delegation_id, row.owner_pid)
