@@ -314,6 +314,13 @@ class Deliveries:
             return ""
         return self.release(evt["delegation_id"], claim_id, why)
 
+    def defer_event(self, evt: dict[str, Any], claim_id: str | None) -> bool:
+        """Give a claim back without spending an attempt (the consumer, not the result, failed:
+        its model endpoint is down)."""
+        if not claim_id or not _claimable(evt):
+            return False
+        return self._told(evt["delegation_id"], "released", self.defer(evt["delegation_id"], claim_id))
+
     def _told(self, delegation_id: str, outcome: str, changed: Any) -> Any:
         return _told(delegation_id, outcome, changed, self.ledger)
 
