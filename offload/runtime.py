@@ -183,7 +183,8 @@ class Offload(PublicApi):
             finalize_results=hooks.finalize_results or finalize_child_results), spend=SpendStore(self.ledger))
         self.admission = self.delegate_tool.admission = Admission(
             tool=self.delegate_tool, ledger=self.ledger, config=self.delegate_tool.seams.load_config,
-            parent=lambda: self._queue_parent(), owner_alive=self._owner_alive)
+            parent=lambda: self._queue_parent(), owner_alive=self._owner_alive,
+            recover=lambda: self.deliveries.recover_abandoned())
         self._queue_parent_agent: Any = None
         self._close_lock = threading.Lock()
         self.closed = False
