@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 from offload.api import PublicApi
 from offload.config import ConfigError, OffloadConfig, load_config, resolve_api_key, validate_config
 from offload.engine.bus import CompletionBus
-from offload.engine.delivery import Deliveries, RecentIds, is_this_process
+from offload.engine.delivery import Deliveries, is_this_process
 from offload.engine.engine import Delegations
 from offload.engine.events import is_interim
 from offload.engine.health import LedgerHealth
@@ -42,6 +42,7 @@ from offload.engine.loop import Clock, Loop
 from offload.engine.observers import add_observer
 from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.pool import DaemonThreadPool
+from offload.engine.recent_ids import RecentIds
 from offload.home import get_hermes_home
 from offload.ledger import DelegationLedger, open_ledger
 from offload.ledger.config import with_env

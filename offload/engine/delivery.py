@@ -48,27 +48,6 @@ def is_this_process(pid: int | None, started_at: int | None) -> bool:
     return pid == own_pid and (started_at is None or own_started is None or started_at == own_started)
 
 
-class RecentIds:
-    """The last ``keep`` ids added, for membership tests (a long-lived runtime forgets the
-    oldest; one forgotten while still pending is offered to its bus again, and its claim
-    keeps that a duplicate of nothing)."""
-
-    def __init__(self, keep: int) -> None:
-        self._ids: dict[str, None] = {}
-        self._keep = keep
-        self._lock = threading.Lock()
-
-    def add(self, item: str) -> None:
-        with self._lock:
-            self._ids.pop(item, None)
-            self._ids[item] = None
-            while len(self._ids) > self._keep:
-                del self._ids[next(iter(self._ids))]
-
-    def __contains__(self, item: object) -> bool:
-        return item in self._ids
-
-
 class Deliveries:
     def __init__(self, *, ledger: Callable[[], DelegationLedger], owner_alive: OwnerAlive,
                  policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
@@ -90,12 +69,15 @@ class Deliveries:
     # -- restart: recovery and replay ---------------------------------------------------------
     def recover_abandoned(self, now: float | None = None) -> int:
         """Settle ``running`` rows whose owner process died as ``unknown``; returns how many."""
+        return len(self._recover(time.time() if now is None else now))
+
+    def _recover(self, now: float) -> list[str]:
+        """``recover_abandoned``, returning the ids it settled."""
         ledger = self.ledger()
         if not ledger.exists():
-            return 0
-        now = time.time() if now is None else now
+            return []
         hints: dict[str, str | None] = {}
-        settled = 0
+        settled: list[str] = []
         for row in ledger.running_rows():
             if not ledger.is_abandoned(row, self.owner_alive):
                 continue
@@ -104,7 +86,7 @@ class Deliveries:
                 hints[cwd] = git_state_hint(cwd)
             event, result = recovered_event(row, now, hints[cwd])
             if ledger.settle_abandoned(row.delegation_id, event, result, now):
-                settled += 1
+                settled.append(row.delegation_id)
                 notify("recovered", row.delegation_id, row=row, event=event)
                 logger.warning("Recovered delegation %s whose owner (pid %s) exited mid-run: %s",
                                row.delegation_id, row.owner_pid, event["error"])
@@ -122,9 +104,10 @@ class Deliveries:
 
     def maybe_sweep(self, target_queue: queue.Queue, now: float | None = None) -> int:
         """While running, offer rows that became deliverable here since the last offer: their
-        owner died after our restore, or a consumer died holding a claim. Claims of dead holders
-        are looked for every ``claim_check_interval_s`` (one narrow read), everything else at
-        most once per ``orphan_sweep_interval_s`` per store; never raises."""
+        owner died after our restore (or, on a shared ledger, its lease expired), or a consumer
+        died holding a claim. Both are looked for every ``claim_check_interval_s`` (two narrow
+        reads: the claimed rows and the running ones), everything else at most once per
+        ``orphan_sweep_interval_s`` per store; never raises."""
         now = time.time() if now is None else now
         try:
             policy, key = self.policy(), self.ledger().location
@@ -132,6 +115,7 @@ class Deliveries:
             if now - self._last_claim_check.get(key, 0.0) >= policy.claim_check_interval_s:
                 self._last_claim_check[key] = now
                 offered += self._offer_released(target_queue, now)
+                offered += self._offer_recovered(target_queue, now)
             if now - self._last_sweep.get(key, 0.0) >= policy.orphan_sweep_interval_s:
                 self._last_sweep[key] = now
                 offered += self._offer_orphans(target_queue, now, only_new=True)
@@ -151,6 +135,21 @@ class Deliveries:
         except LedgerError as exc:
             self.health.report(ledger, "releasing the claims of dead consumers", exc,
                                "They are released at the next check, or when their claim lease runs out.")
+            return 0
+
+    def _offer_recovered(self, target_queue: queue.Queue, now: float) -> int:
+        """Recover the running rows whose owner is gone (its process dead, or its lease expired
+        on another host) and offer what they became: recovery within the lease, not at the
+        next orphan sweep. The trigger a takeover of unfinished units hangs on, too."""
+        ledger = self.ledger()
+        try:
+            recovered = self._recover(now)
+            rows = [row for row in (ledger.get(did) for did in recovered) if row is not None]
+            return self._offer(ledger, target_queue, [r for r in rows if r.delivery_state == "pending"], now,
+                               only_new=True)
+        except LedgerError as exc:
+            self.health.report(ledger, "recovering the units of owners that died", exc,
+                               "They are recovered at the next check, or by the next start.")
             return 0
 
     def _offer_orphans(self, target_queue: queue.Queue, now: float, *, only_new: bool) -> int:
