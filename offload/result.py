@@ -177,13 +177,14 @@ def _label(task: Mapping[str, Any], event: Mapping[str, Any]) -> str:
     return str(task.get("goal") or event.get("goal") or "; ".join(str(g) for g in goals))
 
 
-def run_document(session: str, answers: Sequence[Mapping[str, Any]], delegations: Sequence[DelegationResult],
-                 exit_code: int) -> dict[str, Any]:
+def run_document(session: str | None, answers: Sequence[Mapping[str, Any]], delegations: Sequence[DelegationResult],
+                 exit_code: int, error: str | None = None) -> dict[str, Any]:
     """``offload run --json``: the session, the agent's answers in order (each with the
-    delegation it answers, or null for the prompt), each delegation's result document, and the
-    exit code the process ends with."""
+    delegation it answers, or null for the prompt), each delegation's result document, the
+    exit code the process ends with, and ``error``: why a run that could not start (a usage or
+    configuration error, exit 2) did not (null otherwise)."""
     return {"schema": RUN_SCHEMA, "session": session, "answers": [dict(a) for a in answers],
-            "delegations": [d.to_json() for d in delegations], "exit_code": int(exit_code)}
+            "delegations": [d.to_json() for d in delegations], "exit_code": int(exit_code), "error": error}
 
 
 def _text(value: Any) -> str | None:

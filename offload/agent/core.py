@@ -210,7 +210,9 @@ class AIAgent:
         usage = result["usage"]
         self.add_usage({"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
                         "cost_usd": usage.get("cost_usd"),
-                        "tokens_unreported": 1 if usage["prompt_tokens"] is None and run.api_calls else 0})
+                        # an endpoint that could not be reached reported nothing because it answered nothing
+                        "tokens_unreported": 1 if (usage["prompt_tokens"] is None and run.api_calls
+                                                   and error_kind != "endpoint") else 0})
         return result
 
     def _opening_messages(self, user_message: str, history: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

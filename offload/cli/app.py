@@ -118,16 +118,26 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask ('-' or a
     from offload.cli.run_io import prompt_from_stdin
     from offload.cli.views import Ui
 
-    prompt = prompt_from_stdin(prompt, collecting=bool(resume))
-    if not prompt and not resume:
-        raise CliError("give a prompt (offload run \"...\", or pipe it in: echo \"...\" | offload run -), "
-                       "or --resume SESSION to collect its pending results")
     # one request; its session can be woken later
     ui = Ui.for_scripts(answers_on_stdout=not as_json)  # --json owns stdout: the answers go in its document
-    with _driver(verbose, resume, sync, demo_model, wakeable=True, ui=ui) as driver:
-        if not ask_approvals:  # nobody sits at a non-interactive run to answer
-            driver.runtime.set_approval_surface(no_ask_reason=RUN_CANNOT_ASK)
-        code = _run_one(driver, prompt, sync, as_json)
+    try:
+        prompt = prompt_from_stdin(prompt, collecting=bool(resume))
+        if not prompt and not resume:
+            raise CliError("give a prompt (offload run \"...\", or pipe it in: echo \"...\" | offload run -), "
+                           "or --resume SESSION to collect its pending results")
+        with _driver(verbose, resume, sync, demo_model, wakeable=True, ui=ui) as driver:
+            if not ask_approvals:  # nobody sits at a non-interactive run to answer
+                driver.runtime.set_approval_surface(no_ask_reason=RUN_CANNOT_ASK)
+            code = _run_one(driver, prompt, sync, as_json)
+    except Exception as exc:  # a script that asked for --json still gets a document saying why
+        message = _user_error(exc) if as_json else None
+        if message is not None:
+            from offload.cli.ledger import emit_json
+            from offload.exit_codes import ExitCode
+            from offload.result import run_document
+
+            emit_json(run_document(resume, [], [], ExitCode.USAGE, error=message))
+        raise
     raise typer.Exit(code)
 
 

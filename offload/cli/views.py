@@ -101,13 +101,13 @@ def progress_note(activity: dict[str, Any]) -> str:
 def _child_lines(rec: dict[str, Any]) -> list[Text]:
     lines = []
     for child in rec["children"]:
-        took = f" {child['duration_seconds']:.1f} s" if child["duration_seconds"] is not None else ""
-        mark = MARKS[child_state(child["status"])]
+        took = f" {child['duration_s']:.1f} s" if child["duration_s"] is not None else ""
+        mark = MARKS[child_state(child["state"])]
         doing = ""
         if child.get("api_calls") is not None or child.get("current_tool"):  # published by its owner
             doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "
                      f"idle {_seconds(child.get('seconds_since_activity'))} s{progress_note(child)}")
-        lines.append(Text(f"      #{child['task']} {mark} {child['status']}{took}{doing}  {_clip(child['goal'])}",
+        lines.append(Text(f"      #{child['task']} {mark} {child['state']}{took}{doing}  {_clip(child['goal'])}",
                           style="dim"))
     return lines
 
@@ -130,7 +130,7 @@ def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[s
 
 def _done(rec: dict[str, Any]) -> str:
     children = rec["children"]
-    return f"{sum(1 for c in children if c['status'] != 'running')}/{len(children)}"
+    return f"{sum(1 for c in children if c['state'] != 'running')}/{len(children)}"
 
 
 def ledger_running(rows: Iterable[LedgerRow], now: float | None = None,

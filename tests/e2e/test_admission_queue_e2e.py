@@ -76,7 +76,7 @@ def test_a_chat_at_capacity_queues_the_call_shows_it_queued_everywhere_and_start
         listed = agents_json()  # another process reads the ledger
         [queued] = listed["queued"]
         assert queued["id"] == second and queued["state"] == "queued"
-        assert [c["status"] for c in queued["children"]] == ["queued"] and queued["owner"] == "running"
+        assert [c["state"] for c in queued["children"]] == ["queued"] and queued["owner"] == "running"
         assert [r["id"] for r in listed["running"]] == [first]
         assert f"{second}  queued" in offload("agents").stdout and "#1 in line" in offload("agents").stdout
         inbox = offload("inbox", "--json")

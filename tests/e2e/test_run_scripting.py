@@ -3,6 +3,7 @@ else on stderr; the prompt from stdin (``-``, or a piped stdin); no "done" after
 and a reader that closes the pipe early (``| head -1``) is no error."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -85,3 +86,14 @@ def test_every_command_survives_a_reader_that_is_already_gone(args):
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 0, err  # its own exit code, not click's 1 for a broken pipe
     assert err == ""
+
+
+def test_run_json_with_a_bad_config_still_prints_a_document_saying_why(_isolated_hermes_home):
+    (_isolated_hermes_home / "config.yaml").write_text("model: [broken\n", encoding="utf-8")
+    done = offload("run", "--json", "hello")
+    assert done.returncode == 2
+    document = json.loads(done.stdout)
+    assert (document["schema"], document["session"], document["answers"], document["delegations"],
+            document["exit_code"]) == ("offload.run/1", None, [], [], 2)
+    assert "config.yaml is not valid YAML" in document["error"]
+    assert one_line(done.stderr) == f"offload: {document['error']}"
