@@ -271,7 +271,10 @@ class Ui:
             if text:
                 self.answers.print(Text(text), soft_wrap=True)
             return
-        console = self.answers if label == "agent" else self.console
+        # Both streams on one terminal: through the console a live roster draws on, which then
+        # keeps the answer above the roster (printed beside it, a redraw or the roster's
+        # clearing at its end would write over it).
+        console = self.console if label != "agent" or self.console.is_terminal else self.answers
         console.print(Text.assemble((f"{label}> ", "bold cyan"), text or "(no answer)"), soft_wrap=True)
 
     def handles(self, handles: list[dict[str, Any]]) -> None:
