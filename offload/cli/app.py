@@ -32,9 +32,10 @@ if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only
 
 # rich_markup_mode=None: plain help text, so --help never imports rich.
 app = typer.Typer(name="offload", no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Background subagents for an LLM agent: delegate, keep talking, get each result back "
                        "as a new turn. Data lives in $HERMES_HOME (default ~/.hermes).")
-config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                          help="Read and change config.yaml; values are validated first.")
 app.add_typer(config_app, name="config")
 app.add_typer(cli_approvals.app, name="approvals")
@@ -52,6 +53,15 @@ def _print_version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print offload's version and exit.")) -> None:
     pass
+
+
+@app.command()
+def version() -> None:
+    """Print offload's version (the same as --version)."""
+    from offload import __version__
+
+    typer.echo(f"offload {__version__}")
+
 
 _VERBOSE = typer.Option(False, "--verbose", "-v", help="log engine activity to stderr")
 _RESUME = typer.Option(None, "--resume", "-r", metavar="SESSION", help="continue a stored session (id or 'last')")
@@ -291,8 +301,10 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
 def gateway(verbose: bool = _VERBOSE) -> None:
     """Serve Telegram chats: one agent session per chat/thread, background results delivered back.
 
-    Needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
-    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN). See docs/gateway.md."""
+    Needs the bot token in the variable that gateway.telegram.token_env names (default
+    TELEGRAM_BOT_TOKEN). With no gateway.telegram.allowed_chat_ids yet it serves no chat: write to
+    the bot and it answers with your chat's id, and the console prints the command that allows
+    it. See docs/gateway.md."""
     from offload.cli.gateway import run_gateway
 
     raise typer.Exit(run_gateway(verbose))
