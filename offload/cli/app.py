@@ -349,11 +349,26 @@ def _install_tracing() -> None:
     install_tracing_from_env()
 
 
+_COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _names_a_completion_shell(argv: list[str]) -> bool:
+    """``--install-completion bash`` / ``--show-completion=zsh``: the user said which shell."""
+    flags = ("--install-completion", "--show-completion")
+    return (any(a in flags and b in _COMPLETION_SHELLS for a, b in zip(argv, argv[1:]))
+            or any(a.split("=", 1)[0] in flags and a.split("=", 1)[-1] in _COMPLETION_SHELLS for a in argv))
+
+
 def main() -> None:
     from offload.cli.streams import tolerate_leaving_readers
     from offload.exit_codes import ExitCode
 
     tolerate_leaving_readers()  # `offload … | head -1` finishes its work and exits with its own code
+    if _names_a_completion_shell(sys.argv[1:]):
+        # Typer then takes the shell named on the command line instead of guessing one from the
+        # parent processes (which fails without a shell among them, e.g. under CI, and picks
+        # the wrong one from inside another shell).
+        os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
     try:
         _install_tracing()
         app(prog_name="offload")

@@ -133,7 +133,7 @@ def test_a_first_ctrl_c_while_waiting_cuts_no_call_short_and_stops_the_sessions_
     """The Ctrl-C lands in the middle of a call of the wait loop (as it may in a ledger read): the
     call finishes, and the wait then stops the session's subagents, whose partial result is in."""
     release = threading.Event()
-    dispatch(runtime, lambda: (release.wait(10), {"status": "interrupted", "summary": None})[1],
+    dispatch(runtime, lambda: (release.wait(90), {"status": "interrupted", "summary": None})[1],
              session_key="s1", parent_session_id="s1", interrupt_fn=release.set)
     calls_finished = []
 
