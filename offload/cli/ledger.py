@@ -40,8 +40,22 @@ def runtime() -> Iterator[Offload]:
     from offload.config import load_config
     from offload.runtime import Offload
 
+    _refuse_missing_home()
     with Offload(load_config()) as off:
         yield off
+
+
+def _refuse_missing_home() -> None:
+    """A ``$HERMES_HOME`` set to a folder that does not exist (a typo) is an error, never an
+    empty listing that reads as "no delegations"."""
+    import os
+
+    from offload.errors import CliError
+
+    home = os.environ.get("HERMES_HOME")
+    if home and not os.path.isdir(os.path.expanduser(home)):
+        raise CliError(f"HERMES_HOME={home} is no such directory; check the path, or unset HERMES_HOME "
+                       "to use ~/.hermes")
 
 
 def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),

@@ -18,7 +18,8 @@ from offload.engine.events import stalled_result
 from offload.engine.log import logger
 from offload.engine.loop import Clock, Loop
 from offload.engine.observers import notify
-from offload.engine.monitor import UNREADABLE, Decisions, Observation, Thresholds, sweep
+from offload.engine.states import STOP_STALL
+from offload.engine.monitor import UNREADABLE, Decisions, Observation, Thresholds, latest_activity_at, sweep
 
 if TYPE_CHECKING:
     from offload.engine.engine import Delegations
@@ -54,8 +55,13 @@ class StallLoop:
             watched = [(r["delegation_id"], r["status"], r.get("_started"), r.get("progress_fn"),
                         r.get("_progress_token"), r.get("_progress_ts", now), r.get("_interrupted_at"))
                        for r in self.engine.records.values() if _watched(r)]
-        observations = [Observation(did, status, bool(started), *_sample(fn, status, started, last), last, ts, at)
-                        for did, status, started, fn, last, ts, at in watched]
+        wall = time.time()
+        observations = []
+        for did, status, started, fn, last, ts, at in watched:
+            token, in_tool = _sample(fn, status, started, last)
+            active_at = latest_activity_at(token) if token is not UNREADABLE else None
+            observations.append(Observation(did, status, bool(started), token, in_tool, last, ts, at,
+                                            None if active_at is None else max(0.0, wall - active_at)))
         policy = self.engine.policy()
         limits = Thresholds(policy.stall_idle_s, policy.stall_in_tool_s, policy.stall_grace_s)
         decisions = sweep(observations, now, limits)
@@ -68,15 +74,16 @@ class StallLoop:
     def _apply(self, decisions: Decisions, now: float) -> list[tuple[str, Any]]:
         interrupts = []
         with self.engine.lock:
-            for delegation_id, token in decisions.progressed.items():
+            for delegation_id, (token, progress_at) in decisions.progressed.items():
                 record = self.engine.records.get(delegation_id)
                 if record is not None and record["status"] == "running":
-                    record["_progress_token"], record["_progress_ts"] = token, now
+                    record["_progress_token"], record["_progress_ts"] = token, progress_at
             for stall in decisions.stalled:
                 record = self.engine.records.get(stall.delegation_id)
                 if record is None or record["status"] != "running":
                     continue  # finished while we sampled
-                record.update(status="stalling", _interrupted_at=now, _stall_quiet_seconds=stall.quiet_s,
+                record.update(status="stalling", _interrupted_at=now, _stop_reason=STOP_STALL,
+                              _stall_quiet_seconds=stall.quiet_s,
                               _stall_threshold_seconds=stall.threshold_s, _stall_in_tool=stall.in_tool)
                 interrupts.append((stall.delegation_id, record.get("interrupt_fn")))
         return interrupts

@@ -75,7 +75,7 @@ def test_a_chat_at_capacity_queues_the_call_shows_it_queued_everywhere_and_start
         listed = agents_json()  # another process reads the ledger
         [queued] = listed["queued"]
         assert queued["id"] == second and queued["state"] == "queued"
-        assert [c["status"] for c in queued["children"]] == ["queued"] and queued["owner"] == "running"
+        assert [c["state"] for c in queued["children"]] == ["queued"] and queued["owner"] == "running"
         assert [r["id"] for r in listed["running"]] == [first]
         assert f"{second}  queued" in offload("agents").stdout and "#1 in line" in offload("agents").stdout
         inbox = offload("inbox", "--json")
@@ -96,12 +96,14 @@ def test_a_chat_at_capacity_queues_the_call_shows_it_queued_everywhere_and_start
     assert done[first] == done[second] == "completed" and agents_json()["queued"] == []
 
 
-def queued_then_killed(cli, server, write_config) -> tuple[str, str, str]:
-    """A chat holding the one slot with a slow child and one unit queued, killed (-9)."""
+def queued_then_killed(cli, server, write_config, *, others_live: bool = False) -> tuple[str, str, str]:
+    """A chat holding the one slot with a slow child and one unit queued, killed (-9).
+    ``others_live``: another owner of the ledger is up and may adopt the queued unit at once."""
     chat, sid, first, second = at_capacity(cli, server, write_config)
     chat.kill()
-    [row] = agents_json()["queued"]
-    assert row["id"] == second and row["owner"] == "exited"
+    queued = agents_json()["queued"]
+    assert [row["id"] for row in queued] == ([second] if not others_live else [second] * len(queued))
+    assert all(row["owner"] == "exited" for row in queued)
     return sid, first, second
 
 
@@ -125,7 +127,7 @@ def test_another_live_owner_of_the_ledger_starts_the_unit_of_one_that_died(cli, 
     write_config(server, max_concurrent_children=1)
     other = cli("chat")  # a live owner of the same home, in its own session, idle
     other.wait_for(SESSION_RE)
-    sid, first, second = queued_then_killed(cli, server, write_config)
+    sid, first, second = queued_then_killed(cli, server, write_config, others_live=True)
     release.set()
     row = until(lambda: next((r for r in agents_json()["recent"] + agents_json()["pending"]
                               if r["id"] == second and r["state"] == "completed"), None),

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_recovery_emits_the_dead_owners_unit_span_with_recovered_and_delivery_under_it(receiver, tmp_path):
     env = cli_env(**receiver.env(OTEL_SERVICE_NAME="offload-owner"))
     # Killed once the quick child is recorded: its subagent span may have reached the receiver.
-    delegation_id = _killed_mid_run(env, ready=lambda row: row["children"][0]["status"] == "completed")
+    delegation_id = _killed_mid_run(env, ready=lambda row: row["children"][0]["state"] == "completed")
     state_db = cli_env()["HERMES_HOME"] + "/state.db"
     stored = open_ledger(state_db).get(delegation_id).task["trace_context"]
     _version, trace_id, unit_id, _flags = stored["traceparent"].split("-")

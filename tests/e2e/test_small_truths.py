@@ -1,0 +1,40 @@
+"""Small truths of the CLI (issue 41, point 7): each case runs the real ``offload`` command."""
+from __future__ import annotations
+
+import pytest
+
+from offload import __version__
+from tests.e2e.conftest import offload, one_line
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def test_version_is_a_command_and_h_is_help():
+    assert offload("version").stdout.strip() == f"offload {__version__}" == offload("--version").stdout.strip()
+    short, long = offload("-h"), offload("--help")
+    assert short.returncode == 0 and short.stdout == long.stdout and "Usage: offload" in short.stdout
+    assert "Usage: offload config" in offload("config", "-h").stdout
+
+
+def test_config_unset_of_the_last_key_leaves_no_empty_section(_isolated_hermes_home):
+    assert offload("config", "set", "delegation.max_queued", "30").returncode == 0
+    assert offload("config", "set", "model", "some-model").returncode == 0
+    assert offload("config", "unset", "delegation.max_queued").returncode == 0
+    assert (_isolated_hermes_home / "config.yaml").read_text(encoding="utf-8") == "model: some-model\n"
+    assert offload("config", "unset", "model").returncode == 0
+    assert (_isolated_hermes_home / "config.yaml").read_text(encoding="utf-8") == ""  # not "{}"
+
+
+@pytest.mark.parametrize("command", [("inbox",), ("agents",), ("sessions",)])
+def test_a_mistyped_hermes_home_is_no_such_directory_not_an_empty_listing(tmp_path, command):
+    missing = tmp_path / "no-such-home"
+    done = offload(*command, HERMES_HOME=str(missing))
+    assert done.returncode == 2, done
+    assert one_line(done.stderr) == (f"offload: HERMES_HOME={missing} is no such directory; check the path, "
+                                     "or unset HERMES_HOME to use ~/.hermes")
+
+
+def test_the_gateways_help_does_not_say_it_needs_allowed_chat_ids():
+    text = " ".join(offload("gateway", "--help").stdout.split())
+    assert "Needs gateway.telegram.allowed_chat_ids" not in text
+    assert "it serves no chat: write to the bot and it answers with your chat's id" in text
