@@ -1,13 +1,14 @@
 """OpenTelemetry traces of delegations, off by default.
 
 The trace of one background delegation (``docs/telemetry.md``): the unit span
-``offload.delegation`` from dispatch to the unit's result, under whatever span was current at
-dispatch (the parent's ``delegate_task`` tool call); under it one ``offload.subagent`` span per
+``offload.delegation`` from dispatch to the unit's result, under a short
+``offload.delegation.dispatch`` span (ended and flushed at dispatch) under whatever span was
+current then (the parent's ``delegate_task`` tool call); under the unit span one ``offload.subagent`` span per
 child with its model calls (``chat MODEL``, GenAI conventions) and tool calls; and one
 ``offload.delegation.delivery`` span per delivery attempt, in whichever process delivers.
 
 What a later process needs to continue the trace is stored in the ledger row (task
-``trace_context``): the unit span's W3C ``traceparent``, its parent's, its start time and
+``trace_context``): the unit span's W3C ``traceparent``, its parent's (the dispatch span), its start time and
 attributes. So a process that recovers a dead owner's unit emits the unit span itself (status
 ERROR, ``unknown``) under the id the owner's exported spans name, with
 ``offload.delegation.recovered`` under it; a queued unit carries the dispatcher's context, so
@@ -35,7 +36,7 @@ from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from offload.engine import observers
 from offload.engine.states import NOT_COMPLETED
-from offload.telemetry import genai_metrics
+from offload.telemetry import flush, genai_metrics
 from offload.telemetry import spans as sp
 from offload.telemetry import tracing_wanted
 
@@ -65,12 +66,15 @@ class _Tracing:
             handler(delegation_id, **fields)
 
     def on_dispatching(self, delegation_id: str, record: dict[str, Any]) -> None:
-        parent = trace.get_current_span().get_span_context()
         attributes = _unit_attributes(delegation_id, record)
-        span = self.tracer.start_span("offload.delegation", attributes=attributes)
+        # The dispatch span ends (and is flushed: flush.FlushSoon) now, so a unit span another
+        # process emits for a dead owner has a parent its owner exported, however soon it died.
+        dispatch = self.tracer.start_span(flush.DISPATCH, attributes={"offload.delegation_id": delegation_id})
+        span = self.tracer.start_span("offload.delegation", trace.set_span_in_context(dispatch), attributes=attributes)
+        dispatch.end()
         start_ns = getattr(span, "start_time", None) or time.time_ns()  # a sampled-out span has none
         record["trace_context"] = {**sp.carrier_of(span), "start_ns": start_ns, "attributes": attributes,
-                                   "parent": sp.carrier_of(trace.NonRecordingSpan(parent)) if parent.is_valid else {}}
+                                   "parent": sp.carrier_of(dispatch)}
         with self.lock:
             self.open[delegation_id] = span
 
@@ -169,11 +173,15 @@ class _Tracing:
         if span is not None:
             span.add_event(name, attributes)
 
-    def end_all(self, reason: str) -> None:
-        """End what is still open (the process exits mid-unit or mid-delivery), so it is exported."""
+    def end_all(self, reason: str, units: bool = True) -> None:
+        """End what is still open (the process exits mid-unit or mid-delivery), so it is exported;
+        ``units=False``: the delivery spans only (the unit spans of a process that dies are
+        emitted by the process that recovers its units)."""
         with self.lock:
-            spans = [*self.open.values(), *self.deliveries.values()]
-            self.open, self.deliveries = {}, {}
+            spans = [*(self.open.values() if units else ()), *self.deliveries.values()]
+            self.deliveries = {}
+            if units:
+                self.open = {}
         for span in spans:
             span.set_attribute("offload.ended_by", reason)
             span.end()
@@ -259,3 +267,9 @@ def uninstall() -> None:
 def _end_at_exit() -> None:
     if _active is not None:
         _active.end_all("process_exit")
+
+
+def end_deliveries(reason: str) -> None:
+    """End the delivery spans in flight (a termination signal: the process is about to die)."""
+    if _active is not None:
+        _active.end_all(reason, units=False)

@@ -9,6 +9,7 @@ arrived). ``Tree`` answers the questions a test asks of one trace.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -79,6 +80,7 @@ class OtlpReceiver:
     spans: list[Span] = field(default_factory=list)
     points: list[Point] = field(default_factory=list)
     requests: int = 0
+    delay_s: float = 0.0  # how long each request waits for its answer (a slow collector)
 
     def __post_init__(self) -> None:
         self._changed = threading.Condition()
@@ -87,6 +89,8 @@ class OtlpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)  # the collector's slowness is what a test looks at
                 if self.path == "/v1/traces":
                     receiver._add(ExportTraceServiceRequest.FromString(body))
                     reply = ExportTraceServiceResponse().SerializeToString()
@@ -157,6 +161,10 @@ class OtlpReceiver:
                 raise AssertionError(f"spans never arrived; got {[(s.name, s.parent_id) for s in self.spans]}")
             return list(self.spans)
 
+    def metric_names(self) -> set[str]:
+        with self._changed:
+            return {p.metric for p in self.points}
+
     def named(self, name: str) -> list[Span]:
         with self._changed:
             return [s for s in self.spans if s.name == name]
@@ -179,6 +187,10 @@ class Tree:
 
     def children(self, span: Span, name: str | None = None) -> list[Span]:
         return [s for s in self.spans if s.parent_id == span.span_id and (name is None or s.name == name)]
+
+    def units_under(self, call: Span) -> list[Span]:
+        """The unit spans a tool call dispatched (each under its ``offload.delegation.dispatch``)."""
+        return [u for d in self.children(call, "offload.delegation.dispatch") for u in self.children(d, "offload.delegation")]
 
     @property
     def orphans(self) -> list[Span]:
