@@ -192,8 +192,14 @@ class _Tracing:
         delivers = [str(d) for d in attributes.pop("delivers", None) or ()]
         links = [trace.Link(context) for d in delivers if (context := self._unit_context(d)) is not None]
         name, kind, attributes = sp.start_kind(name, {**attributes, "delivers": delivers or None})
-        with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes, links=links) as span:
-            yield sp.Handle(span, genai=kind is trace.SpanKind.CLIENT)
+        with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes, links=links,
+                                               record_exception=False, set_status_on_exception=False) as span:
+            handle = sp.Handle(span, genai=kind is trace.SpanKind.CLIENT)
+            try:
+                yield handle
+            except Exception as exc:  # the SDK's own record would carry the message's URLs
+                handle.raised(exc)
+                raise
 
     def _unit_context(self, delegation_id: str) -> SpanContext | None:
         """The unit span of a delegation whose result this process is delivering (its delivery
@@ -205,7 +211,8 @@ class _Tracing:
         return parent if parent is not None and parent.is_valid else known
 
     def event(self, name: str, attributes: dict[str, Any]) -> None:
-        trace.get_current_span().add_event(name, sp.clean(attributes))
+        redacted = {k: sp.redact_urls(v) if isinstance(v, str) else v for k, v in attributes.items()}
+        trace.get_current_span().add_event(name, sp.clean(redacted))
 
     def carrier(self) -> dict[str, str]:
         return sp.carrier_of()

@@ -49,20 +49,23 @@ class Span:
     events: list[tuple[str, dict[str, Any]]]
     links: list[tuple[str, str]]  # (trace_id, span_id)
     service: str = ""
+    resource: dict[str, Any] = field(default_factory=dict)  # the exporting process's resource attributes
 
     @property
     def event_names(self) -> list[str]:
         return [name for name, _ in self.events]
 
 
-def _decode(span: Any, service: str) -> Span:
+def _decode(span: Any, resource: dict[str, Any]) -> Span:
+    service = resource.get("service.name", "")
     return Span(name=span.name, trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
                 parent_id=span.parent_span_id.hex() or None, kind=KINDS[span.kind],
                 status=STATUSES[span.status.code], status_message=span.status.message,
                 start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano,
                 attributes={a.key: _value(a.value) for a in span.attributes},
                 events=[(e.name, {a.key: _value(a.value) for a in e.attributes}) for e in span.events],
-                links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links], service=service)
+                links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links], service=service,
+                resource=resource)
 
 
 @dataclass
@@ -129,9 +132,9 @@ class OtlpReceiver:
     def _add(self, request: Any) -> None:
         decoded = []
         for resource_spans in request.resource_spans:
-            service = next((_value(a.value) for a in resource_spans.resource.attributes if a.key == "service.name"), "")
+            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
             for scope_spans in resource_spans.scope_spans:
-                decoded += [_decode(span, service) for span in scope_spans.spans]
+                decoded += [_decode(span, resource) for span in scope_spans.spans]
         with self._changed:
             self.requests += 1
             self.spans.extend(decoded)
