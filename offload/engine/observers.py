@@ -27,7 +27,7 @@ KINDS = (
     "finalized",  # record=, status=, event=
     "stalled",  # quiet_s=, in_tool=
     "interrupted",  # reason=
-    "recovered",  # row=, event=
+    "recovered",  # row=, event=, ledger= (the provider of the ledger it was recovered from)
     "delivery",  # outcome= claimed | delivered | released | deferred | dropped | acknowledged
     "ledger_error",  # kind=, op=
 )

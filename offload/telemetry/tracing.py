@@ -36,7 +36,7 @@ from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from offload.engine import observers
 from offload.engine.states import NOT_COMPLETED
-from offload.telemetry import flush, genai_metrics
+from offload.telemetry import flush, genai_metrics, recovered
 from offload.telemetry import spans as sp
 from offload.telemetry import tracing_wanted
 
@@ -105,17 +105,21 @@ class _Tracing:
         span.end()
         self._remember(delegation_id, span.get_span_context())
 
-    def on_recovered(self, delegation_id: str, row: Any, event: dict[str, Any]) -> None:
+    def on_recovered(self, delegation_id: str, row: Any, event: dict[str, Any], ledger: Any = None) -> None:
         stored = (row.task or {}).get("trace_context") or {}
         unit = self._unit_span_of(delegation_id, stored, row)
-        unit.add_event("result", {"offload.status": "unknown"})
+        start_ns = getattr(unit, "start_time", None) or 0
+        died_ns = max(start_ns, int(recovered.last_seen_s(row, ledger) * 1e9))  # not when recovery ran
+        for attributes, at_ns in recovered.finished_children(row, start_ns, died_ns):
+            unit.add_event("child finished", attributes, timestamp=at_ns)
+        unit.add_event("result", {"offload.status": "unknown"}, timestamp=died_ns)
         unit.set_status(Status(StatusCode.ERROR, "unknown: its owner process died before the unit finished"))
-        recovered = self.tracer.start_span("offload.delegation.recovered", context=trace.set_span_in_context(unit),
-                                           attributes={"offload.delegation_id": delegation_id})
-        recovered.add_event("recovery", {"offload.owner_pid": row.owner_pid or 0, "offload.status": "unknown"})
-        recovered.set_status(Status(StatusCode.ERROR, "recovered after its owner died"))
-        recovered.end()
-        unit.end()
+        recovery = self.tracer.start_span("offload.delegation.recovered", context=trace.set_span_in_context(unit),
+                                          attributes={"offload.delegation_id": delegation_id})
+        recovery.add_event("recovery", {"offload.owner_pid": row.owner_pid or 0, "offload.status": "unknown"})
+        recovery.set_status(Status(StatusCode.ERROR, "recovered after its owner died"))
+        recovery.end()
+        unit.end(end_time=died_ns)
         self._remember(delegation_id, unit.get_span_context())
 
     def _unit_span_of(self, delegation_id: str, stored: dict[str, Any], row: Any) -> Span:
