@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -25,6 +25,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from offload.telemetry import genai_metrics
 
 PROPAGATOR = TraceContextTextMapPropagator()
+# Attributes that hold what a person or a model wrote (a subagent's task): exported only when the
+# GenAI conventions' opt-in for content says so, as message content would be.
+CONTENT_KEYS = frozenset({"goal"})
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+
+def content_wanted(environ: Mapping[str, str]) -> bool:
+    return environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
 _CONVENTION_NAMESPACES = ("gen_ai.", "server.")
 
 

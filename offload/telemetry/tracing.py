@@ -53,8 +53,8 @@ def wanted(environ: Mapping[str, str] = os.environ) -> bool:
 class _Tracing:
     """The observer: turns the engine's notifications into unit, delivery and recovery spans."""
 
-    def __init__(self, tracer: Tracer) -> None:
-        self.tracer = tracer
+    def __init__(self, tracer: Tracer, capture_content: bool = False) -> None:
+        self.tracer, self.capture_content = tracer, capture_content
         self.open: dict[str, Span] = {}  # running units
         self.deliveries: dict[str, Span] = {}  # delivery attempts in flight
         self.finished: OrderedDict[str, SpanContext] = OrderedDict()
@@ -194,6 +194,8 @@ class _Tracing:
     @contextmanager
     def span(self, name: str, attributes: dict[str, Any]) -> Iterator[sp.Handle]:
         delivers = [str(d) for d in attributes.pop("delivers", None) or ()]
+        if not self.capture_content:  # task text is content: exported only when asked for
+            attributes = {k: v for k, v in attributes.items() if k not in sp.CONTENT_KEYS}
         links = [trace.Link(context) for d in delivers if (context := self._unit_context(d)) is not None]
         name, kind, attributes = sp.start_kind(name, {**attributes, "delivers": delivers or None})
         with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes, links=links,
@@ -254,11 +256,12 @@ _remove: Any = None
 _exit_hook_registered = False
 
 
-def install(tracer: Tracer) -> None:
-    """Trace with ``tracer`` (tests pass one of a provider made by ``spans.tracer_provider``)."""
+def install(tracer: Tracer, environ: Mapping[str, str] = os.environ) -> None:
+    """Trace with ``tracer`` (tests pass one of a provider made by ``spans.tracer_provider``);
+    task text (``offload.goal``) only with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``."""
     global _active, _remove, _exit_hook_registered
     uninstall()
-    _active = _Tracing(tracer)
+    _active = _Tracing(tracer, capture_content=sp.content_wanted(environ))
     _remove = observers.add_observer(_active)
     observers.set_tracing(_active)
     if not _exit_hook_registered:

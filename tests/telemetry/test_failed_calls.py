@@ -2,7 +2,8 @@
 seen by a loopback OTLP receiver: a child whose server always answers 500 gives failed model
 spans (status ERROR, ``error.type=500``) and as many ``gen_ai.client.operation.duration`` points
 with ``error.type``; a successful call names the model and completion id the server answered
-with; no span, status or event carries the model endpoint's URL, only its host."""
+with; no span, status or event carries the model endpoint's URL, only its host; a subagent's
+task text is exported only when content capture is asked for."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,13 @@ from urllib.parse import urlsplit
 import pytest
 
 from offload import __version__
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from offload.agent.core import AIAgent
+from offload.engine import observers
+from offload.telemetry import tracing
+from offload.telemetry.spans import CAPTURE_CONTENT, tracer_provider
 from offload.testing.model_server import ScriptedModelServer, error_reply, rule_script, text_reply
 from tests.engine.conftest import wait_event
 
@@ -46,6 +53,8 @@ def test_failed_model_calls_are_counted_with_error_type_and_no_url_leaves_the_pr
     assert any(host in text for text in texts)  # the host is named ...
     assert not any("http://" in text for text in texts), texts  # ... never the URL
     assert {s.resource.get("service.version") for s in spans} == {__version__}
+    subagents = [s for s in spans if s.name == "offload.subagent"]
+    assert len(subagents) == 2 and not any("offload.goal" in s.attributes for s in subagents)  # content: opt-in
 
     points = receiver.wait_for_points(lambda got: any(p.attributes.get("error.type") for p in got))
     durations = [p for p in points if p.metric == "gen_ai.client.operation.duration"]
@@ -53,3 +62,20 @@ def test_failed_model_calls_are_counted_with_error_type_and_no_url_leaves_the_pr
     assert sum(p.count for p in durations if p.attributes.get("error.type") == "500") == len(failed)
     assert {p.attributes.get("gen_ai.response.model") for p in durations if "error.type" not in p.attributes} \
         == {"demo-model"}
+
+
+def test_task_text_is_exported_only_when_content_capture_is_asked_for():
+    exporter = InMemorySpanExporter()
+    provider = tracer_provider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        for environ, kept in (({}, False), ({CAPTURE_CONTENT: "true"}, True)):
+            tracing.install(provider.get_tracer("test"), environ)
+            with observers.span("offload.subagent", task_index=0, goal="summarise the secret plan"):
+                pass
+            (span,) = exporter.get_finished_spans()
+            exporter.clear()
+            assert ("offload.goal" in span.attributes) is kept and span.attributes["offload.task_index"] == 0
+    finally:
+        tracing.uninstall()
+        provider.shutdown()
