@@ -211,7 +211,7 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> Exporting | Non
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         from offload import __version__
-        from offload.telemetry import genai_metrics, tracing
+        from offload.telemetry import genai_metrics, tracing, unit_metrics
         from offload.telemetry.spans import tracer_provider
 
         found = exporters(environ)
@@ -230,4 +230,5 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> Exporting | Non
     tracing.install(provider.get_tracer("offload"))
     if meters is not None:
         genai_metrics.install(meters)
+        unit_metrics.install(meters)
     return exporting

@@ -36,7 +36,7 @@ from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from offload.engine import observers
 from offload.engine.states import NOT_COMPLETED
-from offload.telemetry import flush, genai_metrics, recovered
+from offload.telemetry import flush, genai_metrics, recovered, unit_metrics
 from offload.telemetry import spans as sp
 from offload.telemetry import tracing_wanted
 
@@ -87,8 +87,10 @@ class _Tracing:
         self._event(delegation_id, "child finished", {"offload.task_index": entry.get("task_index", -1),
                                                       "offload.status": str(entry.get("status"))})
 
-    def on_stalled(self, delegation_id: str, **_: Any) -> None:
-        self._event(delegation_id, "stall", {})
+    def on_stalled(self, delegation_id: str, quiet_s: float = 0.0, threshold_s: float = 0.0, in_tool: bool = False,
+                   **_: Any) -> None:
+        self._event(delegation_id, "stall", {"offload.quiet_s": float(quiet_s), "offload.threshold_s": float(threshold_s),
+                                             "offload.phase": "in_tool" if in_tool else "idle"})
 
     def on_interrupted(self, delegation_id: str, reason: str) -> None:
         self._event(delegation_id, "interrupt", {"offload.reason": reason})
@@ -275,6 +277,7 @@ def uninstall() -> None:
         _remove()
     observers.set_tracing(None)
     genai_metrics.uninstall()
+    unit_metrics.uninstall()
     _active, _remove = None, None
 
 

@@ -1,6 +1,6 @@
 """A loopback OTLP/HTTP receiver for tests: a real HTTP server on 127.0.0.1 that decodes each
 ``POST /v1/traces`` (protobuf ``ExportTraceServiceRequest``) into plain ``Span`` values, and each
-``POST /v1/metrics`` into the histogram ``Point`` values, as a collector would see them.
+``POST /v1/metrics`` into the histogram and counter ``Point`` values, as a collector would see them.
 
 ``OtlpReceiver().start()``; point ``OTEL_EXPORTER_OTLP_ENDPOINT`` at ``receiver.url``;
 ``receiver.wait_for(predicate)`` blocks until the spans received satisfy it (or fails with what
@@ -148,6 +148,10 @@ class OtlpReceiver:
                     for point in metric.histogram.data_points:
                         decoded.append(Point(metric.name, {a.key: _value(a.value) for a in point.attributes},
                                              point.count, point.sum))
+                    for point in metric.sum.data_points:  # a counter: its value is its count
+                        value = point.as_int if point.WhichOneof("value") == "as_int" else point.as_double
+                        decoded.append(Point(metric.name, {a.key: _value(a.value) for a in point.attributes},
+                                             int(value), value))
         with self._changed:
             self.points.extend(decoded)
             self._changed.notify_all()
