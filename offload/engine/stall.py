@@ -19,10 +19,11 @@ from offload.engine.events import stalled_result
 from offload.engine.log import logger
 from offload.engine.loop import Clock, Loop
 from offload.engine.observers import notify
-from offload.engine.monitor import UNREADABLE, Decisions, Observation, Stall, Thresholds, sweep
+from offload.engine.monitor import UNREADABLE, Decisions, Observation, Thresholds, sweep
 
 if TYPE_CHECKING:
     from offload.engine.engine import Delegations
+    from offload.engine.monitor import Stall
 
 
 MIN_CHECK_INTERVAL_S = 0.05
@@ -71,13 +72,14 @@ class StallLoop:
         policy = self.engine.policy()
         limits = Thresholds(policy.stall_idle_s, policy.stall_in_tool_s, policy.stall_grace_s)
         decisions = sweep(observations, now, limits)
-        for stall, interrupt_fn in self._apply(decisions, now):
-            _signal_stalled(stall, interrupt_fn)
+        stalls = {stall.delegation_id: stall for stall in decisions.stalled}
+        for delegation_id, interrupt_fn in self._apply(decisions, now):
+            _signal_stalled(stalls[delegation_id], interrupt_fn)
         for delegation_id in decisions.expired:
             self._force_stalled(delegation_id, limits.grace_s)
         return decisions.monitorable
 
-    def _apply(self, decisions: Decisions, now: float) -> list[tuple[Stall, Any]]:
+    def _apply(self, decisions: Decisions, now: float) -> list[tuple[str, Any]]:
         interrupts = []
         with self.engine.lock:
             for delegation_id, token in decisions.progressed.items():
@@ -90,7 +92,7 @@ class StallLoop:
                     continue  # finished while we sampled
                 record.update(status="stalling", _interrupted_at=now, _stall_quiet_seconds=stall.quiet_s,
                               _stall_threshold_seconds=stall.threshold_s, _stall_in_tool=stall.in_tool)
-                interrupts.append((stall, record.get("interrupt_fn")))
+                interrupts.append((stall.delegation_id, record.get("interrupt_fn")))
         return interrupts
 
     def _force_stalled(self, delegation_id: str, grace_s: float) -> None:
