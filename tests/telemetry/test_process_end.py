@@ -1,5 +1,5 @@
 """Telemetry survives how a process ends (issue 42, item 1), seen by a loopback OTLP receiver:
-an `offload run` told to stop (SIGTERM) or SIGKILLed seconds after it dispatched still leaves
+an `offload run` told to stop (SIGTERM, SIGHUP) or SIGKILLed seconds after it dispatched still leaves
 one connected trace once another process recovers its unit. The batch delay is set to a minute
 here, so whatever arrives was sent by the dispatch/turn flush or the signal handler, not by it."""
 from __future__ import annotations
@@ -60,14 +60,15 @@ def _assert_connected(tree: Tree, delegation_id: str) -> None:
     assert [s.attributes["offload.task_index"] for s in quick] == [0]  # flushed as it finished
 
 
-def test_sigterm_flushes_spans_and_metrics_then_ends_the_run_as_before(receiver):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_flushes_spans_and_metrics_then_ends_the_run_as_before(receiver, signum):
     proc = _owner(receiver)
     delegation_id = _dispatched_and_turned(receiver, proc)
     receiver.wait_for(lambda got: any(s.name == "offload.subagent" for s in got))  # the quick child is in
     assert "gen_ai.client.operation.duration" not in receiver.metric_names()  # metrics wait for a flush
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == -signal.SIGTERM, stderr  # died of the signal, as without a handler (shell: 143)
+    assert proc.returncode == -signum, stderr  # died of the signal, as without a handler (shell: 143, 129)
     points = receiver.wait_for_points(lambda got: any(p.metric == "gen_ai.client.operation.duration" for p in got),
                                       timeout_s=5)
     assert sum(p.count for p in points if p.metric == "gen_ai.client.operation.duration") >= 2  # the parent's calls
