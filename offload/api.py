@@ -104,8 +104,7 @@ class PublicApi:
         several in parallel, each ``{"goal": ..., "group": ..., "context": ..., "toolsets": [...]}``
         (tasks of one group report together). ``session``: where the results go (default: a new
         session id, in the handle). Raises ``RequestError`` for bad input; nothing is started then."""
-        if self.closed:
-            raise RequestError("this Offload is closed; open a new one (with Offload(...) as off:)")
+        _refuse_closed(self)
         if (goal is None) == (tasks is None):
             raise RequestError("delegate needs exactly one of goal='...' (one task) or tasks=[{'goal': ...}, ...]")
         session = _session_of(session)
@@ -130,10 +129,16 @@ class PublicApi:
         """Yield each result of ``session`` as it lands (including ones recorded by an earlier
         process on this ledger and not acknowledged), until nothing of the session is running
         in this ``Offload`` and nothing is waiting. ``timeout_s``: give up after this long with
-        ``TimeoutError`` naming what still runs. Acknowledge each with ``result.ack()``."""
-        inbox = self._api_state().inbox(self, _session_of(session))
+        ``TimeoutError`` naming what still runs. Acknowledge each with ``result.ack()``. Raises
+        ``RequestError`` on a closed ``Offload`` (what it would take stays pending for the next)."""
+        _refuse_closed(self)
+        return self._results(_session_of(session), timeout_s)
+
+    def _results(self: Offload, session: str, timeout_s: float | None) -> Iterator[Result]:
+        inbox = self._api_state().inbox(self, session)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            _refuse_closed(self)
             live = self._api_state().live_ids(self, inbox)  # BEFORE polling: a unit queues its event first
             ready = self._api_state().take(self, inbox)
             yield from ready
@@ -264,6 +269,11 @@ class _ApiState:
             handed, self.handed = list(self.handed.values()), {}
             self.parents.clear()
             return handed
+
+
+def _refuse_closed(off: Offload) -> None:
+    if off.closed:
+        raise RequestError("this Offload is closed; open a new one (with Offload(...) as off:)")
 
 
 def _session_of(session: str | None) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from offload.ledger import DelegationLedger, LedgerRow
 from offload.engine.liveness import owner_alive
-from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
+from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, stop_reason, unit_state
 
 
 def _number(value: Any) -> float | None:
@@ -110,6 +110,8 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None, ledger: Delegatio
             "owner_pid": row.owner_pid, "owner": owner_state(row, ledger),
             "owner_host": owner_host(row),
             "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),
+            "stop_reason": stop_reason(row.event) if row.state not in UNFINISHED else None,
+            "stall_quiet_s": (row.event or {}).get("stalled_after_quiet_seconds") if row.state not in UNFINISHED else None,
             "children": (_with_activity(children(row), (live or {}).get("children_activity") or [])
                          if row.state == "running" else children(row))}
 

@@ -13,7 +13,8 @@ from offload.exit_codes import ExitCode
 
 _ENDED = {ExitCode.INTERRUPTED: "interrupted", ExitCode.ENDPOINT: "the model endpoint failed",
           ExitCode.MODEL: "the model does not exist", ExitCode.ERROR: "a turn failed",
-          ExitCode.INCOMPLETE: "work was cut off (truncated)", ExitCode.SUBAGENTS_FAILED: "no subagent completed"}
+          ExitCode.INCOMPLETE: "work was cut off (truncated)", ExitCode.SUBAGENTS_FAILED: "no subagent completed",
+          ExitCode.STOPPED: "background work stopped early (stalled, or stopped by a user)"}
 
 
 def prompt_from_stdin(prompt: str | None, collecting: bool) -> str | None:

@@ -21,7 +21,7 @@ from offload.cli.result_summary import MARKS, task_lines
 from offload.cli.streams import same_destination
 from offload.engine.events import is_interim
 from offload.engine.states import child_state, unit_state
-from offload.render.notification import async_delegation_display_text
+from offload.render.notification import async_delegation_display_text, stop_note
 from offload.render.state_style import rich_style
 
 _GOAL_CHARS = 48
@@ -173,7 +173,9 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
     now = time.time() if now is None else now
 
     def status(rec: dict[str, Any]) -> str:
-        text = (f"{rec['state']}  finished {_age(rec['completed_at'], now)} ago  "
+        why = stop_note({"stop_reason": rec.get("stop_reason"), "status": rec["state"],
+                         "stalled_after_quiet_seconds": rec.get("stall_quiet_s")})
+        text = (f"{rec['state']}{f' ({why})' if why else ''}  finished {_age(rec['completed_at'], now)} ago  "
                 f"{rec['delivery_state']} (attempts {rec['delivery_attempts']})")
         if rec["delivery_state"] == "dropped" and rec.get("drop_reason"):
             return f"{text}  dropped: {rec['drop_reason']}"
@@ -291,6 +293,8 @@ class Ui:
             self._failure_notice(event)
             return
         title = async_delegation_display_text(event)
+        why = stop_note(event)
+        title += f" ({why})" if why else ""
         self.say(f"⇠ background result {delegation_id} landed{origin}: {title}", style="bold green")
         if full:
             self.console.print(Text(text, style="dim"), soft_wrap=True)

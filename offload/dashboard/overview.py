@@ -5,14 +5,19 @@ makes too), so they cost the same at
 100,000 rows as at ten, except ``running``, which counts the roster's own units (live status
 of this process's units and published activity of others', so a stalling unit counts as
 running and is named). Owners are the distinct owner processes of the roster's units.
-Invariant: a counter links to the history rows it counts (the same filter), so a number is
-never a dead end; nothing here writes.
+A unit that stopped early (the event's ``stop_reason``) is no failure: one the stall monitor
+stopped counts as stalled whatever its state (a child that honoured the interrupt ends
+``interrupted``), one a user stopped is named in the failed counter's note, not counted.
+Invariant: a counter links to the history rows it counts (the stalled counter's link shows the
+force-finalized ones; a stall-interrupted unit is found by its state), so a number is never a
+dead end; nothing here writes.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from offload.engine.states import LIVE_STATES, NOT_COMPLETED, QUEUED, STALLED, STALLING, UNFINISHED
+from offload.engine.states import (LIVE_STATES, NOT_COMPLETED, QUEUED, STALLED, STALLING, STOP_STALL, STOP_USER,
+                                   UNFINISHED)
 from offload.ledger import queries as ledger_queries
 from offload.ledger.tally import UnitCounts
 
@@ -30,7 +35,12 @@ def counters(counts: UnitCounts, units: list[dict[str, Any]]) -> list[dict[str, 
         return sum(n for (state, delivery), n in of.items() if keep(state, delivery))
     running = [u for u in units if u["status"] in LIVE_STATES]
     stalling = sum(1 for u in running if u["status"] == STALLING)
-    failed = {s: total(lambda state, _d, s=s: state == s, counts.recent) for s in FAILED_STATES}
+    stops = counts.recent_stops  # (state, stop_reason): units that stopped early are no failures
+    stopped_early = {s: sum(n for (state, _r), n in stops.items() if state == s) for s in FAILED_STATES}
+    failed = {s: total(lambda state, _d, s=s: state == s, counts.recent) - stopped_early[s] for s in FAILED_STATES}
+    stalled = total(lambda state, _d: state == STALLED, counts.recent) + sum(
+        n for (state, reason), n in stops.items() if reason == STOP_STALL and state != STALLED)
+    by_user = sum(n for (_s, reason), n in stops.items() if reason == STOP_USER)
     return [
         {"key": "running", "label": "running", "value": len(running), "tone": "active", "href": "/history?state=running",
          "note": f"{stalling} stalling" if stalling else ""},
@@ -41,9 +51,10 @@ def counters(counts: UnitCounts, units: list[dict[str, Any]]) -> list[dict[str, 
          "note": "finished, not yet acknowledged"},
         {"key": "failed", "label": "failed, last hour", "value": sum(failed.values()), "tone": "bad",
          "href": "/history?age=1h&state=" + ",".join(FAILED_STATES),
-         "note": ", ".join(f"{n} {s}" for s, n in failed.items() if n)},
+         "note": ", ".join(f"{n} {s}" for s, n in failed.items() if n),
+         "aside": f"not counted: {by_user} stopped by a user" if by_user else ""},
         {"key": "stalled", "label": "stalled, last hour", "tone": "bad", "href": "/history?age=1h&state=stalled",
-         "value": total(lambda state, _d: state == STALLED, counts.recent), "note": "given up by the stall monitor"},
+         "value": stalled, "note": "stopped by the stall monitor: no progress"},
     ]
 
 

@@ -11,7 +11,9 @@ the claim lease at the latest when its death cannot be told.
 Who delivers a result is decided by its claim, not by who ran or dispatched it: every consumer
 is offered every deliverable row, and a consumer of the row's session claims it. The one row
 not offered is one this very process finished and nobody has claimed yet: its event is on this
-process's bus already. So a result run by an ``offload worker`` (which never delivers), or by
+process's bus already. "This process" means this ``Deliveries``' runtime (``on_our_bus``): a
+second ``Offload`` on the same home in one process is offered what a first one (closed, or
+still open but done consuming) left pending, as another process would be. So a result run by an ``offload worker`` (which never delivers), or by
 an owner that is alive but consumes nothing, reaches whichever consumer of its session is live.
 Replay never creates a ledger, runs only when a consumer asks (never at import), recovers rows
 whose owner died, and drops rows past the replay age cap or the attempt budget (they stay
@@ -46,14 +48,38 @@ def is_this_process(pid: int | None, started_at: int | None) -> bool:
     return pid == own_pid and (started_at is None or own_started is None or started_at == own_started)
 
 
+class RecentIds:
+    """The last ``keep`` ids added, for membership tests (a long-lived runtime forgets the
+    oldest; one forgotten while still pending is offered to its bus again, and its claim
+    keeps that a duplicate of nothing)."""
+
+    def __init__(self, keep: int) -> None:
+        self._ids: dict[str, None] = {}
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def add(self, item: str) -> None:
+        with self._lock:
+            self._ids.pop(item, None)
+            self._ids[item] = None
+            while len(self._ids) > self._keep:
+                del self._ids[next(iter(self._ids))]
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids
+
+
 class Deliveries:
     def __init__(self, *, ledger: Callable[[], DelegationLedger], owner_alive: OwnerAlive,
                  policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
-                 is_me: OwnerAlive = is_this_process) -> None:
+                 is_me: OwnerAlive = is_this_process,
+                 on_our_bus: Callable[[str], bool] = lambda delegation_id: True) -> None:
         """``owner_alive(pid, started)``: the local liveness check, for recovery and for claim
-        holders; ``is_me``: whether an owner is this process, whose finished units are on its
-        own bus already."""
+        holders; ``is_me``: whether an owner is this process; ``on_our_bus(delegation_id)``:
+        whether this runtime's own engine published that unit's event on the bus consumers
+        here read (a unit another runtime of this process ran is not)."""
         self.ledger, self.owner_alive, self.policy, self.is_me = ledger, owner_alive, policy, is_me
+        self.on_our_bus = on_our_bus
         self.health = health or LedgerHealth()
         self._last_sweep: dict[str, float] = {}
         self._last_claim_check: dict[str, float] = {}
@@ -204,8 +230,8 @@ class Deliveries:
                                "Their results arrive with the orphan sweep instead.")
 
     def _should_offer(self, ledger: DelegationLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
-        if row.delivery_claimed_at is None and ledger.owned_here(row, self.is_me):
-            return False  # this process finished it and nobody claimed it: its event is on our bus
+        if row.delivery_claimed_at is None and ledger.owned_here(row, self.is_me) and self.on_our_bus(row.delegation_id):
+            return False  # this runtime finished it and nobody claimed it: its event is on our bus
         if row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - self.policy().claim_lease_s:
             # Its holder is delivering it; offered again once that claim lapses or its holder dies.
             return ledger.claim_abandoned(row, self.owner_alive) and self._release_dead_claim(ledger, row, now)
@@ -313,6 +339,13 @@ class Deliveries:
         if not claim_id or not _claimable(evt):
             return ""
         return self.release(evt["delegation_id"], claim_id, why)
+
+    def defer_event(self, evt: dict[str, Any], claim_id: str | None) -> bool:
+        """Give a claim back without spending an attempt (the consumer, not the result, failed:
+        its model endpoint is down)."""
+        if not claim_id or not _claimable(evt):
+            return False
+        return self._told(evt["delegation_id"], "deferred", self.defer(evt["delegation_id"], claim_id))
 
     def _told(self, delegation_id: str, outcome: str, changed: Any) -> Any:
         return _told(delegation_id, outcome, changed, self.ledger)

@@ -24,7 +24,7 @@ KINDS = (
     "dispatched",  # record=
     "started",  # record=; called on the worker thread inside the unit's context, before the runner
     "child_recorded",  # entry=
-    "finalized",  # record=, status=, event=
+    "finalized",  # record=, status=, stop_reason= ("stall" | "user" | None: states.STOP_REASONS)
     "stalled",  # quiet_s=, threshold_s=, in_tool=
     "interrupted",  # reason=
     "recovered",  # row=, event=, ledger= (the provider of the ledger it was recovered from)

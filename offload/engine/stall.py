@@ -19,6 +19,7 @@ from offload.engine.events import stalled_result
 from offload.engine.log import logger
 from offload.engine.loop import Clock, Loop
 from offload.engine.observers import notify
+from offload.engine.states import STOP_STALL
 from offload.engine.monitor import UNREADABLE, Decisions, Observation, Thresholds, sweep
 
 if TYPE_CHECKING:
@@ -90,7 +91,8 @@ class StallLoop:
                 record = self.engine.records.get(stall.delegation_id)
                 if record is None or record["status"] != "running":
                     continue  # finished while we sampled
-                record.update(status="stalling", _interrupted_at=now, _stall_quiet_seconds=stall.quiet_s,
+                record.update(status="stalling", _interrupted_at=now, _stop_reason=STOP_STALL,
+                              _stall_quiet_seconds=stall.quiet_s,
                               _stall_threshold_seconds=stall.threshold_s, _stall_in_tool=stall.in_tool)
                 interrupts.append((stall.delegation_id, record.get("interrupt_fn")))
         return interrupts

@@ -304,6 +304,27 @@ def test_unit_counts_since_count_the_rows_that_finished_recently_in_the_same_rea
     assert ledger.unit_counts().recent == {} and ledger.unit_counts().rows == counts.rows  # no since: none recent
 
 
+def test_unit_counts_since_count_the_recent_early_stops_by_their_reason(ledger):
+    """The overview's stalled / failed counters read the event's ``stop_reason`` (issue 41)."""
+    def stopped(delegation_id: str, status: str, reason: str | None, completed_at: float = T0 + 100) -> None:
+        row = dispatch_row(delegation_id)
+        ledger.persist_dispatch(row, T0)
+        event = {**event_for(row, status, completed_at), "stop_reason": reason,
+                 "summary": 'quoting "stop_reason": "user" in a summary counts nothing'}
+        ledger.persist_completion(row, event, {"status": status}, completed_at)
+    stopped("deleg_stall_honoured", "interrupted", "stall")
+    stopped("deleg_stall_given_up", "stalled", "stall")
+    stopped("deleg_user_stop", "interrupted", "user")
+    stopped("deleg_plain_failure", "failed", None)
+    stopped("deleg_old_stop", "interrupted", "user", completed_at=T0 + 10)
+    stopped("deleg_completed_anyway", "completed", "user")
+
+    counts = ledger.unit_counts(since=T0 + 50)
+
+    assert counts.recent_stops == {("interrupted", "stall"): 1, ("stalled", "stall"): 1, ("interrupted", "user"): 1}
+    assert ledger.unit_counts().recent_stops == {}
+
+
 def test_unit_counts_since_of_an_empty_ledger_are_empty(ledger):
     counts = ledger.unit_counts(since=T0)
     assert (counts.rows, counts.recent, counts.pruned) == ({}, {}, {})
