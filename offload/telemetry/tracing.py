@@ -95,13 +95,14 @@ class _Tracing:
     def on_interrupted(self, delegation_id: str, reason: str) -> None:
         self._event(delegation_id, "interrupt", {"offload.reason": reason})
 
-    def on_finalized(self, delegation_id: str, record: dict[str, Any], status: str, **_: Any) -> None:
+    def on_finalized(self, delegation_id: str, record: dict[str, Any], status: str, stop_reason: str | None = None,
+                     **_: Any) -> None:
         with self.lock:
             span = self.open.pop(delegation_id, None)
         if span is None:
             return
-        span.add_event("result", {"offload.status": status})
-        span.set_attribute("offload.status", status)
+        span.add_event("result", sp.clean({"status": status, "stop_reason": stop_reason}))
+        span.set_attributes(sp.clean({"status": status, "stop_reason": stop_reason}))
         if status in NOT_COMPLETED:  # a partial unit too: some of its children did not complete
             span.set_status(Status(StatusCode.ERROR, status))
         span.end()

@@ -3,7 +3,8 @@ an `offload run` whose child hangs mid-stream, with a 2 s stall threshold and th
 check interval, interrupts it within a fraction of the threshold (the check cadence fits the
 threshold), the unit span's ``stall`` event says how long the child was quiet and in which phase,
 and the ``offload.stalls`` counter pushed over OTLP counts it although the child honoured the
-interrupt (the unit finishes ``interrupted``)."""
+interrupt (the unit finishes ``interrupted``, with ``stop_reason`` ``stall``: issue 41), as does
+``offload_ledger_stalled_units`` on ``/metrics``, read from the ledger."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,10 @@ import sys
 
 import pytest
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from offload.dashboard import metrics as dashboard_metrics
+from offload.runtime import Offload
 from offload.testing.model_server import hang_reply, text_reply
 from tests.e2e.conftest import cli_env, scripted_parent, workspace, write_config  # noqa: F401 - fixtures
 
@@ -37,6 +42,12 @@ def test_a_stall_with_a_short_threshold_is_seen_in_time_and_counted(model_server
     assert stall["offload.phase"] == "idle" and stall["offload.threshold_s"] == THRESHOLD_S
     # seen within a quarter of the threshold past it (before: up to one 30 s interval late)
     assert THRESHOLD_S <= stall["offload.quiet_s"] <= THRESHOLD_S * 1.25 + 1.0, stall
+    assert unit.attributes["offload.stop_reason"] == "stall" and unit.attributes["offload.status"] == "interrupted"
     points = receiver.wait_for_points(lambda got: any(p.metric == "offload.stalls" for p in got))
     assert [(p.attributes, p.count) for p in points if p.metric == "offload.stalls"] == [
         ({"offload.stall.phase": "idle"}, 1)]
+    # /metrics, read from the ledger by any process on it, counts the stall too
+    with Offload(home=_isolated_hermes_home) as off:
+        scraped = dashboard_metrics.exposition(dashboard_metrics.registry(off)).decode()
+    gauges = {s.name: s.value for f in text_string_to_metric_families(scraped) for s in f.samples}
+    assert gauges["offload_ledger_stalled_units"] == 1
