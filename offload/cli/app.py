@@ -364,10 +364,12 @@ def _user_error(exc: Exception) -> str | None:
 
 
 def _install_tracing() -> None:
-    """OpenTelemetry traces when the standard OTEL_* variables ask for them (docs/telemetry.md)."""
+    """OpenTelemetry traces when the standard OTEL_* variables ask for them (docs/telemetry.md);
+    SIGTERM and SIGHUP export what has ended before they end the command (a worker's and the
+    gateway's own SIGTERM handlers replace this one: they drain, and exit flushes)."""
     from offload.telemetry import install_tracing_from_env
 
-    install_tracing_from_env()
+    install_tracing_from_env(flush_on_signals=True)
 
 
 _COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")

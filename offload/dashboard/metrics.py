@@ -25,7 +25,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from offload.engine.liveness import owner_alive
-from offload.engine.states import QUEUED, RUNNING, STALLED, TERMINAL_UNIT_STATES, UNFINISHED, UNKNOWN, unit_state
+from offload.engine.states import (QUEUED, RUNNING, STALLED, STOP_STALL, TERMINAL_UNIT_STATES, UNFINISHED, UNKNOWN,
+                                   unit_state)
 from offload.ledger import queries as ledger_queries
 from offload.ledger.tally import UnitCounts
 from offload.telemetry import metrics as live_metrics
@@ -46,7 +47,7 @@ class LedgerCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         try:
             ledger = self.runtime.ledger()
-            counts = ledger_queries.unit_counts(ledger)
+            counts = ledger_queries.unit_counts(ledger, since=0.0)  # since: the early stops by stop_reason too
             died = sum(1 for row in ledger_queries.running_rows(ledger) if ledger.is_abandoned(row, owner_alive))
         except Exception as exc:  # a scrape must still answer; the error is visible as a counter
             live_metrics.ledger_error(getattr(exc, "kind", "error"))
@@ -109,8 +110,11 @@ def _gauges(counts: UnitCounts, died: int) -> Iterator[GaugeMetricFamily]:
                             value=counts.delivery_attempts)
     yield GaugeMetricFamily("offload_ledger_recovered_units", "Units recovered after their owner process died "
                             "(state unknown)", value=sum(n for (s, _d), n in now.items() if s == UNKNOWN))
-    yield GaugeMetricFamily("offload_ledger_stalled_units", "Units reported stalled",
-                            value=sum(n for (s, _d), n in now.items() if s == STALLED))
+    # a stall whose child honoured the interrupt finishes interrupted: its stop_reason says stall
+    stopped = sum(n for (s, reason), n in counts.recent_stops.items() if reason == STOP_STALL and s != STALLED)
+    yield GaugeMetricFamily("offload_ledger_stalled_units", "Units the stall monitor stopped: given up (stalled) or "
+                            "interrupted for lack of progress (stop_reason stall)",
+                            value=stopped + sum(n for (s, _d), n in now.items() if s == STALLED))
 
 
 def registry(off: Offload) -> CollectorRegistry:

@@ -87,7 +87,7 @@ class Deliveries:
             event, result = recovered_event(row, now, hints[cwd])
             if ledger.settle_abandoned(row.delegation_id, event, result, now):
                 settled.append(row.delegation_id)
-                notify("recovered", row.delegation_id, row=row, event=event)
+                notify("recovered", row.delegation_id, row=row, event=event, ledger=self.ledger)
                 logger.warning("Recovered delegation %s whose owner (pid %s) exited mid-run: %s",
                                row.delegation_id, row.owner_pid, event["error"])
         return settled
