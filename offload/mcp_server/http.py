@@ -13,10 +13,12 @@ Invariants, each applied before a request reaches the SDK:
   loopback too: any local process (a prompt-injected child's command among them) could
   otherwise start subagents or answer approvals. Accepted: ``$OFFLOAD_MCP_TOKEN`` when set,
   else any token of the home's store (``offload.token_store``: the operator's and each named
-  client's); the accepting token's name is put in ``scope["state"]["offload_token"]``. The 401
+  client's); the accepting token's name is put in ``scope["state"]["offload_token"]``, and
+  ``offload_token_live`` re-checks that token, so a long request notices a revocation. The 401
   keeps ``WWW-Authenticate: Bearer``, and the OAuth discovery it starts in some clients
   (``/.well-known/...``) fails at once with a 404 saying to send the token. The token is the
-  outer boundary between clients, namespaces sit inside it.
+  boundary between clients: each is its own namespace (``namespaces``), whatever name the
+  client reports.
 """
 from __future__ import annotations
 
@@ -106,7 +108,8 @@ class BearerGuard:
             await NO_OAUTH(scope, receive, send)
             return
         if scope["type"] == "http":
-            name = self._caller(Headers(scope=scope))
+            offered = self._offered(Headers(scope=scope))
+            name = self.verify(offered) if offered else None
             if name is None:
                 refusal = PlainTextResponse(
                     f"401: this MCP server needs Authorization: Bearer <token> (${ENV_TOKEN} if the server was "
@@ -114,12 +117,15 @@ class BearerGuard:
                     "`offload token add NAME`)\n", status_code=401, headers={"WWW-Authenticate": "Bearer"})
                 await refusal(scope, receive, send)
                 return
-            scope.setdefault("state", {})["offload_token"] = name
+            state = scope.setdefault("state", {})
+            state["offload_token"] = name  # the request's namespace (mcp_server.namespaces)
+            state["offload_token_live"] = lambda: self.verify(offered) == name  # a long wait re-checks it
         await self.app(scope, receive, send)
 
-    def _caller(self, headers: Headers) -> str | None:
+    @staticmethod
+    def _offered(headers: Headers) -> str | None:
         scheme, _, value = (headers.get("authorization") or "").partition(" ")
-        return self.verify(value.strip()) if scheme.lower() == "bearer" and value.strip() else None
+        return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
 def http_app(server: MCPServer, host: str, verify: Verifier, allowed_hosts: Iterable[str] = ()) -> ASGIApp:
