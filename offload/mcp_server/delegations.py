@@ -3,9 +3,10 @@ wait for, list and stop the delegations it started, all from the ledger.
 
 Invariants:
 - every delegation belongs to a namespace (which one a request has is ``namespaces``'s
-  decision), stored as its origin session key (``mcp:<namespace>``); every read, id prefixes included, sees only rows of that namespace
-  (``all_namespaces`` lifts the filter for an operator), so an unrelated client can neither see
-  nor touch them;
+  decision), stored as its origin session key (``mcp:<namespace>``); every read, id prefixes
+  included, sees only rows of that namespace (``all_namespaces`` lifts the filter for an
+  operator), so an unrelated client can neither see nor touch them; a scope whose token was
+  revoked reads nothing (``Scope.check``);
 - what a caller reads comes from the ledger, never from this process's memory, so an id
   dispatched by a server that was killed is answered by the next one (its row is recovered,
   finished children keep their real results), never "no such delegation";

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from offload import token_store
 from offload.errors import CliError
 from offload.http_security import HostCheck, HostGuard
+from offload.mcp_server.namespaces import STATE_LIVE, STATE_TOKEN
 
 MCP_PATH = "/mcp"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -118,8 +119,8 @@ class BearerGuard:
                 await refusal(scope, receive, send)
                 return
             state = scope.setdefault("state", {})
-            state["offload_token"] = name  # the request's namespace (mcp_server.namespaces)
-            state["offload_token_live"] = lambda: self.verify(offered) == name  # a long wait re-checks it
+            state[STATE_TOKEN] = name  # the request's namespace (mcp_server.namespaces)
+            state[STATE_LIVE] = lambda: self.verify(offered) == name  # a long wait re-checks it
         await self.app(scope, receive, send)
 
     @staticmethod
