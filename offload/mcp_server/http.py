@@ -8,7 +8,8 @@ Invariants, each applied before a request reaches the SDK:
   the server's own port, so a page on another site, or another service on localhost, cannot
   drive the server from a browser;
 - sessions: an idle one expires after ``SESSION_IDLE_S`` (longer than the longest wait), so
-  clients that vanish do not accumulate; no namespace depends on a session;
+  clients that vanish do not accumulate; no namespace depends on a session, and a session is
+  used with the token that opened it only (``SessionGuard``);
 - token: every request carries ``Authorization: Bearer TOKEN`` (compared in constant time), on
   loopback too: any local process (a prompt-injected child's command among them) could
   otherwise start subagents or answer approvals. Accepted: ``$OFFLOAD_MCP_TOKEN`` when set,
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import hmac
 import socket
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
@@ -32,7 +34,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from offload import token_store
 from offload.errors import CliError
@@ -129,13 +131,58 @@ class BearerGuard:
         return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
+SESSION_HEADER = "mcp-session-id"
+FOREIGN_SESSION = PlainTextResponse("404: session not found for this token (a session belongs to the token that "
+                                    "opened it); start a new session with initialize\n", status_code=404)
+
+
+class SessionGuard:
+    """ASGI middleware behind ``BearerGuard``: an HTTP session (``Mcp-Session-Id``) is used with
+    the token that opened it only, so a client that learned another's session id can neither read
+    its stream nor answer its questions; another token's request gets the 404 a client meets for
+    an expired session (it starts a new one). Owners idle past ``SESSION_IDLE_S`` are forgotten."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.owners: dict[str, tuple[str, float]] = {}  # session id -> (token name, last seen, monotonic s)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        name, now = scope["state"][STATE_TOKEN], time.monotonic()
+        session = Headers(scope=scope).get(SESSION_HEADER)
+        if session is not None:
+            owner = self.owners.get(session)
+            if owner is not None and owner[0] != name:
+                await FOREIGN_SESSION(scope, receive, send)
+                return
+            if owner is not None:
+                self.owners[session] = (name, now)
+            await self.app(scope, receive, send)
+            return
+
+        async def recording(message: Message) -> None:  # a new session's id: bind it to this token
+            if message["type"] == "http.response.start":
+                opened = Headers(raw=message.get("headers") or []).get(SESSION_HEADER)
+                if opened is not None:
+                    self._bind(opened, name, now)
+            await send(message)
+        await self.app(scope, receive, recording)
+
+    def _bind(self, session: str, name: str, now: float) -> None:
+        if len(self.owners) % 256 == 255:
+            self.owners = {k: v for k, v in self.owners.items() if now - v[1] < SESSION_IDLE_S}
+        self.owners[session] = (name, now)
+
+
 def http_app(server: MCPServer, host: str, verify: Verifier, allowed_hosts: Iterable[str] = ()) -> ASGIApp:
     """The SDK's Streamable HTTP app at ``/mcp`` behind the Host, Origin and token checks (the
     SDK's own header check is off: ours is the one offload applies everywhere)."""
     hosts = HostCheck(host, allowed_hosts)
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host, session_idle_timeout=SESSION_IDLE_S,
                                      transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return HostGuard(OriginGuard(BearerGuard(app, verify), hosts), hosts)
+    return HostGuard(OriginGuard(BearerGuard(SessionGuard(app), verify), hosts), hosts)
 
 
 def serve_http(server: MCPServer, host: str, port: int, verify: Verifier, allowed_hosts: Iterable[str] = (),

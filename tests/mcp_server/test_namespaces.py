@@ -1,13 +1,15 @@
 """Namespaces bound to a credential (issue 43 point 7): over Streamable HTTP each named token of
 the home's store is its own namespace whatever name its client reports, the operator token is
-one namespace (``--namespace`` or ``token:operator``) and alone gets ``--all-namespaces``, and a
-revoked token's wait in flight is refused without acknowledging; over stdio ``--namespace``
-(or the client's name and directory) still decides, so a restarted client finds its delegations."""
+one namespace (``--namespace`` or ``token:operator``) and alone gets ``--all-namespaces``, a
+revoked token's wait in flight is refused without acknowledging, and a session serves only the
+token that opened it; over stdio ``--namespace`` (or the client's name and directory) still
+decides, so a restarted client finds its delegations."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from offload.mcp_server.tasks_client import CreateTaskResult, TasksClient, cancel_task, get_task
@@ -159,3 +161,21 @@ def test_stdio_a_restarted_client_with_the_same_namespace_finds_its_delegations(
         async with mcp_client(tmp_path, "--namespace", "project-y", model=model, name="alpha") as other:
             assert _ids(await call(other, "list_delegations")) == []
     anyio.run(body)
+
+
+def test_a_session_is_used_with_the_token_that_opened_it_only(served):
+    server, tokens = served
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "alpha", "version": "1"}}}
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": "2025-06-18"}
+    with httpx.Client(timeout=10) as raw:
+        opened = raw.post(server.url, json=initialize, headers={**headers, "Authorization": f"Bearer {tokens['a']}"})
+        assert opened.status_code == 200, opened.text
+        session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+        stolen = raw.post(server.url, json=ping, headers={**session, "Authorization": f"Bearer {tokens['b']}"})
+        assert stolen.status_code == 404 and "belongs to the token that opened it" in stolen.text
+        own = raw.post(server.url, json=ping, headers={**session, "Authorization": f"Bearer {tokens['a']}"})
+        assert own.status_code == 200, own.text
