@@ -59,7 +59,7 @@ class MemorySideTables:
                          if since is not None and r["completed_at"] is not None and r["completed_at"] >= since)
         stops = Counter((r["state"], reason) for r in rows
                         if since is not None and r["completed_at"] is not None and r["completed_at"] >= since
-                        and r["state"] != "completed" and (reason := _stop_reason(r.get("event_json"))))
+                        and r["state"] != "completed" and (reason := stop_reason_of(r.get("event_json"))))
         return UnitCounts(dict(by_state), pruned, sum(r["delivery_attempts"] for r in rows), dict(recent), dict(stops))
 
     def append_journal(self, entries: list[JournalEntry]) -> None:
@@ -79,6 +79,6 @@ class MemorySideTables:
             del self.store.approvals[request_id]
 
 
-def _stop_reason(event_json: str | None) -> str | None:
+def stop_reason_of(event_json: str | None) -> str | None:
     reason = (loads(event_json) or {}).get("stop_reason") if event_json else None
     return str(reason) if reason else None

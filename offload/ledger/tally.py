@@ -4,7 +4,10 @@ delivery state), now, finished recently, and ever.
 Counters must never go down, but ``prune`` deletes settled rows. So prune adds every row it
 deletes to ``offload_pruned_units`` (one row per (state, delivery state), made by the first
 prune that deletes anything, in prune's own transaction), and a count over the ledger's life is
-the rows there now plus the pruned ones. A read is two aggregate statements (one GROUP BY over
+the rows there now plus the pruned ones. A unit the stall monitor stopped (its event's
+``stop_reason`` is ``stall``) is tallied as ``stalled`` whatever its row's state (mostly
+``interrupted``: the child honoured the interrupt), as ``/metrics`` counts it, so the stall
+stays counted after prune; units an older version pruned were tallied by their row's state. A read is two aggregate statements (one GROUP BY over
 the delegation table, one read of a table of a few rows): what a scrape costs does not grow
 with the rows fetched into Python, and no row limit caps a figure. The same GROUP BY counts,
 per key, the rows that finished at or after a given time (the overview's "failed in the last
@@ -20,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from offload.engine.states import COMPLETED, STALLED, STOP_STALL
 from offload.ledger.delivery_sql import POSTGRES, SQLITE, Dialect
 
 PRUNED_TABLE = "offload_pruned_units"
@@ -59,7 +63,7 @@ class TallySql:
     by_state_since: str  # (since,) -> the same, the last column the rows finished at or after since
     pruned: str  # () -> (state, delivery_state, units)
     stops_since: str  # (since,) -> (state, stop_reason, units) of the early stops finished at or after since
-    returning: str  # appended to prune's DELETE statements: the deleted rows' keys
+    returning: str  # appended to prune's DELETE statements: the deleted rows' keys and stop reasons
 
     @classmethod
     def for_dialect(cls, dialect: Dialect, text: str, integer: str, reason: str) -> "TallySql":
@@ -74,7 +78,7 @@ class TallySql:
             by_state_since=dialect.render(_BY_STATE.format(recent="sum(CASE WHEN completed_at >= ? THEN 1 ELSE 0 END)")),
             pruned=f"SELECT state, delivery_state, units FROM {PRUNED_TABLE}",
             stops_since=dialect.render(_STOPS.format(reason=reason)),
-            returning=" RETURNING state, delivery_state")
+            returning=f" RETURNING state, delivery_state, {reason}")
 
 
 # The event's stop_reason, read only from the rows finished in the window (the completed_at
@@ -89,9 +93,15 @@ POSTGRES_TALLY = TallySql.for_dialect(
     POSTGRES, "text", "bigint", r"""substring(event_json from '"stop_reason":\s*"([a-z]+)"')""")
 
 
+def tallied_state(state: str, reason: str | None) -> str:
+    """The state a row is tallied (and counted finished) under: ``stalled`` when the stall
+    monitor stopped it, else its own."""
+    return STALLED if reason == STOP_STALL and state != COMPLETED else state
+
+
 def pruned_keys(deleted: Iterable[Iterable[Any]]) -> Counter[Key]:
-    """The (state, delivery_state) of each row a ``DELETE … RETURNING`` removed, counted."""
-    return Counter((str(state), str(delivery)) for state, delivery in deleted)
+    """The (tallied state, delivery_state) of each row a ``DELETE … RETURNING`` removed, counted."""
+    return Counter((tallied_state(str(state), reason), str(delivery)) for state, delivery, reason in deleted)
 
 
 def add_pruned(execute: Callable[..., Any], sql: TallySql, keys: Counter[Key]) -> None:

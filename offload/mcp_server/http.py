@@ -140,10 +140,11 @@ class SessionGuard:
     """ASGI middleware behind ``BearerGuard``: an HTTP session (``Mcp-Session-Id``) is used with
     the token that opened it only, so a client that learned another's session id can neither read
     its stream nor answer its questions; another token's request gets the 404 a client meets for
-    an expired session (it starts a new one). Owners idle past ``SESSION_IDLE_S`` are forgotten."""
+    an expired session (it starts a new one). Owners idle past ``idle_s`` (the sessions' own
+    idle time) are forgotten."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, idle_s: float = SESSION_IDLE_S) -> None:
+        self.app, self.idle_s = app, idle_s
         self.owners: dict[str, tuple[str, float]] = {}  # session id -> (token name, last seen, monotonic s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -172,17 +173,20 @@ class SessionGuard:
 
     def _bind(self, session: str, name: str, now: float) -> None:
         if len(self.owners) % 256 == 255:
-            self.owners = {k: v for k, v in self.owners.items() if now - v[1] < SESSION_IDLE_S}
+            self.owners = {k: v for k, v in self.owners.items() if now - v[1] < self.idle_s}
         self.owners[session] = (name, now)
 
 
-def http_app(server: MCPServer, host: str, verify: Verifier, allowed_hosts: Iterable[str] = ()) -> ASGIApp:
+def http_app(server: MCPServer, host: str, verify: Verifier, allowed_hosts: Iterable[str] = (),
+             session_idle_s: float = SESSION_IDLE_S) -> ASGIApp:
     """The SDK's Streamable HTTP app at ``/mcp`` behind the Host, Origin and token checks (the
-    SDK's own header check is off: ours is the one offload applies everywhere)."""
+    SDK's own header check is off: ours is the one offload applies everywhere); a session with
+    no request in flight (no call served, no open stream) for ``session_idle_s`` is ended by
+    the SDK, and its id then answers 404."""
     hosts = HostCheck(host, allowed_hosts)
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host, session_idle_timeout=SESSION_IDLE_S,
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host, session_idle_timeout=session_idle_s,
                                      transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return HostGuard(OriginGuard(BearerGuard(SessionGuard(app), verify), hosts), hosts)
+    return HostGuard(OriginGuard(BearerGuard(SessionGuard(app, session_idle_s), verify), hosts), hosts)
 
 
 def serve_http(server: MCPServer, host: str, port: int, verify: Verifier, allowed_hosts: Iterable[str] = (),

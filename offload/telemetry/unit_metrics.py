@@ -3,7 +3,7 @@ happens (next to the GenAI metrics, ``export``): ``offload.stalls``, one per uni
 found without progress past its threshold and interrupted, by ``offload.stall.phase`` (``idle``
 | ``in_tool``) -- whether the child then honoured the interrupt (the unit finalizes
 ``interrupted``) or not (``stalled`` after the grace). Prometheus' ``offload_stalls_total``
-counts the same in the dashboard's own process only.
+counts the same units from the ledger, once each has finished.
 
 Off until ``install`` is given a ``MeterProvider``; then an engine observer costs one branch per
 notification and one counter update per stall.

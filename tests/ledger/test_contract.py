@@ -689,6 +689,25 @@ def test_units_pruned_stay_counted_so_counters_never_go_down(ledger_factory):
     assert counts.ever() == before
 
 
+def test_prune_tallies_a_unit_the_stall_monitor_stopped_as_stalled(ledger_factory):
+    """``/metrics`` counts a unit stopped by a stall (``stop_reason`` stall) as ``stalled``
+    whatever state it finished in, so prune tallies it so and the count never moves (issue 42)."""
+    ledger = ledger_factory()
+    for delegation_id, status, reason in (("deleg_honoured", "interrupted", "stall"), ("deleg_given_up", "stalled", "stall"),
+                                          ("deleg_user", "interrupted", "user"), ("deleg_done", "completed", None)):
+        row = dispatch_row(delegation_id)
+        ledger.persist_dispatch(row, T0)
+        event = {**event_for(row, status, T0 + 100), "stop_reason": reason,
+                 "summary": 'quoting "stop_reason": "stall" in a summary counts nothing'}
+        ledger.persist_completion(row, event, {"status": status}, T0 + 100)
+        ledger.mark_delivered(delegation_id, T0 + 100)
+
+    assert ledger.prune(T0 + 10**6, retention_s=0, max_settled=0) == 4
+
+    assert ledger_factory().unit_counts().pruned == {("stalled", "delivered"): 2, ("interrupted", "delivered"): 1,
+                                                     ("completed", "delivered"): 1}
+
+
 # -- instances and concurrency ------------------------------------------------------------------------
 def test_a_second_instance_sees_what_the_first_wrote(ledger_factory):
     first, second = ledger_factory(), ledger_factory()
