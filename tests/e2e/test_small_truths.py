@@ -38,3 +38,22 @@ def test_the_gateways_help_does_not_say_it_needs_allowed_chat_ids():
     text = " ".join(offload("gateway", "--help").stdout.split())
     assert "Needs gateway.telegram.allowed_chat_ids" not in text
     assert "it serves no chat: write to the bot and it answers with your chat's id" in text
+
+
+def test_inbox_after_a_crash_says_the_recovery_once(cli, model_server, write_config, _isolated_hermes_home):
+    from offload.testing.model_server import hang_reply, text_reply
+    from tests.e2e.conftest import HANDLE_RE, scripted_parent
+
+    server = model_server(scripted_parent(child=lambda r: hang_reply("working; "), delegate={"goal": "slow work"},
+                                          after_tool=text_reply("Started it in the background.")))
+    write_config(server)
+    run = cli("run", "go")
+    did = run.wait_for(HANDLE_RE).group(1)
+    run.wait_for(r"agent> Started it")
+    run.kill()  # SIGKILL while the child is still running: its row stays `running` with a dead owner
+    done = offload("inbox", HERMES_HOME=str(_isolated_hermes_home))
+    assert done.returncode == 0, done
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "recovered" in line.lower()]
+    assert len(said) == 1, done.stdout + done.stderr
+    assert "recovered 1 delegation(s) whose owner process had exited" in said[0]
+    assert did[:12] in done.stdout
