@@ -1,10 +1,13 @@
 """Small truths of the CLI (issue 41, point 7): each case runs the real ``offload`` command."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from offload import __version__
-from tests.e2e.conftest import offload, one_line
+from tests.e2e.conftest import cli_env, offload, one_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -57,3 +60,32 @@ def test_inbox_after_a_crash_says_the_recovery_once(cli, model_server, write_con
     assert len(said) == 1, done.stdout + done.stderr
     assert "recovered 1 delegation(s) whose owner process had exited" in said[0]
     assert did[:12] in done.stdout
+
+
+def test_a_base_url_without_v1_is_warned_at_config_time_and_named_at_the_404(
+        model_server, write_config, _isolated_hermes_home, workspace):
+    from offload.testing.model_server import text_reply
+
+    server = model_server(lambda request: text_reply("hello"))
+    root = server.url.removesuffix("/v1")
+    assert root != server.url
+    warned = offload("config", "set", "base_url", root, HERMES_HOME=str(_isolated_hermes_home))
+    assert warned.returncode == 0, warned
+    assert one_line(warned.stderr) == (
+        f"offload: warning: base_url {root} has no version segment such as /v1 in its path, where "
+        f"OpenAI-compatible servers serve their API: offload config set base_url {root}/v1 "
+        "(ignore this if yours serves it there)")
+    for fine in (server.url, "https://openrouter.ai/api/v1", "https://api.groq.com/openai/v1",
+                 "https://generativelanguage.googleapis.com/v1beta/openai"):
+        done = offload("config", "set", "base_url", fine, HERMES_HOME=str(_isolated_hermes_home))
+        assert done.returncode == 0 and done.stderr == "", done
+
+    write_config(server)
+    offload("config", "set", "base_url", root, HERMES_HOME=str(_isolated_hermes_home))
+    run = subprocess.run([sys.executable, "-m", "offload", "run", "hi"], capture_output=True, text=True,
+                         cwd=workspace, env=cli_env(HERMES_HOME=str(_isolated_hermes_home)),
+                         stdin=subprocess.DEVNULL, timeout=60)
+    assert run.returncode != 0
+    said = run.stdout + run.stderr
+    assert f"HTTP 404 from {root}: no API there" in said and f"offload config set base_url {root}/v1" in said, said
+    assert "does not exist" not in said  # not blamed on the model
