@@ -260,6 +260,12 @@ def config_set(key: str = typer.Argument(..., help="dotted key"),
     typer.echo(f"{key} = {config_mod.format_value(config_mod.for_display(parsed, key))}  ({config_path()})")
     for problem in others:
         typer.echo(f"offload: config.yaml still has a problem: {problem}", err=True)
+    if key in ("base_url", "delegation.base_url") and isinstance(parsed, str):
+        from offload.agent.llm_errors import missing_api_version
+
+        warning = missing_api_version(parsed, key)
+        if warning:
+            typer.echo(f"offload: warning: {warning}", err=True)
 
 
 @config_app.command("unset")

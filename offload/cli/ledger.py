@@ -169,7 +169,8 @@ def _recover(ui: Ui, off: Offload, view: LedgerView, quiet: bool) -> None:
     if not view.running():  # nothing to recover, and no write on a home that may be read-only
         return
     try:
-        recovered = off.deliveries.recover_abandoned()
+        with _told_here_not_logged():
+            recovered = off.deliveries.recover_abandoned()
     except LedgerError as exc:
         if exc.kind != "unwritable":
             raise
@@ -178,6 +179,22 @@ def _recover(ui: Ui, off: Offload, view: LedgerView, quiet: bool) -> None:
     if recovered and not quiet:
         ui.say(f"recovered {recovered} delegation(s) whose owner process had exited (finished children keep "
                "their results; the rest are reported unknown)", style="yellow")
+
+
+@contextlib.contextmanager
+def _told_here_not_logged() -> Iterator[None]:
+    """Inbox says the recovery in one line (and lists each row); the engine's per-row log of the
+    same recovery, which a process without a log handler prints bare on stderr, would say it twice."""
+    from offload.engine.log import logger
+
+    def not_the_recovery(record: Any) -> bool:
+        return not str(record.msg).startswith("Recovered delegation")
+
+    logger.addFilter(not_the_recovery)
+    try:
+        yield
+    finally:
+        logger.removeFilter(not_the_recovery)
 
 
 def delegation_id(view: LedgerView, wanted: str, rows: list[Any] | None = None) -> str:
