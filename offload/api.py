@@ -104,18 +104,17 @@ class PublicApi:
         several in parallel, each ``{"goal": ..., "group": ..., "context": ..., "toolsets": [...]}``
         (tasks of one group report together). ``session``: where the results go (default: a new
         session id, in the handle). Raises ``RequestError`` for bad input; nothing is started then."""
-        if self.closed:
-            raise RequestError("this Offload is closed; open a new one (with Offload(...) as off:)")
+        _refuse_closed(self)
         if (goal is None) == (tasks is None):
             raise RequestError("delegate needs exactly one of goal='...' (one task) or tasks=[{'goal': ...}, ...]")
         session = _session_of(session)
         call: dict[str, Any] = {"context": context, "background": True}
         if tasks is not None:
-            call["tasks"] = [dict(t) for t in tasks]
+            call["tasks"] = _tasks_of(tasks)
         else:
             call["goal"] = goal
         if toolsets is not None:
-            call["toolsets"] = list(toolsets)
+            call["toolsets"] = _toolsets_of(toolsets, "toolsets")
         cap = self.config.delegation.max_concurrent_children
         # At capacity the tool queues the call (delegation.at_capacity: queue, the default); with
         # refuse or inline it would refuse or run it in this thread: refused here instead.
@@ -130,10 +129,16 @@ class PublicApi:
         """Yield each result of ``session`` as it lands (including ones recorded by an earlier
         process on this ledger and not acknowledged), until nothing of the session is running
         in this ``Offload`` and nothing is waiting. ``timeout_s``: give up after this long with
-        ``TimeoutError`` naming what still runs. Acknowledge each with ``result.ack()``."""
-        inbox = self._api_state().inbox(self, _session_of(session))
+        ``TimeoutError`` naming what still runs. Acknowledge each with ``result.ack()``. Raises
+        ``RequestError`` on a closed ``Offload`` (what it would take stays pending for the next)."""
+        _refuse_closed(self)
+        return self._results(_session_of(session), timeout_s)
+
+    def _results(self: Offload, session: str, timeout_s: float | None) -> Iterator[Result]:
+        inbox = self._api_state().inbox(self, session)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            _refuse_closed(self)
             live = self._api_state().live_ids(self, inbox)  # BEFORE polling: a unit queues its event first
             ready = self._api_state().take(self, inbox)
             yield from ready
@@ -216,6 +221,7 @@ class _ApiState:
             parent = self.parents.get(session)
             if parent is None:
                 parent = self.parents[session] = off.build_agent(session)
+        _refuse_missing_toolsets(call, list(getattr(parent, "enabled_toolsets", None) or []))
         token = set_current_session_key(session)
         async_token = set_async_delivery(True)  # a Python caller is always there to take results
         try:
@@ -264,6 +270,46 @@ class _ApiState:
             handed, self.handed = list(self.handed.values()), {}
             self.parents.clear()
             return handed
+
+
+def _tasks_of(tasks: Any) -> list[dict[str, Any]]:
+    if isinstance(tasks, (str, Mapping)) or not isinstance(tasks, Sequence):
+        raise RequestError(f"tasks must be a list of dicts, got {type(tasks).__name__}: tasks=[{{'goal': ...}}, ...]")
+    out = []
+    for i, task in enumerate(tasks):
+        if not isinstance(task, Mapping):
+            raise RequestError(f"tasks[{i}] is {task!r}, a {type(task).__name__}; each task is a dict: "
+                               f"tasks=[{{'goal': {str(task)[:60]!r}}}]")
+        out.append(dict(task))
+        if out[-1].get("toolsets") is not None:
+            out[-1]["toolsets"] = _toolsets_of(out[-1]["toolsets"], f"tasks[{i}]['toolsets']")
+    return out
+
+
+def _toolsets_of(value: Any, where: str) -> list[str]:
+    """A list of toolset names; a lone string (``"terminal"``) is refused, not read letter by letter."""
+    if isinstance(value, str):
+        raise RequestError(f"{where} is the string {value!r}: give a list of names, [{value!r}]")
+    if not isinstance(value, Sequence) or not all(isinstance(name, str) for name in value):
+        raise RequestError(f"{where} must be a list of toolset names (strings), got {value!r}")
+    return list(value)
+
+
+def _refuse_missing_toolsets(call: Mapping[str, Any], enabled: list[str]) -> None:
+    """A known toolset the caller asks for that this ``Offload``'s agents lack would be dropped
+    from the child silently (a child never gets a toolset its parent lacks): refused instead."""
+    from offload.toolsets.toolset_names import KNOWN_TOOLSETS
+
+    asked = list(call.get("toolsets") or []) + [n for t in call.get("tasks") or [] for n in t.get("toolsets") or []]
+    missing = sorted({name for name in asked if name in KNOWN_TOOLSETS and name not in enabled})
+    if missing:
+        raise RequestError(f"toolset(s) {missing} are not enabled for this Offload's agents (enabled: {enabled}); "
+                           "add them to `toolsets` in config.yaml, or pass Offload(toolsets=[...])")
+
+
+def _refuse_closed(off: Offload) -> None:
+    if off.closed:
+        raise RequestError("this Offload is closed; open a new one (with Offload(...) as off:)")
 
 
 def _session_of(session: str | None) -> str:

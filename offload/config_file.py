@@ -84,16 +84,27 @@ def set_key(doc: CommentedMap, key: str, value: Any) -> None:
 
 
 def unset_key(doc: CommentedMap, key: str) -> bool:
-    """Remove ``key``; False if it was not in the file."""
+    """Remove ``key``, and each section it leaves empty (no ``delegation: {}`` behind); False
+    if it was not in the file."""
     parent = _parent(doc, key, create=False)
     name = key.split(".")[-1]
     if parent is None or name not in parent:
         return False
     del parent[name]
+    parts = key.split(".")[:-1]
+    while parts:  # the innermost emptied section first
+        section = _parent(doc, ".".join(parts), create=False)
+        emptied = section.get(parts[-1]) if section is not None else None
+        if not isinstance(emptied, dict) or emptied:
+            break
+        del section[parts[-1]]
+        parts.pop()
     return True
 
 
 def dump(doc: Any) -> str:
+    if isinstance(doc, dict) and not doc:
+        return ""  # a file with nothing set is empty, not "{}"
     out = io.StringIO()
     _yaml().dump(doc, out)
     return out.getvalue()

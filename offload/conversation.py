@@ -7,6 +7,9 @@ Invariants:
 - a turn is stored whole (its new messages, plus the delegation ids it injected, in one
   transaction) only after the agent returned; a turn the process did not survive is not
   stored, and the results it dispatched still come back through the ledger;
+- a turn that carried background results and ended in error is not stored at all: the parent
+  never took those results, so they stay pending and are injected again later, once (a stored
+  turn with their ids would acknowledge them on the next offer);
 - one turn at a time: ``run_turn`` is not re-entrant, and nothing is injected into a running
   turn (callers inject results only between turns);
 - near the context window, a turn first compresses old turns into a successor session
@@ -146,8 +149,9 @@ class Conversation:
                     traced.fail(str(out.get("error") or "the turn failed"))
             messages = out.get("messages") or []
             new = _new_messages(self.history, messages)
-            self.store.append_turn(self.session_id, new, injected_ids)
-            self.history = messages
+            if not (injected_ids and out.get("exit_reason") == "error"):  # see the module's invariants
+                self.store.append_turn(self.session_id, new, injected_ids)
+                self.history = messages
             box["result"] = TurnResult(out.get("final_response"), out.get("exit_reason") or "?", out.get("error"),
                                        delegate_handles(new), out.get("error_kind"), compressed_from,
                                        out.get("finish_reason"))

@@ -151,9 +151,13 @@ class SessionDriver:
                 result = self.conversation.run_turn(item.text, [item.dedupe_id] if item.dedupe_id else [], on_wait)
             self.inbox.follow(self.session_id)
         except Exception as exc:
-            self.inbox.give_back(item)
             logger.exception("injecting delegation %s failed", item.delegation_id)
-            self.ui.error(f"could not inject result {item.delegation_id} ({exc}); it stays queued and is retried")
+            self._retry_later(item, f"could not inject result {item.delegation_id} ({exc})", outage=False)
+            return
+        if result.exit_reason == "error":  # the parent never took it: not acknowledged, offered again later
+            self.show_turn(result, in_reply_to=item.delegation_id)
+            self._retry_later(item, f"the turn on result {item.delegation_id} failed",
+                              outage=result.error_kind == "endpoint")
             return
         self.inbox.acknowledge(item)
         if item.dedupe_id:  # the result itself, not an interim notice: its children count once, now
@@ -161,6 +165,15 @@ class SessionDriver:
             self._note_outcome(exit_codes.for_event(item.event))
             self.delivered.append(item.event)
         self.show_turn(result, in_reply_to=item.delegation_id)
+
+    def _retry_later(self, item: Delivery, what: str, *, outage: bool) -> None:
+        delay_s = self.inbox.retry_later(item, outage=outage)
+        if delay_s is None:
+            self.ui.error(f"{what}; it is not offered again (see `offload inbox --all`)")
+            return
+        spent = "" if outage else "; one delivery attempt spent"
+        self.ui.error(f"{what}; the result stays pending (not acknowledged{spent}) and is offered again "
+                      f"in {delay_s:g} s, or on `offload chat --resume {self.session_id}`")
 
     def usage_line(self) -> str | None:
         """Tokens (and cost, when the provider reports one) of this process's turns, with the
@@ -228,7 +241,7 @@ class SessionDriver:
     def outstanding_count(self) -> int:
         """Results this session still waits for: units that have not reported, and results that
         another process produced and no consumer has delivered yet (on their way here)."""
-        known = {item.get("delegation_id") for item in self.units()}
+        known = {item.get("delegation_id") for item in self.units()} | self.inbox.held
         undelivered = [row for row in self._session_rows() if row.state not in WAITING_STATES
                        and row.delegation_id not in known]
         return self.live_count() + len(undelivered)

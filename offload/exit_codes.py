@@ -1,14 +1,17 @@
 """The exit codes of the ``offload`` command, one per kind of failure a script must tell apart.
 
 The README's exit-code table is this enum. Invariant: a code is chosen from what failed
-(the agent's ``error_kind``, the exception type), never by searching message text.
+(the agent's ``error_kind``, the exception type, an event's ``stop_reason``), never by
+searching message text. Precedence (``SessionDriver``): 130 (Ctrl-C in this run) overrides
+every other code; otherwise the first non-zero outcome of the run's turns and delivered
+results decides.
 """
 from __future__ import annotations
 
 from enum import IntEnum
 from typing import Any
 
-from offload.engine.states import COMPLETED, INTERRUPTED, child_state
+from offload.engine.states import COMPLETED, INTERRUPTED, child_state, event_state, stop_reason
 from offload.render.truncation import UNFINISHED_EXIT_REASONS
 
 
@@ -20,6 +23,7 @@ class ExitCode(IntEnum):
     MODEL = 4  # the endpoint says the configured model does not exist
     INCOMPLETE = 5  # an answer or a subagent's result stopped unfinished: cut off, or the iteration budget
     SUBAGENTS_FAILED = 6  # a background result came back in which no subagent completed
+    STOPPED = 7  # a background unit stopped early: stalled (no progress), or stopped by a user elsewhere
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
@@ -40,10 +44,15 @@ def for_turn(exit_reason: str, error_kind: str | None) -> ExitCode:
 
 def for_event(event: dict[str, Any]) -> ExitCode:
     """``for_result`` of a delivered ``async_delegation`` event (a single-task unit carries its
-    child's outcome at the top level)."""
+    child's outcome at the top level); a unit that did not complete because it stopped early
+    (its ``stop_reason``: a stall, or a user's stop) is 7 where its children's outcome alone
+    would say 0 (a stop is not the children's failure, nor a success)."""
     results = event.get("results")
     children = [r for r in results if isinstance(r, dict)] if isinstance(results, list) and results else [event]
-    return for_result(children)
+    code = for_result(children)
+    if code == ExitCode.OK and stop_reason(event) and event_state(event) != COMPLETED:
+        return ExitCode.STOPPED
+    return code
 
 
 def for_result(children: list[dict[str, Any]]) -> ExitCode:

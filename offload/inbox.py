@@ -3,9 +3,12 @@
 ``SessionInbox.poll()`` drains the events this session owns (the event's ``Origin`` names the
 session id as its key, parent or wake session; restored events of a previous process are included,
 because ownership is proven by that id), claims each in the ledger and hands back the ones
-to inject. The caller injects each as a new turn, and only AFTER the turn is stored calls
-``acknowledge`` (completes the claim); if injecting fails it calls ``give_back`` (releases
-the claim and requeues the event).
+to inject. The caller injects each as a new turn, and only AFTER the turn is stored (and did
+not fail) calls ``acknowledge`` (completes the claim). If the turn failed it calls
+``retry_later``: the claim is given back unacknowledged — with no attempt spent when the
+parent's model endpoint was the failure (an outage must not use up a result's attempts) — and
+the inbox holds the result back for a growing delay (``RETRY_FIRST_S`` doubling up to
+``RETRY_MAX_S``) before it offers it again, never in a tight loop.
 
 A session that was compressed continues under a new id; results dispatched before that are
 owned by the live session at the tip of the lineage (``SessionStore.live_tip``).
@@ -19,8 +22,9 @@ runtime's ``bus.restore_completions``).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from offload.agent.session_store import SessionStore
 from offload.engine.events import is_interim
@@ -33,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 CONSUMER = "cli"
 Event = dict[str, Any]
+RETRY_FIRST_S = 2.0  # the first wait before a result whose turn failed is offered again
+RETRY_MAX_S = 60.0
 
 
 @dataclass
@@ -56,11 +62,15 @@ class Delivery:
 
 
 class SessionInbox:
-    def __init__(self, session_id: str, store: SessionStore, runtime: Offload) -> None:
+    def __init__(self, session_id: str, store: SessionStore, runtime: Offload,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.session_id = session_id
+        self.clock = clock
         self.store = store
         self.registry = runtime.bus
         self.deliveries = runtime.deliveries
+        self._held: dict[str, tuple[Event, str, float]] = {}  # delegation id -> (event, text, offered again at)
+        self._failures: dict[str, int] = {}  # delegation id -> turns on it that failed in a row
 
     def owns(self, evt: Event) -> bool:
         """Whether this session should receive ``evt``: it names this session, or a session whose
@@ -83,7 +93,8 @@ class SessionInbox:
     def poll(self) -> list[Delivery]:
         """Claim and return every owned result that is ready; never blocks on the bus."""
         ready: list[Delivery] = []
-        for evt, text in self.registry.drain_notifications(session_key=self.session_id, owns_event=self.owns):
+        drained = self.registry.drain_notifications(session_key=self.session_id, owns_event=self.owns)
+        for evt, text in self._due() + [(e, t) for e, t in drained if e.get("delegation_id") not in self._held]:
             claim = self.deliveries.claim_event(evt, CONSUMER)
             if claim is None:
                 logger.info("delegation %s is being delivered by another consumer", evt.get("delegation_id"))
@@ -99,8 +110,36 @@ class SessionInbox:
             ready.append(item)
         return ready
 
+    def _due(self) -> list[tuple[Event, str]]:
+        """Held results whose retry delay has passed, taken off the hold."""
+        now = self.clock()
+        due = [did for did, (_, _, at) in self._held.items() if at <= now]
+        return [self._held.pop(did)[:2] for did in due]
+
+    @property
+    def held(self) -> set[str]:
+        """Delegation ids held back for a retry after the turn on them failed."""
+        return set(self._held)
+
+    def retry_later(self, item: Delivery, *, outage: bool) -> float | None:
+        """The turn carrying ``item`` failed: give the claim back unacknowledged and hold the
+        result for a growing delay. ``outage``: the parent's endpoint failed, so no attempt is
+        spent. Returns the delay, or None when nothing is held (its last attempt was spent, or
+        it was an interim notice, which is not retried)."""
+        if outage:
+            self.deliveries.defer_event(item.event, item.claim)
+        elif self.deliveries.release_event(item.event, item.claim, "the turn that carried it failed") == "dropped":
+            return None
+        if not item.dedupe_id:
+            return None
+        failures = self._failures[item.delegation_id] = self._failures.get(item.delegation_id, 0) + 1
+        delay_s = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (failures - 1))
+        self._held[item.delegation_id] = (item.event, item.text, self.clock() + delay_s)
+        return delay_s
+
     def acknowledge(self, item: Delivery) -> None:
-        """The turn carrying ``item`` is stored: settle the claim."""
+        """The turn carrying ``item`` is stored and succeeded: settle the claim."""
+        self._failures.pop(item.delegation_id, None)
         if item.claim and not self.deliveries.complete_event(item.event, item.claim):
             # The lease ran out and the row moved on; the stored turn is what counts.
             self.deliveries.mark_delivered(item.delegation_id)

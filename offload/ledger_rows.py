@@ -7,12 +7,14 @@ Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``s
 ``delivery_attempts``, ``drop_reason`` (why a dropped result was dropped, else null),
 ``claimed_by`` (``{"consumer", "pid", "host", "since"}`` of the consumer delivering a pending
 result right now, else null), ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
-``children``: one ``{"task", "goal", "status", "duration_seconds", "truncated"}`` per task, ``task``
-counting from 1, ``status`` ``running`` until that child has finished (``queued`` while its
-unit waits to start), ``truncated`` true for a child that stopped unfinished (its answer cut
-off, or its iteration budget used up: ``offload.render.truncation.is_truncated``). ``state`` is a unit
-state and each child's ``status`` a child state of ``offload.engine.states`` (``row_state``:
-also for a row an older version wrote). ``owner_host``: the
+``children``: one ``{"task", "goal", "state", "duration_s", "truncated"}`` per task (the keys of
+the result document, ``offload.result/1``), ``task`` counting from 1, ``state`` ``running`` until
+that child has finished (``queued`` while its unit waits to start), ``truncated`` true for a
+child that stopped unfinished (its answer cut off, or its iteration budget used up:
+``offload.render.truncation.is_truncated``). ``state`` is a unit state and each child's
+``state`` a child state of ``offload.engine.states`` (``row_state``: also for a row an older
+version wrote). ``stop_reason`` / ``stall_quiet_s``: why a finished unit stopped early and, for
+a stall, after how long without progress (the result document's keys). ``owner_host``: the
 owner's host on a shared ledger, else null. ``activity_age_s`` (how old the snapshot is) and
 ``stall_clock_s``, and on each child of a running row ``api_calls``, ``current_tool``,
 ``seconds_since_activity``, ``last_text`` (the last line it wrote) and ``last_tool`` (its last
@@ -26,7 +28,7 @@ from typing import Any
 from offload.ledger import DelegationLedger, LedgerRow
 from offload.engine.liveness import owner_alive
 from offload.render.truncation import is_truncated
-from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
+from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, stop_reason, unit_state
 
 
 def _number(value: Any) -> float | None:
@@ -61,8 +63,8 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
         entry = finished.get(index)
         status = child_state(entry.get("status")) if entry else (
             (QUEUED if row.state == QUEUED else RUNNING) if row.state in UNFINISHED else UNKNOWN)
-        out.append({"task": index + 1, "goal": str(goals[index] if index < len(goals) else ""), "status": status,
-                    "duration_seconds": _number(entry.get("duration_seconds")) if entry else None})
+        out.append({"task": index + 1, "goal": str(goals[index] if index < len(goals) else ""), "state": status,
+                    "duration_s": _number(entry.get("duration_seconds")) if entry else None})
         out[-1]["truncated"] = bool(entry) and is_truncated(entry)  # the flag `offload run` reads; no new state
     return out
 
@@ -113,6 +115,8 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None, ledger: Delegatio
             "owner_pid": row.owner_pid, "owner": owner_state(row, ledger),
             "owner_host": owner_host(row),
             "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),
+            "stop_reason": stop_reason(row.event) if row.state not in UNFINISHED else None,
+            "stall_quiet_s": (row.event or {}).get("stalled_after_quiet_seconds") if row.state not in UNFINISHED else None,
             "children": (_with_activity(children(row), (live or {}).get("children_activity") or [])
                          if row.state == "running" else children(row))}
 
@@ -121,7 +125,7 @@ def _with_activity(kids: list[dict[str, Any]], activity: list[Any]) -> list[dict
     """Each child's published activity (by position, as the engine lists it) while it runs."""
     for position, child in enumerate(kids):
         act = activity[position] if position < len(activity) and isinstance(activity[position], dict) else {}
-        act = act if child["status"] == "running" else {}
+        act = act if child["state"] == "running" else {}
         child.update(api_calls=act.get("api_calls"), current_tool=act.get("current_tool"),
                      seconds_since_activity=act.get("seconds_since_activity"), last_text=act.get("last_text"),
                      last_tool=act.get("last_tool"))

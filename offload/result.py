@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, unit_state
+from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, stop_reason, unit_state
 from offload.ledger import LedgerRow
 from offload.render.truncation import is_truncated
 from offload.render.notification import format_event
@@ -82,6 +82,8 @@ class DelegationResult:
     delivery_state: str | None = None  # pending | delivered | dropped; null when read from an event alone
     delivery_attempts: int | None = None
     delivered_at: float | None = None
+    stop_reason: str | None = None  # why it stopped early: "stall" (no progress), "user" (stopped); else null
+    stall_quiet_s: float | None = None  # with "stall": how long it had made no progress
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict[str, Any]:
@@ -103,7 +105,8 @@ def from_event(evt: Mapping[str, Any], render: Render = format_event) -> Delegat
         id=str(evt.get("delegation_id") or ""), session=evt.get("parent_session_id") or evt.get("session_key") or None,
         label=_label(evt, evt), group=_text(evt.get("group")), state=state,
         children=_children(evt, evt, None, live=_waiting(state)), text=render(evt), error=_text(evt.get("error")),
-        dispatched_at=_number(evt.get("dispatched_at")), completed_at=_number(evt.get("completed_at")))
+        dispatched_at=_number(evt.get("dispatched_at")), completed_at=_number(evt.get("completed_at")),
+        stop_reason=stop_reason(evt), stall_quiet_s=_number(evt.get("stalled_after_quiet_seconds")))
 
 
 def from_row(row: LedgerRow, render: Render = format_event) -> DelegationResult:
@@ -119,7 +122,9 @@ def from_row(row: LedgerRow, render: Render = format_event) -> DelegationResult:
         children=_children(task, event, partial, live=_waiting(state)),
         text=render(event) if finished else None, error=_text(event.get("error")),
         dispatched_at=row.dispatched_at, completed_at=row.completed_at, delivery_state=row.delivery_state,
-        delivery_attempts=row.delivery_attempts, delivered_at=row.delivered_at)
+        delivery_attempts=row.delivery_attempts, delivered_at=row.delivered_at,
+        stop_reason=stop_reason(event) if finished else None,
+        stall_quiet_s=_number(event.get("stalled_after_quiet_seconds")) if finished else None)
 
 
 def _waiting(state: str) -> str | None:
@@ -183,13 +188,14 @@ def _label(task: Mapping[str, Any], event: Mapping[str, Any]) -> str:
     return str(task.get("goal") or event.get("goal") or "; ".join(str(g) for g in goals))
 
 
-def run_document(session: str, answers: Sequence[Mapping[str, Any]], delegations: Sequence[DelegationResult],
-                 exit_code: int) -> dict[str, Any]:
+def run_document(session: str | None, answers: Sequence[Mapping[str, Any]], delegations: Sequence[DelegationResult],
+                 exit_code: int, error: str | None = None) -> dict[str, Any]:
     """``offload run --json``: the session, the agent's answers in order (each with the
-    delegation it answers, or null for the prompt), each delegation's result document, and the
-    exit code the process ends with."""
+    delegation it answers, or null for the prompt), each delegation's result document, the
+    exit code the process ends with, and ``error``: why a run that could not start (a usage or
+    configuration error, exit 2) did not (null otherwise)."""
     return {"schema": RUN_SCHEMA, "session": session, "answers": [dict(a) for a in answers],
-            "delegations": [d.to_json() for d in delegations], "exit_code": int(exit_code)}
+            "delegations": [d.to_json() for d in delegations], "exit_code": int(exit_code), "error": error}
 
 
 def _text(value: Any) -> str | None:

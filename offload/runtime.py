@@ -35,12 +35,14 @@ from offload.config import ConfigError, OffloadConfig, load_config, resolve_api_
 from offload.engine.bus import CompletionBus
 from offload.engine.delivery import Deliveries, is_this_process
 from offload.engine.engine import Delegations
+from offload.engine.events import is_interim
 from offload.engine.health import LedgerHealth
 from offload.engine.liveness import current_owner, owner_alive
 from offload.engine.loop import Clock, Loop
 from offload.engine.observers import add_observer
 from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.pool import DaemonThreadPool
+from offload.engine.recent_ids import RecentIds
 from offload.home import get_hermes_home
 from offload.ledger import DelegationLedger, open_ledger
 from offload.ledger.config import with_env
@@ -120,6 +122,9 @@ def tool_settings_of(cfg: OffloadConfig, home: Path | None = None) -> dict[str, 
     return {**settings, "offload_home": str(home)} if home is not None else settings
 
 
+PUBLISHED_IDS_KEPT = 10_000  # ids of units this instance published: more than its pending results
+
+
 class _Engine(Delegations):
     """The engine, with the id, pool and terminal write routed through the hooks when set."""
 
@@ -162,8 +167,9 @@ class Offload(PublicApi):
         self.health = LedgerHealth()
         self.clock = clock
         self._ledger = None if hooks.ledger is not None else self._open_ledger(ledger_url)
+        self._published = RecentIds(PUBLISHED_IDS_KEPT)  # units whose final event this instance's engine published
         self.deliveries = Deliveries(ledger=self.ledger, owner_alive=self._owner_alive, policy=self.current_policy,
-                                     health=self.health, is_me=self._is_me)
+                                     health=self.health, is_me=self._is_me, on_our_bus=self._on_our_bus)
         self.bus = hooks.bus or CompletionBus(restore=self._restore, sweep=self._sweep, render=self.render)
         self.engine: Delegations = _Engine(hooks, ledger=self.ledger, publish=self._publish,
                                            policy=self.current_policy, health=self.health, records=hooks.records,
@@ -179,7 +185,8 @@ class Offload(PublicApi):
             finalize_results=hooks.finalize_results or finalize_child_results), spend=SpendStore(self.ledger))
         self.admission = self.delegate_tool.admission = Admission(
             tool=self.delegate_tool, ledger=self.ledger, config=self.delegate_tool.seams.load_config,
-            parent=lambda: self._queue_parent(), owner_alive=self._owner_alive)
+            parent=lambda: self._queue_parent(), owner_alive=self._owner_alive,
+            recover=lambda: self.deliveries.recover_abandoned(resuming=True))
         self.deliveries.resume = self._resume_task
         self._queue_parent_agent: Any = None
         self._close_lock = threading.Lock()
@@ -210,6 +217,12 @@ class Offload(PublicApi):
         """Whether a row's owner is this process; also asks the liveness check, so a hook that
         declares this process's owner dead sees its rows replayed, as a later process would."""
         return self._owner_alive(pid, started_at) and is_this_process(pid, started_at)
+
+    def _on_our_bus(self, delegation_id: str) -> bool:
+        """Whether this instance's engine published that unit's event on the bus its consumers
+        read. A bus plugged in by a hook (the compat adapter's) is the process's one bus, which
+        every instance publishes on."""
+        return self.hooks.bus is not None or delegation_id in self._published
 
     def _restore(self, target: Any) -> int:
         """A consumer's first look at the ledger: replay what waits for delivery, then start the
@@ -242,6 +255,8 @@ class Offload(PublicApi):
         return self._queue_parent_agent
 
     def _publish(self, evt: Event) -> None:
+        if evt.get("delegation_id") and not is_interim(evt):
+            self._published.add(str(evt["delegation_id"]))
         self.bus.completion_queue.put(evt)
 
     def render(self, evt: Event) -> str | None:

@@ -277,7 +277,8 @@ class AIAgent:
                     should_stop=self._should_stop,
                     on_text=self._activity.text,
                 )
-                traced.set(**(turn.usage or {}), finish_reason=turn.finish_reason, tool_calls=len(turn.tool_calls))
+                traced.set(**(turn.usage or {}), finish_reason=turn.finish_reason, tool_calls=len(turn.tool_calls),
+                           response_model=turn.response_model, response_id=turn.response_id)
             return turn
         finally:
             self._activity.touch()  # API call finished (or failed): still a sign of life

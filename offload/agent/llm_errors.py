@@ -9,15 +9,20 @@ exactly that text. No I/O, no SDK imports.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlparse
 
 from offload.engine.errors import OffloadError
 from offload.render.model_rejection import says_model_not_found
 
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
+# A version segment anywhere in the path: /v1, OpenRouter's /api/v1, Groq's /openai/v1, Gemini's
+# /v1beta/openai. Every OpenAI-compatible server listed in docs/models.md serves its API under one.
+_VERSION_SEGMENT = re.compile(r"/v\d+[a-z0-9]*(/|$)")
 _PROVIDER_MESSAGE_MAX_CHARS = 500
 
 
@@ -64,6 +69,18 @@ def provider_message(body: Any) -> str:
     return text or "(no error message in the response body)"
 
 
+def missing_api_version(base_url: str, key: str = "base_url") -> str | None:
+    """The one-line fix when ``base_url`` has no version segment in its path (``http://host:8080``
+    where the server answers at ``http://host:8080/v1``), else None: a warning, never a refusal,
+    because a server may serve the API at a path of its own."""
+    parsed = urlparse(base_url)
+    if _VERSION_SEGMENT.search(parsed.path or "/"):
+        return None
+    fixed = base_url.rstrip("/") + "/v1"
+    return (f"{key} {base_url} has no version segment such as /v1 in its path, where OpenAI-compatible "
+            f"servers serve their API: offload config set {key} {fixed} (ignore this if yours serves it there)")
+
+
 def _says_model_missing(status: int, body_text: str) -> bool:
     if status == 404:
         return True
@@ -76,6 +93,10 @@ def classify_status(status: int, body: Any, *, model: str, base_url: str) -> Sta
         return StatusVerdict(retryable=True)
     message = provider_message(body)
     body_text = json.dumps(body, default=str) if not isinstance(body, str) else body
+    if status == 404 and "model" not in (body_text + message).lower() and missing_api_version(base_url):
+        return StatusVerdict(False, LLMError(
+            f"HTTP 404 from {base_url}: no API there; base_url most likely needs its /v1 API root: "
+            f"offload config set base_url {base_url.rstrip('/')}/v1 ({message})", status_code=status))
     if _says_model_missing(status, body_text + " " + message):
         hint = ""
         if status == 404 and "model" not in (body_text + message).lower():

@@ -50,6 +50,8 @@ class AssistantTurn:
     tool_calls: list[dict[str, str]] = field(default_factory=list)
     finish_reason: str = "stop"
     usage: dict[str, int] | None = None
+    response_model: str | None = None  # the model and completion id the server named (telemetry)
+    response_id: str | None = None
 
     @property
     def truncated(self) -> bool:
@@ -73,6 +75,8 @@ class TurnAssembler:
         self._header_cost_usd: float | None = None  # a gateway's cost header (LiteLLM's), if it sent one
         self.text_chars = 0  # characters of answer text so far
         self.text_tail = ""  # its last TAIL_CHARS, kept as it grows (a roster line shows it)
+        self.response_model: str | None = None
+        self.response_id: str | None = None
 
     def read_headers(self, headers: Mapping[str, str]) -> None:
         """Note the call's cost from a gateway's response header (before the first chunk)."""
@@ -83,6 +87,8 @@ class TurnAssembler:
         if not isinstance(chunk, dict):
             raise TypeError(f"a chunk is a {type(chunk).__name__}, not an object")
         self.chunk_count += 1
+        if self.chunk_count == 1:  # every chunk repeats them: the first one says
+            self.response_model, self.response_id = _text(chunk.get("model")), _text(chunk.get("id"))
         usage = chunk.get("usage")
         if usage is not None:
             self._usage = _usage_dict(usage)
@@ -145,14 +151,22 @@ class TurnAssembler:
         if usage is not None and "cost_usd" not in usage and self._header_cost_usd is not None:
             usage = {**usage, "cost_usd": self._header_cost_usd}  # the body's usage.cost wins
         if interrupted:
-            return AssistantTurn(content, [], "interrupted", usage)
+            return AssistantTurn(content, [], "interrupted", usage, *self._named)
         finish = self._finish_reason or MISSING_FINISH
         if finish in CUT_OFF_REASONS:  # a cut-off call's arguments may be cut mid-JSON: never run them
-            return AssistantTurn(content, [], finish, usage)
+            return AssistantTurn(content, [], finish, usage, *self._named)
         calls = [dict(slot) for slot in self._slots if slot["name"]]
         for call in calls:
             call["id"] = call["id"] or f"call_{uuid.uuid4().hex[:12]}"
-        return AssistantTurn(content, calls, finish, usage)
+        return AssistantTurn(content, calls, finish, usage, *self._named)
+
+    @property
+    def _named(self) -> tuple[str | None, str | None]:
+        return self.response_model, self.response_id
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _field(obj: Any, key: str) -> Any:

@@ -33,9 +33,10 @@ if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only
 
 # rich_markup_mode=None: plain help text, so --help never imports rich.
 app = typer.Typer(name="offload", no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Background subagents for an LLM agent: delegate, keep talking, get each result back "
                        "as a new turn. Data lives in $HERMES_HOME (default ~/.hermes).")
-config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                          help="Read and change config.yaml; values are validated first.")
 app.add_typer(config_app, name="config")
 app.add_typer(cli_approvals.app, name="approvals")
@@ -54,6 +55,15 @@ def _print_version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print offload's version and exit.")) -> None:
     pass
+
+
+@app.command()
+def version() -> None:
+    """Print offload's version (the same as --version)."""
+    from offload import __version__
+
+    typer.echo(f"offload {__version__}")
+
 
 _VERBOSE = typer.Option(False, "--verbose", "-v", help="log engine activity to stderr")
 _RESUME = typer.Option(None, "--resume", "-r", metavar="SESSION", help="continue a stored session (id or 'last')")
@@ -127,16 +137,26 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask ('-' or a
     from offload.cli.run_io import prompt_from_stdin
     from offload.cli.views import Ui
 
-    prompt = prompt_from_stdin(prompt, collecting=bool(resume))
-    if not prompt and not resume:
-        raise CliError("give a prompt (offload run \"...\", or pipe it in: echo \"...\" | offload run -), "
-                       "or --resume SESSION to collect its pending results")
     # one request; its session can be woken later
     ui = Ui.for_scripts(answers_on_stdout=not as_json)  # --json owns stdout: the answers go in its document
-    with _driver(verbose, resume, sync, demo_model, wakeable=True, ui=ui) as driver:
-        if not ask_approvals:  # nobody sits at a non-interactive run to answer
-            driver.runtime.set_approval_surface(no_ask_reason=RUN_CANNOT_ASK)
-        code = _run_one(driver, prompt, sync, as_json)
+    try:
+        prompt = prompt_from_stdin(prompt, collecting=bool(resume))
+        if not prompt and not resume:
+            raise CliError("give a prompt (offload run \"...\", or pipe it in: echo \"...\" | offload run -), "
+                           "or --resume SESSION to collect its pending results")
+        with _driver(verbose, resume, sync, demo_model, wakeable=True, ui=ui) as driver:
+            if not ask_approvals:  # nobody sits at a non-interactive run to answer
+                driver.runtime.set_approval_surface(no_ask_reason=RUN_CANNOT_ASK)
+            code = _run_one(driver, prompt, sync, as_json)
+    except Exception as exc:  # a script that asked for --json still gets a document saying why
+        message = _user_error(exc) if as_json else None
+        if message is not None:
+            from offload.cli.ledger import emit_json
+            from offload.exit_codes import ExitCode
+            from offload.result import run_document
+
+            emit_json(run_document(resume, [], [], ExitCode.USAGE, error=message))
+        raise
     raise typer.Exit(code)
 
 
@@ -240,6 +260,12 @@ def config_set(key: str = typer.Argument(..., help="dotted key"),
     typer.echo(f"{key} = {config_mod.format_value(config_mod.for_display(parsed, key))}  ({config_path()})")
     for problem in others:
         typer.echo(f"offload: config.yaml still has a problem: {problem}", err=True)
+    if key in ("base_url", "delegation.base_url") and isinstance(parsed, str):
+        from offload.agent.llm_errors import missing_api_version
+
+        warning = missing_api_version(parsed, key)
+        if warning:
+            typer.echo(f"offload: warning: {warning}", err=True)
 
 
 @config_app.command("unset")
@@ -298,9 +324,11 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
 def gateway(verbose: bool = _VERBOSE) -> None:
     """Serve Telegram chats and Matrix rooms: one agent session per chat/thread, background results delivered back.
 
-    Telegram needs gateway.telegram.allowed_chat_ids and the bot token in the variable that
-    gateway.telegram.token_env names (default TELEGRAM_BOT_TOKEN); Matrix needs gateway.matrix.homeserver,
-    .user_id and the access token in MATRIX_ACCESS_TOKEN (gateway.matrix.token_env). See docs/gateway.md."""
+    Telegram needs the bot token in the variable that gateway.telegram.token_env names (default
+    TELEGRAM_BOT_TOKEN); with no gateway.telegram.allowed_chat_ids yet it serves no chat: write to
+    the bot and it answers with your chat's id, and the console prints the command that allows it.
+    Matrix needs gateway.matrix.homeserver, .user_id and the access token in MATRIX_ACCESS_TOKEN
+    (gateway.matrix.token_env). See docs/gateway.md."""
     from offload.cli.gateway import run_gateway
 
     raise typer.Exit(run_gateway(verbose))
@@ -342,10 +370,22 @@ def _user_error(exc: Exception) -> str | None:
 
 
 def _install_tracing() -> None:
-    """OpenTelemetry traces when the standard OTEL_* variables ask for them (docs/telemetry.md)."""
+    """OpenTelemetry traces when the standard OTEL_* variables ask for them (docs/telemetry.md);
+    SIGTERM and SIGHUP export what has ended before they end the command (a worker's and the
+    gateway's own SIGTERM handlers replace this one: they drain, and exit flushes)."""
     from offload.telemetry import install_tracing_from_env
 
-    install_tracing_from_env()
+    install_tracing_from_env(flush_on_signals=True)
+
+
+_COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _names_a_completion_shell(argv: list[str]) -> bool:
+    """``--install-completion bash`` / ``--show-completion=zsh``: the user said which shell."""
+    flags = ("--install-completion", "--show-completion")
+    return (any(a in flags and b in _COMPLETION_SHELLS for a, b in zip(argv, argv[1:]))
+            or any(a.split("=", 1)[0] in flags and a.split("=", 1)[-1] in _COMPLETION_SHELLS for a in argv))
 
 
 def main() -> None:
@@ -353,6 +393,11 @@ def main() -> None:
     from offload.exit_codes import ExitCode
 
     tolerate_leaving_readers()  # `offload … | head -1` finishes its work and exits with its own code
+    if _names_a_completion_shell(sys.argv[1:]):
+        # Typer then takes the shell named on the command line instead of guessing one from the
+        # parent processes (which fails without a shell among them, e.g. under CI, and picks
+        # the wrong one from inside another shell).
+        os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
     try:
         _install_tracing()
         app(prog_name="offload")

@@ -40,8 +40,22 @@ def runtime() -> Iterator[Offload]:
     from offload.config import load_config
     from offload.runtime import Offload
 
+    _refuse_missing_home()
     with Offload(load_config()) as off:
         yield off
+
+
+def _refuse_missing_home() -> None:
+    """A ``$HERMES_HOME`` set to a folder that does not exist (a typo) is an error, never an
+    empty listing that reads as "no delegations"."""
+    import os
+
+    from offload.errors import CliError
+
+    home = os.environ.get("HERMES_HOME")
+    if home and not os.path.isdir(os.path.expanduser(home)):
+        raise CliError(f"HERMES_HOME={home} is no such directory; check the path, or unset HERMES_HOME "
+                       "to use ~/.hermes")
 
 
 def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
@@ -155,7 +169,8 @@ def _recover(ui: Ui, off: Offload, view: LedgerView, quiet: bool) -> None:
     if not view.running():  # nothing to recover, and no write on a home that may be read-only
         return
     try:
-        recovered = off.deliveries.recover_abandoned()
+        with _told_here_not_logged():
+            recovered = off.deliveries.recover_abandoned()
     except LedgerError as exc:
         if exc.kind != "unwritable":
             raise
@@ -164,6 +179,22 @@ def _recover(ui: Ui, off: Offload, view: LedgerView, quiet: bool) -> None:
     if recovered and not quiet:
         ui.say(f"recovered {recovered} delegation(s) whose owner process had exited (finished children keep "
                "their results; the rest are reported unknown)", style="yellow")
+
+
+@contextlib.contextmanager
+def _told_here_not_logged() -> Iterator[None]:
+    """Inbox says the recovery in one line (and lists each row); the engine's per-row log of the
+    same recovery, which a process without a log handler prints bare on stderr, would say it twice."""
+    from offload.engine.log import logger
+
+    def not_the_recovery(record: Any) -> bool:
+        return not str(record.msg).startswith("Recovered delegation")
+
+    logger.addFilter(not_the_recovery)
+    try:
+        yield
+    finally:
+        logger.removeFilter(not_the_recovery)
 
 
 def delegation_id(view: LedgerView, wanted: str, rows: list[Any] | None = None) -> str:

@@ -21,8 +21,9 @@ PARENT_SESSION = "mcp-server"  # the never-run parent agent whose endpoint and t
 def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children talk to the scripted offline demo "
                                         "server (canned answers, not a real model)"),
         namespace: Optional[str] = typer.Option(None, "--namespace", metavar="NAME",
-                                                help="the namespace of every client of this server (default: the "
-                                                     "client's name and this directory)"),
+                                                help="stdio: the namespace of every client (default: the client's "
+                                                     "name and this directory); HTTP: the operator token's (named "
+                                                     "tokens keep their own)"),
         all_namespaces: bool = typer.Option(False, "--all-namespaces", help="operator view: read and stop the "
                                             "delegations of every namespace (cannot start any)"),
         workspace: Optional[Path] = typer.Option(None, "--workspace", metavar="DIR",

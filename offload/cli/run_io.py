@@ -1,11 +1,21 @@
 """``offload run`` for scripts: the prompt from stdin, and the closing line that says how it ended.
 
-Invariant: stdin is read only when the user asked for it (``-``) or when no prompt was given on
-the command line and stdin is a pipe or file; a resumed session that only collects results
-never waits on stdin, which a calling program may hold open without writing to it.
+When stdin is read (the rule users rely on, also in docs/commands.md):
+- ``offload run -``, or no prompt with stdin not a terminal (and not only collecting results
+  with ``--resume``): stdin is the prompt, read to its end; empty is an error for ``-``;
+- a prompt on the command line with stdin not a terminal: what stdin holds is put BEFORE the
+  prompt (``git diff | offload run "review this"``), as ``llm`` does. It is read only if it is
+  a file, or a pipe that has data or is closed when ``run`` looks; a pipe held open with
+  nothing written (cron, CI, a parent that never closes it) is not waited for, and a writer
+  that goes silent for ``PIPE_IDLE_S`` with the pipe still open ends the reading. Empty stdin
+  adds nothing.
+Invariant: with a prompt given, reading stdin never blocks on a silent writer.
 """
 from __future__ import annotations
 
+import os
+import select
+import stat
 import sys
 
 from offload.errors import CliError
@@ -13,21 +23,47 @@ from offload.exit_codes import ExitCode
 
 _ENDED = {ExitCode.INTERRUPTED: "interrupted", ExitCode.ENDPOINT: "the model endpoint failed",
           ExitCode.MODEL: "the model does not exist", ExitCode.ERROR: "a turn failed",
-          ExitCode.INCOMPLETE: "work was cut off (truncated)", ExitCode.SUBAGENTS_FAILED: "no subagent completed"}
+          ExitCode.INCOMPLETE: "work was cut off (truncated)", ExitCode.SUBAGENTS_FAILED: "no subagent completed",
+          ExitCode.STOPPED: "background work stopped early (stalled, or stopped by a user)"}
+
+
+PIPE_IDLE_S = 0.5  # a pipe held open this long with nothing more written: take what came
 
 
 def prompt_from_stdin(prompt: str | None, collecting: bool) -> str | None:
-    """The prompt: ``prompt`` itself, or stdin's text for ``-``, or for a missing prompt (when
-    not only ``collecting`` results) with stdin not a terminal."""
+    """The prompt: stdin's text for ``-`` or a missing prompt (see the module docstring), else
+    ``prompt`` with whatever stdin holds put before it."""
     stdin = sys.stdin
-    wanted = prompt == "-" or (prompt is None and not collecting and stdin is not None and not stdin.isatty())
-    if not wanted:
+    piped = stdin is not None and not stdin.isatty()
+    if prompt == "-" or (prompt is None and not collecting and piped):
+        text = stdin.read().strip() if stdin is not None else ""
+        if not text and prompt == "-":
+            raise CliError("`offload run -` reads the prompt from stdin, but stdin was empty; "
+                           "pipe it in: echo \"...\" | offload run -")
+        return text or None
+    if prompt is None or not piped:
         return prompt
-    text = stdin.read().strip() if stdin is not None else ""
-    if not text and prompt == "-":
-        raise CliError("`offload run -` reads the prompt from stdin, but stdin was empty; "
-                       "pipe it in: echo \"...\" | offload run -")
-    return text or None
+    content = (_available(stdin) or "").strip()
+    return f"{content}\n\n{prompt}" if content else prompt
+
+
+def _available(stdin) -> str | None:
+    """What stdin holds now, without waiting on a writer that keeps it open and silent."""
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        return stdin.read()  # not an OS file (an embedding program's stream): read it as it is
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return stdin.read()
+    chunks = []
+    ready = select.select([fd], [], [], 0)[0]
+    while ready:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break  # end of file
+        chunks.append(data)
+        ready = select.select([fd], [], [], PIPE_IDLE_S)[0]
+    return b"".join(chunks).decode(getattr(stdin, "encoding", None) or "utf-8", errors="replace")
 
 
 def closing_line(code: ExitCode, session_id: str) -> str:

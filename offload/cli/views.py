@@ -23,7 +23,7 @@ from offload.cli.result_summary import task_lines
 from offload.cli.streams import same_destination
 from offload.engine.events import is_interim
 from offload.engine.states import child_state, unit_state
-from offload.render.notification import async_delegation_display_text
+from offload.render.notification import async_delegation_display_text, stop_note
 from offload.render.state_style import TRUNCATED_WORD, child_mark, rich_style
 from offload.render.terminal import inert
 
@@ -109,8 +109,8 @@ def progress_note(activity: dict[str, Any]) -> str:
 def _child_lines(rec: dict[str, Any]) -> list[Text]:
     lines = []
     for child in rec["children"]:
-        took = f" {child['duration_seconds']:.1f} s" if child["duration_seconds"] is not None else ""
-        mark, shown = child_mark(child_state(child["status"]), child)
+        took = f" {child['duration_s']:.1f} s" if child["duration_s"] is not None else ""
+        mark, shown = child_mark(child_state(child["state"]), child)
         doing = ""
         if child.get("api_calls") is not None or child.get("current_tool"):  # published by its owner
             doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "
@@ -137,7 +137,7 @@ def _ledger_rows(rows: Iterable[LedgerRow], title: str, status: Callable[[dict[s
 
 def _done(rec: dict[str, Any]) -> str:
     children = rec["children"]
-    return f"{sum(1 for c in children if c['status'] != 'running')}/{len(children)}"
+    return f"{sum(1 for c in children if c['state'] != 'running')}/{len(children)}"
 
 
 def ledger_running(rows: Iterable[LedgerRow], now: float | None = None,
@@ -182,7 +182,9 @@ def ledger_finished(rows: Iterable[LedgerRow], title: str, now: float | None = N
     def status(rec: dict[str, Any]) -> str:
         cut = sum(1 for child in rec["children"] if child.get("truncated"))
         state = f"{rec['state']} ({cut} {TRUNCATED_WORD})" if cut else rec["state"]
-        text = (f"{state}  finished {_age(rec['completed_at'], now)} ago  "
+        why = stop_note({"stop_reason": rec.get("stop_reason"), "status": rec["state"],
+                         "stalled_after_quiet_seconds": rec.get("stall_quiet_s")})
+        text = (f"{state}{f' ({why})' if why else ''}  finished {_age(rec['completed_at'], now)} ago  "
                 f"{rec['delivery_state']} (attempts {rec['delivery_attempts']})")
         if rec["delivery_state"] == "dropped" and rec.get("drop_reason"):
             return f"{text}  dropped: {rec['drop_reason']}"
@@ -278,7 +280,10 @@ class Ui:
             if text:
                 self.answers.print(Text(inert(text)), soft_wrap=True)
             return
-        console = self.answers if label == "agent" else self.console
+        # Both streams on one terminal: through the console a live roster draws on, which then
+        # keeps the answer above the roster (printed beside it, a redraw or the roster's
+        # clearing at its end would write over it).
+        console = self.console if label != "agent" or self.console.is_terminal else self.answers
         console.print(Text.assemble((f"{label}> ", "bold cyan"), inert(text or "(no answer)")), soft_wrap=True)
 
     def handles(self, handles: list[dict[str, Any]]) -> None:
@@ -300,6 +305,8 @@ class Ui:
             self._failure_notice(event)
             return
         title = async_delegation_display_text(event)
+        why = stop_note(event)
+        title += f" ({why})" if why else ""
         self.say(f"⇠ background result {delegation_id} landed{origin}: {title}", style="bold green")
         if full:
             self.console.print(Text(inert(text), style="dim"), soft_wrap=True)

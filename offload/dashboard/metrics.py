@@ -3,14 +3,15 @@
 Two kinds of figure:
 - read from the ledger at each scrape, so they cover every process that shares it (``run``,
   ``chat``, ``worker``, the gateway, other hosts) and match it exactly: units dispatched,
-  finished by state, delivered and dropped (counters over the ledger's life: units that prune
+  finished by state (a unit the stall monitor stopped counted ``stalled``, whatever state it
+  finished in), stalls, delivered and dropped (counters over the ledger's life: units that prune
   deleted stay counted, ``offload.ledger.tally``), units running, queued and awaiting delivery
   (gauges), and units by state and delivery state. A running unit whose owner process died is
   not running: it is counted ``unknown`` (what recovery will settle it as) and in
   ``offload_units_owner_died`` until a process recovers it. A scrape is two aggregate reads
   plus the running rows (as many as run at once), never a read of every row;
 - counted in this process as things happen (``offload.telemetry.metrics``): dispatch and
-  completion latency, stalls, recoveries, delivery attempts and drops, ledger errors by kind.
+  completion latency, interrupts, recoveries, delivery attempts and drops, ledger errors by kind.
 A scrape never fails because the ledger cannot be read: the error is counted and the
 ledger figures are left out of that scrape.
 """
@@ -27,7 +28,7 @@ from prometheus_client.registry import Collector
 from offload.engine.liveness import owner_alive
 from offload.engine.states import QUEUED, RUNNING, STALLED, TERMINAL_UNIT_STATES, UNFINISHED, UNKNOWN, unit_state
 from offload.ledger import queries as ledger_queries
-from offload.ledger.tally import UnitCounts
+from offload.ledger.tally import UnitCounts, tallied_state
 from offload.telemetry import metrics as live_metrics
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class LedgerCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         try:
             ledger = self.runtime.ledger()
-            counts = ledger_queries.unit_counts(ledger)
+            counts = ledger_queries.unit_counts(ledger, since=0.0)  # since: the early stops by stop_reason too
             died = sum(1 for row in ledger_queries.running_rows(ledger) if ledger.is_abandoned(row, owner_alive))
         except Exception as exc:  # a scrape must still answer; the error is visible as a counter
             live_metrics.ledger_error(getattr(exc, "kind", "error"))
@@ -69,16 +70,30 @@ def _counters(counts: UnitCounts) -> Iterator[CounterMetricFamily]:
                               "on this ledger", value=sum(ever.values()))
     finished = CounterMetricFamily("offload_units_finished", "Units that reached a terminal state, by state "
                                    "(unknown: recovered after their owner died)", labels=["state"])
+    by_state = _finished_by_state(ever, counts)
+    for state, units in sorted(by_state.items()):
+        finished.add_metric([state], units)
+    yield finished
+    yield CounterMetricFamily("offload_stalls", "Units the stall monitor stopped for lack of progress, in every "
+                              "process on this ledger, counted when the unit finishes", value=by_state[STALLED])
+    for delivery in ("delivered", "dropped"):
+        yield CounterMetricFamily(f"offload_units_{delivery}", f"Finished units whose result was {delivery}",
+                                  value=sum(n for (_s, d), n in ever.items() if d == delivery))
+
+
+def _finished_by_state(ever: Counter[Key], counts: UnitCounts) -> Counter[str]:
+    """Finished units by state, a unit the stall monitor stopped (``stop_reason`` stall) under
+    ``stalled`` instead of the state it finished in (mostly ``interrupted``), as prune tallies it."""
     by_state = Counter({state: 0 for state in TERMINAL_UNIT_STATES})
     for (state, _delivery), units in ever.items():
         if state not in UNFINISHED:
             by_state[state] += units
-    for state, units in sorted(by_state.items()):
-        finished.add_metric([state], units)
-    yield finished
-    for delivery in ("delivered", "dropped"):
-        yield CounterMetricFamily(f"offload_units_{delivery}", f"Finished units whose result was {delivery}",
-                                  value=sum(n for (_s, d), n in ever.items() if d == delivery))
+    for (state, reason), units in counts.recent_stops.items():  # since=0.0: every finished row
+        moved = tallied_state(unit_state(state), reason)
+        if moved != unit_state(state):
+            by_state[unit_state(state)] -= units
+            by_state[moved] += units
+    return by_state
 
 
 def _gauges(counts: UnitCounts, died: int) -> Iterator[GaugeMetricFamily]:
@@ -109,8 +124,11 @@ def _gauges(counts: UnitCounts, died: int) -> Iterator[GaugeMetricFamily]:
                             value=counts.delivery_attempts)
     yield GaugeMetricFamily("offload_ledger_recovered_units", "Units recovered after their owner process died "
                             "(state unknown)", value=sum(n for (s, _d), n in now.items() if s == UNKNOWN))
-    yield GaugeMetricFamily("offload_ledger_stalled_units", "Units reported stalled",
-                            value=sum(n for (s, _d), n in now.items() if s == STALLED))
+    # a stall whose child honoured the interrupt finishes interrupted: its stop_reason says stall
+    stopped = sum(n for (s, reason), n in counts.recent_stops.items() if tallied_state(s, reason) != s)
+    yield GaugeMetricFamily("offload_ledger_stalled_units", "Units the stall monitor stopped: given up (stalled) or "
+                            "interrupted for lack of progress (stop_reason stall)",
+                            value=stopped + sum(n for (s, _d), n in now.items() if s == STALLED))
 
 
 def registry(off: Offload) -> CollectorRegistry:

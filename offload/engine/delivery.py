@@ -11,7 +11,9 @@ the claim lease at the latest when its death cannot be told.
 Who delivers a result is decided by its claim, not by who ran or dispatched it: every consumer
 is offered every deliverable row, and a consumer of the row's session claims it. The one row
 not offered is one this very process finished and nobody has claimed yet: its event is on this
-process's bus already. So a result run by an ``offload worker`` (which never delivers), or by
+process's bus already. "This process" means this ``Deliveries``' runtime (``on_our_bus``): a
+second ``Offload`` on the same home in one process is offered what a first one (closed, or
+still open but done consuming) left pending, as another process would be. So a result run by an ``offload worker`` (which never delivers), or by
 an owner that is alive but consumes nothing, reaches whichever consumer of its session is live.
 Replay never creates a ledger, runs only when a consumer asks (never at import), recovers rows
 whose owner died, and drops rows past the replay age cap or the attempt budget (they stay
@@ -49,11 +51,14 @@ def is_this_process(pid: int | None, started_at: int | None) -> bool:
 class Deliveries:
     def __init__(self, *, ledger: Callable[[], DelegationLedger], owner_alive: OwnerAlive,
                  policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
-                 is_me: OwnerAlive = is_this_process) -> None:
+                 is_me: OwnerAlive = is_this_process,
+                 on_our_bus: Callable[[str], bool] = lambda delegation_id: True) -> None:
         """``owner_alive(pid, started)``: the local liveness check, for recovery and for claim
-        holders; ``is_me``: whether an owner is this process, whose finished units are on its
-        own bus already."""
+        holders; ``is_me``: whether an owner is this process; ``on_our_bus(delegation_id)``:
+        whether this runtime's own engine published that unit's event on the bus consumers
+        here read (a unit another runtime of this process ran is not)."""
         self.ledger, self.owner_alive, self.policy, self.is_me = ledger, owner_alive, policy, is_me
+        self.on_our_bus = on_our_bus
         self.health = health or LedgerHealth()
         self._last_sweep: dict[str, float] = {}
         self._last_claim_check: dict[str, float] = {}
@@ -70,15 +75,18 @@ class Deliveries:
     # -- restart: recovery and replay ---------------------------------------------------------
     def recover_abandoned(self, now: float | None = None, *, resuming: bool = False) -> int:
         """Settle ``running`` rows whose owner process died as ``unknown``; returns how many.
-        ``resuming`` (a long-lived consumer): a row ``self.resume`` accepts goes back to the
+        ``resuming`` (a long-lived process): a row ``self.resume`` accepts goes back to the
         queue to be resumed instead; a command that only looks leaves such a row running, for
         the next long-lived process on the ledger."""
+        return len(self._recover(time.time() if now is None else now, resuming))
+
+    def _recover(self, now: float, resuming: bool = False) -> list[str]:
+        """``recover_abandoned``, returning the ids it settled."""
         ledger = self.ledger()
         if not ledger.exists():
-            return 0
-        now = time.time() if now is None else now
+            return []
         hints: dict[str, str | None] = {}
-        settled = 0
+        settled: list[str] = []
         for row in ledger.running_rows():
             if not ledger.is_abandoned(row, self.owner_alive):
                 continue
@@ -97,8 +105,8 @@ class Deliveries:
             if why_not:
                 event["error"] = f"{event['error']} Not resumed: {why_not}."
             if ledger.settle_abandoned(row.delegation_id, event, result, now):
-                settled += 1
-                notify("recovered", row.delegation_id, row=row, event=event)
+                settled.append(row.delegation_id)
+                notify("recovered", row.delegation_id, row=row, event=event, ledger=self.ledger)
                 logger.warning("Recovered delegation %s whose owner (pid %s) exited mid-run: %s",
                                row.delegation_id, row.owner_pid, event["error"])
         return settled
@@ -115,9 +123,10 @@ class Deliveries:
 
     def maybe_sweep(self, target_queue: queue.Queue, now: float | None = None) -> int:
         """While running, offer rows that became deliverable here since the last offer: their
-        owner died after our restore, or a consumer died holding a claim. Claims of dead holders
-        are looked for every ``claim_check_interval_s`` (one narrow read), everything else at
-        most once per ``orphan_sweep_interval_s`` per store; never raises."""
+        owner died after our restore (or, on a shared ledger, its lease expired), or a consumer
+        died holding a claim. Both are looked for every ``claim_check_interval_s`` (two narrow
+        reads: the claimed rows and the running ones), everything else at most once per
+        ``orphan_sweep_interval_s`` per store; never raises."""
         now = time.time() if now is None else now
         try:
             policy, key = self.policy(), self.ledger().location
@@ -125,6 +134,7 @@ class Deliveries:
             if now - self._last_claim_check.get(key, 0.0) >= policy.claim_check_interval_s:
                 self._last_claim_check[key] = now
                 offered += self._offer_released(target_queue, now)
+                offered += self._offer_recovered(target_queue, now)
             if now - self._last_sweep.get(key, 0.0) >= policy.orphan_sweep_interval_s:
                 self._last_sweep[key] = now
                 offered += self._offer_orphans(target_queue, now, only_new=True)
@@ -144,6 +154,21 @@ class Deliveries:
         except LedgerError as exc:
             self.health.report(ledger, "releasing the claims of dead consumers", exc,
                                "They are released at the next check, or when their claim lease runs out.")
+            return 0
+
+    def _offer_recovered(self, target_queue: queue.Queue, now: float) -> int:
+        """Recover the running rows whose owner is gone (its process dead, or its lease expired
+        on another host) and offer what they became: recovery within the lease, not at the
+        next orphan sweep. The trigger a takeover of unfinished units hangs on, too."""
+        ledger = self.ledger()
+        try:
+            recovered = self._recover(now, resuming=True)
+            rows = [row for row in (ledger.get(did) for did in recovered) if row is not None]
+            return self._offer(ledger, target_queue, [r for r in rows if r.delivery_state == "pending"], now,
+                               only_new=True)
+        except LedgerError as exc:
+            self.health.report(ledger, "recovering the units of owners that died", exc,
+                               "They are recovered at the next check, or by the next start.")
             return 0
 
     def _offer_orphans(self, target_queue: queue.Queue, now: float, *, only_new: bool) -> int:
@@ -223,8 +248,8 @@ class Deliveries:
                                "Their results arrive with the orphan sweep instead.")
 
     def _should_offer(self, ledger: DelegationLedger, row: LedgerRow, now: float, only_new: bool) -> bool:
-        if row.delivery_claimed_at is None and ledger.owned_here(row, self.is_me):
-            return False  # this process finished it and nobody claimed it: its event is on our bus
+        if row.delivery_claimed_at is None and ledger.owned_here(row, self.is_me) and self.on_our_bus(row.delegation_id):
+            return False  # this runtime finished it and nobody claimed it: its event is on our bus
         if row.delivery_claim is not None and (row.delivery_claimed_at or 0.0) >= now - self.policy().claim_lease_s:
             # Its holder is delivering it; offered again once that claim lapses or its holder dies.
             return ledger.claim_abandoned(row, self.owner_alive) and self._release_dead_claim(ledger, row, now)
@@ -332,6 +357,13 @@ class Deliveries:
         if not claim_id or not _claimable(evt):
             return ""
         return self.release(evt["delegation_id"], claim_id, why)
+
+    def defer_event(self, evt: dict[str, Any], claim_id: str | None) -> bool:
+        """Give a claim back without spending an attempt (the consumer, not the result, failed:
+        its model endpoint is down)."""
+        if not claim_id or not _claimable(evt):
+            return False
+        return self._told(evt["delegation_id"], "deferred", self.defer(evt["delegation_id"], claim_id))
 
     def _told(self, delegation_id: str, outcome: str, changed: Any) -> Any:
         return _told(delegation_id, outcome, changed, self.ledger)

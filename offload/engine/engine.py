@@ -42,7 +42,7 @@ from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.pool import DaemonThreadPool
 from offload.engine.loop import Clock, Loop
 from offload.engine.stall import StallLoop
-from offload.engine.states import ACTIVE_STATES, ERROR, FAILED_STATES, LIVE_STATES, result_state
+from offload.engine.states import ACTIVE_STATES, COMPLETED, ERROR, FAILED_STATES, LIVE_STATES, STOP_USER, result_state
 from offload.engine.units import UnitSpec, capacity_error, invalid_dispatch, new_record
 from offload.origin import IDENTITY_KEYS, Origin
 
@@ -257,7 +257,8 @@ class Delegations:
         if callable(result):
             result = result(snapshot)
         self._announce(snapshot, result, status)
-        notify("finalized", delegation_id, record=snapshot, status=status)
+        notify("finalized", delegation_id, record=snapshot, status=status,
+               stop_reason=snapshot.get("_stop_reason") if status != COMPLETED else None)
         with self.lock:
             record.update(status=status, transcript_fn=None)  # read one last time by the finalized observer
             self._retired[delegation_id] = record
@@ -416,8 +417,10 @@ class Delegations:
     def interrupt(self, selected: Callable[[Record], bool], reason: str) -> int:
         """Ask each selected running/stalling unit to stop; each still reports through finalize."""
         with self.lock:
-            targets = [(r["delegation_id"], r.get("interrupt_fn")) for r in self.records.values()
-                       if r.get("status") in ACTIVE_STATES and selected(r)]
+            chosen = [r for r in self.records.values() if r.get("status") in ACTIVE_STATES and selected(r)]
+            for record in chosen:
+                record.setdefault("_stop_reason", STOP_USER)  # a stall that came first stays the reason
+            targets = [(r["delegation_id"], r.get("interrupt_fn")) for r in chosen]
         signalled = sum(roster.call_interrupt(did, fn, reason) for did, fn in targets)
         if targets:
             logger.info("Interrupted %d of %d background delegation(s): %s", signalled, len(targets), reason)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, TypedDict
 
-from offload.engine.states import ERROR
+from offload.engine.states import COMPLETED, ERROR, STOP_STALL
 from offload.origin import IDENTITY_KEYS, Origin
 
 
@@ -47,6 +47,7 @@ class CompletionEvent(TypedDict, total=False):
     type: str  # always "async_delegation"
     delegation_id: str
     status: str  # the unit's status word when it finished (or "running" for an interim event)
+    stop_reason: str | None  # why it stopped early: "stall" | "user" (states.STOP_REASONS); null otherwise
     origin: dict[str, str]  # the whole Origin (Origin.to_json); the flat fields below repeat it
     session_key: str
     origin_ui_session_id: str
@@ -120,6 +121,12 @@ def build_event(snapshot: dict[str, Any], result: dict[str, Any], status: str) -
     for key in STALL_META_KEYS:
         if key in result:
             evt[key] = result[key]
+    reason = snapshot.get("_stop_reason") if status != COMPLETED else None
+    evt["stop_reason"] = reason
+    if reason == STOP_STALL:  # a child that honoured the monitor's interrupt: say what the monitor saw
+        evt.setdefault("stalled_after_quiet_seconds", snapshot.get("_stall_quiet_seconds"))
+        evt.setdefault("stall_threshold_seconds", snapshot.get("_stall_threshold_seconds"))
+        evt.setdefault("stall_phase", "in_tool" if snapshot.get("_stall_in_tool") else "idle")
     if snapshot.get("is_batch"):
         _add_batch_fields(evt, snapshot, result)
     else:

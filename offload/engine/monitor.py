@@ -1,7 +1,8 @@
 """The stall check, as a pure function: observations in, decisions out.
 
 A child is stalled when its progress token has not changed for longer than the idle
-threshold (or the higher in-tool threshold while it runs a tool). The clock starts when the
+threshold (or the higher in-tool threshold while it runs a tool); the first sample after the
+start counts from the freshest of its children's last activity times when the token carries them. The clock starts when the
 runner starts, never while the unit waits in the pool. A stalled unit is interrupted and
 given a grace window; only when the window expires is it force-finalized. The engine's
 monitor loop samples the records, calls :func:`sweep` with a chosen ``now`` and applies the
@@ -32,6 +33,17 @@ class Observation:
     last_token: Any
     progress_at: float  # monotonic time the token last changed (or the runner started)
     interrupted_at: float | None = None
+    activity_age_s: float | None = None  # how long ago its freshest child was last active, if the token says
+
+
+def latest_activity_at(token: Any) -> float | None:
+    """The freshest wall-clock activity time in a children's token (each entry ``(api_calls,
+    tool, last_activity_ts, ...)``, the convention ``offload.engine.roster`` reads too), or None."""
+    if not isinstance(token, (tuple, list)):
+        return None
+    stamps = [e[2] for e in token if isinstance(e, (tuple, list)) and len(e) > 2
+              and isinstance(e[2], (int, float)) and not isinstance(e[2], bool)]
+    return max(stamps) if stamps else None
 
 
 @dataclass(frozen=True)
@@ -44,7 +56,7 @@ class Stall:
 
 @dataclass
 class Decisions:
-    progressed: dict[str, Any] = field(default_factory=dict)  # id -> new token
+    progressed: dict[str, tuple[Any, float]] = field(default_factory=dict)  # id -> (new token, progress at)
     stalled: list[Stall] = field(default_factory=list)  # interrupt these now
     expired: list[str] = field(default_factory=list)  # grace over: force-finalize
     monitorable: bool = False  # anything left for the monitor to watch
@@ -60,12 +72,19 @@ def sweep(observations: list[Observation], now: float, limits: Thresholds) -> De
             continue
         if not obs.started:
             continue  # queued behind the pool: no stall time accrues
+        progress_at = obs.progress_at
         if obs.token is not UNREADABLE and obs.token != obs.last_token:
-            decisions.progressed[obs.delegation_id] = obs.token
-            continue
+            # A changed token is progress now -- except the first sample after the start, which
+            # is no news: it counts from the child's last activity when the token says when that
+            # was (never before the start), so a child silent since it started (a hung endpoint)
+            # is not given a fresh clock at the first sweep (the stall clock and the child's
+            # idle time are one figure).
+            first = obs.last_token is None and obs.activity_age_s is not None
+            progress_at = min(now, max(progress_at, now - obs.activity_age_s)) if first else now
+            decisions.progressed[obs.delegation_id] = (obs.token, progress_at)
         in_tool = obs.in_tool and obs.token is not UNREADABLE
         limit = limits.in_tool_s if in_tool else limits.idle_s
-        quiet = now - obs.progress_at
+        quiet = now - progress_at
         if quiet >= limit:
             decisions.stalled.append(Stall(obs.delegation_id, round(quiet, 2), limit, in_tool))
     return decisions

@@ -24,10 +24,10 @@ KINDS = (
     "dispatched",  # record=
     "started",  # record=; called on the worker thread inside the unit's context, before the runner
     "child_recorded",  # entry=
-    "finalized",  # record=, status=, event=
-    "stalled",  # quiet_s=, in_tool=
+    "finalized",  # record=, status=, stop_reason= ("stall" | "user" | None: states.STOP_REASONS)
+    "stalled",  # quiet_s=, threshold_s=, in_tool=
     "interrupted",  # reason=
-    "recovered",  # row=, event=
+    "recovered",  # row=, event=, ledger= (the provider of the ledger it was recovered from)
     "delivery",  # outcome= claimed | delivered | released | deferred | dropped | acknowledged
     "ledger_error",  # kind=, op=
 )

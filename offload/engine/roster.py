@@ -101,6 +101,9 @@ def _add_live_activity(item: dict[str, Any], progress_fn) -> None:
     item["in_tool"] = bool(in_tool)
     if isinstance(token, (tuple, list)):
         item["children_activity"] = [_child_activity(entry) for entry in token]
+        idle = [a["seconds_since_activity"] for a in item["children_activity"] if a and "seconds_since_activity" in a]
+        if idle and item.get("seconds_since_progress") is not None:  # activity since the last sweep counts now
+            item["seconds_since_progress"] = min(item["seconds_since_progress"], min(idle))
 
 
 def _child_activity(entry: Any) -> dict[str, Any] | None:

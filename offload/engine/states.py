@@ -35,6 +35,13 @@ UNIT_STATES = (QUEUED, RUNNING, STALLING, FINALIZING, *TERMINAL_UNIT_STATES)
 ENGINE_ENDED = frozenset({STALLED, UNKNOWN})  # set on the whole unit, not derived from children
 NOT_COMPLETED = frozenset(TERMINAL_UNIT_STATES) - {COMPLETED}  # a terminal unit the user should look at
 
+# Why a unit (and its children that did not finish) stopped early: the event's ``stop_reason``
+# (null otherwise). ``stall``: the stall monitor interrupted it (the unit may still be
+# ``interrupted``, with the partial work its children returned, or ``stalled`` when it was
+# force-finalized); ``user``: a person stopped it (Ctrl-C, ``offload stop``, the dashboard, the API).
+STOP_STALL, STOP_USER = "stall", "user"
+STOP_REASONS = (STOP_STALL, STOP_USER)
+
 ACTIVE_STATES = (RUNNING, STALLING)  # holds a slot; can be interrupted or stall
 LIVE_STATES = frozenset({*ACTIVE_STATES, FINALIZING})  # not yet reported (an engine's records)
 UNFINISHED = frozenset({QUEUED, *LIVE_STATES})  # a ledger row with no result yet
@@ -86,6 +93,16 @@ def result_state(result: dict[str, Any], *, is_batch: bool) -> str:
         return child_state(result.get("status") or COMPLETED)
     entries = [r for r in result.get("results") or [] if isinstance(r, dict)]
     return unit_state_of((r.get("status") for r in entries), error=result.get("error"))
+
+
+def stop_reason(evt: dict[str, Any] | None) -> str | None:
+    """Why a finished unit stopped early (``STOP_REASONS``), from its event; a ``stalled`` unit
+    of an older version that did not write the field stopped for a stall."""
+    evt = evt or {}
+    said = evt.get("stop_reason")
+    if said in STOP_REASONS:
+        return str(said)
+    return STOP_STALL if unit_state(evt.get("status")) == STALLED else None
 
 
 def event_state(evt: dict[str, Any]) -> str:

@@ -46,7 +46,18 @@ def batch_spec(goals: list[Any] | None, task_indexes: list[int] | None = None, *
 def batch_label(unit_goals: list[Any]) -> str:
     if len(unit_goals) == 1:
         return unit_goals[0]
-    return f"{len(unit_goals)} parallel subagents: " + "; ".join(str(g)[:40] for g in unit_goals)
+    return f"{len(unit_goals)} parallel subagents: " + "; ".join(_short(g) for g in unit_goals)
+
+
+def _short(goal: Any, limit: int = 40) -> str:
+    """A goal on one line in at most ``limit`` characters, cut at a word with an ellipsis."""
+    text = " ".join(str(goal).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    if text[limit - 1] != " " and " " in cut:  # the cut fell inside a word: drop that word
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def new_record(spec: UnitSpec, delegation_id: str) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 A ``ChatSession`` owns one worker thread that runs that chat's turns one at a time: user
 messages, and batches of background results handed over by the delivery watcher. A results
 batch is shown in the chat, injected as ONE new turn (coalesced), the turn stored, and only
-then are the claims completed. A send the platform refuses for good (``ChatGone``) drops the
+then are the claims completed — only if that turn succeeded: a failed turn gives them back
+for a retry, unacknowledged and not stored. A send the platform refuses for good (``ChatGone``) drops the
 batch with the reason (kept in the ledger); a transient failure gives it back to the watcher,
 which retries later. A result too long for one message is shown in parts, and every part shown
 is recorded under the claim, so a retry -- here, or by another gateway after this one died --
@@ -77,8 +78,9 @@ class Claimed:
             self.deliveries.record_progress(self.delegation_id, self.claim, parts)
 
 
-# What the worker tells the watcher about a batch: settled, or give it back for a retry.
-Outcome = Callable[[list[Claimed], str], None]  # (batch, "done" | "retry")
+# What the worker tells the watcher about a batch: settled, or give it back for a retry (an
+# "outage" of the parent's model endpoint spends none of the results' delivery attempts).
+Outcome = Callable[[list[Claimed], str], None]  # (batch, "done" | "retry" | "outage")
 
 
 class ChatSession:
@@ -213,6 +215,12 @@ class ChatSession:
             logger.exception("chat %s: the turn carrying %d result(s) failed; retrying later",
                              self.route.chat_id, len(fresh))
             self._on_batch_done(fresh, "retry")
+            return
+        if result.exit_reason == "error":  # the parent never took them: not acknowledged, retried later
+            logger.warning("chat %s: the turn carrying %d result(s) failed (%s); retrying later",
+                           self.route.chat_id, len(fresh), result.error)
+            self._on_batch_done(fresh, "outage" if result.error_kind == "endpoint" else "retry")
+            self._answer(result)
             return
         for item in fresh:
             item.acknowledge()

@@ -7,7 +7,7 @@ every chat whose agent is idle and whose backoff has passed, claim the buffered 
 ledger and hand them over as ONE batch (coalescing). An event another consumer holds is
 forgotten here (that consumer delivers it; if it dies, the lease expires and the orphan sweep
 offers it again). A batch given back for a retry is released (one attempt spent; the ledger
-drops it after the attempt budget) and rebuffered with exponential backoff for that chat. A
+drops it after the attempt budget; none when the parent's model endpoint was down) and rebuffered with exponential backoff for that chat. A
 result for a chat no longer on the allow-list (replayed after a config change) is dropped
 with that reason, never shown.
 
@@ -107,7 +107,8 @@ class DeliveryWatcher:
         return len(batch)
 
     def batch_done(self, key: str, batch: list[Claimed], outcome: str, now: float | None = None) -> None:
-        """Called by a chat worker: ``done`` settles the chat's backoff, ``retry`` schedules one."""
+        """Called by a chat worker: ``done`` settles the chat's backoff, ``retry`` (an attempt
+        spent) or ``outage`` (none spent: the parent's endpoint failed) schedules one."""
         now = time.monotonic() if now is None else now
         with self._lock:
             origin = Origin.of_event(batch[0].event) if batch else Origin()
@@ -119,7 +120,11 @@ class DeliveryWatcher:
             delay_s = min(self.max_backoff_s, self.backoff_s * 2 ** (pending.failures - 1))
             pending.not_before = now + delay_s
         for item in batch:
-            if self.deliveries.release_event(item.event, item.claim, "the chat could not be reached") != "dropped":
+            if outcome == "outage":  # the parent's endpoint failed, not the result: no attempt spent
+                self.deliveries.defer_event(item.event, item.claim)
+                with self._lock:
+                    pending.events.append((item.event, item.text))
+            elif self.deliveries.release_event(item.event, item.claim, "the chat could not be reached") != "dropped":
                 with self._lock:
                     pending.events.append((item.event, item.text))
 

@@ -18,7 +18,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from offload.ledger.codec import decode_row, dumps, loads
-from offload.ledger.memory_side import MemorySideTables
+from offload.ledger.memory_side import MemorySideTables, stop_reason_of
+from offload.ledger.tally import tallied_state
 from offload.ledger.approval_table import MemoryApprovals
 from offload.ledger.spend_table import MemorySpend
 from offload.ledger.step_table import MemorySteps
@@ -254,7 +255,8 @@ class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, MemorySteps, 
             doomed = expired | {r["delegation_id"] for r in kept[max(0, max_settled):]}
             for delegation_id in doomed:
                 gone = rows.pop(delegation_id)
-                self.store.pruned[(gone["state"], gone["delivery_state"])] += 1
+                reason = stop_reason_of(gone.get("event_json"))
+                self.store.pruned[(tallied_state(gone["state"], reason), gone["delivery_state"])] += 1
             if doomed:
                 self._prune_side_records()
             return len(doomed)

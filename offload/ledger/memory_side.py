@@ -7,6 +7,7 @@ import copy
 from collections import Counter
 from typing import Any
 
+from offload.ledger.codec import loads
 from offload.ledger.protocol import JournalEntry
 from offload.ledger.tally import UnitCounts
 
@@ -56,7 +57,10 @@ class MemorySideTables:
         by_state = Counter((r["state"], r["delivery_state"]) for r in rows)
         recent = Counter((r["state"], r["delivery_state"]) for r in rows
                          if since is not None and r["completed_at"] is not None and r["completed_at"] >= since)
-        return UnitCounts(dict(by_state), pruned, sum(r["delivery_attempts"] for r in rows), dict(recent))
+        stops = Counter((r["state"], reason) for r in rows
+                        if since is not None and r["completed_at"] is not None and r["completed_at"] >= since
+                        and r["state"] != "completed" and (reason := stop_reason_of(r.get("event_json"))))
+        return UnitCounts(dict(by_state), pruned, sum(r["delivery_attempts"] for r in rows), dict(recent), dict(stops))
 
     def append_journal(self, entries: list[JournalEntry]) -> None:
         with self.store.lock:
@@ -75,3 +79,8 @@ class MemorySideTables:
             del self.store.steps[key]
         for request_id in [i for i, r in self.store.approvals.items() if r.get("delegation_id") not in self.store.rows]:
             del self.store.approvals[request_id]
+
+
+def stop_reason_of(event_json: str | None) -> str | None:
+    reason = (loads(event_json) or {}).get("stop_reason") if event_json else None
+    return str(reason) if reason else None

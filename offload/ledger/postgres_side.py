@@ -101,8 +101,9 @@ class PostgresSideTables:
     def unit_counts(self, since: float | None = None) -> UnitCounts:
         def read(conn: Any) -> UnitCounts:
             by_state = conn.execute(*grouped(POSTGRES_TALLY, since)).fetchall()
+            stops = conn.execute(POSTGRES_TALLY.stops_since, (since,)).fetchall() if since is not None else []
             tallied = conn.execute(f"SELECT to_regclass('{PRUNED_TABLE}') IS NOT NULL").fetchone()[0]
-            return counts(by_state, conn.execute(POSTGRES_TALLY.pruned).fetchall() if tallied else [])
+            return counts(by_state, conn.execute(POSTGRES_TALLY.pruned).fetchall() if tallied else [], stops)
         self._catch_up()
         return self._run(read, missing=UnitCounts())
 

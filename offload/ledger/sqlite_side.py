@@ -113,7 +113,8 @@ class SqliteSideTables:
             if conn is None:
                 return UnitCounts()
             by_state = conn.execute(*grouped(SQLITE_TALLY, since)).fetchall()
-        return counts(by_state, self._side_read(SQLITE_TALLY.pruned, ()))
+            stops = conn.execute(SQLITE_TALLY.stops_since, (since,)).fetchall() if since is not None else []
+        return counts(by_state, self._side_read(SQLITE_TALLY.pruned, ()), stops)
 
     def append_journal(self, entries: list[JournalEntry]) -> None:
         def write(conn: sqlite3.Connection | None) -> None:

@@ -4,7 +4,10 @@ delivery state), now, finished recently, and ever.
 Counters must never go down, but ``prune`` deletes settled rows. So prune adds every row it
 deletes to ``offload_pruned_units`` (one row per (state, delivery state), made by the first
 prune that deletes anything, in prune's own transaction), and a count over the ledger's life is
-the rows there now plus the pruned ones. A read is two aggregate statements (one GROUP BY over
+the rows there now plus the pruned ones. A unit the stall monitor stopped (its event's
+``stop_reason`` is ``stall``) is tallied as ``stalled`` whatever its row's state (mostly
+``interrupted``: the child honoured the interrupt), as ``/metrics`` counts it, so the stall
+stays counted after prune; units an older version pruned were tallied by their row's state. A read is two aggregate statements (one GROUP BY over
 the delegation table, one read of a table of a few rows): what a scrape costs does not grow
 with the rows fetched into Python, and no row limit caps a figure. The same GROUP BY counts,
 per key, the rows that finished at or after a given time (the overview's "failed in the last
@@ -20,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from offload.engine.states import COMPLETED, STALLED, STOP_STALL
 from offload.ledger.delivery_sql import POSTGRES, SQLITE, Dialect
 
 PRUNED_TABLE = "offload_pruned_units"
@@ -31,12 +35,14 @@ class UnitCounts:
     """``rows``: rows in the ledger now by (state, delivery_state); ``pruned``: rows prune
     deleted over the ledger's life, by the same key; ``delivery_attempts``: summed over ``rows``;
     ``recent``: of ``rows``, those that finished at or after the ``since`` asked for (keys with
-    none left out; empty when no ``since`` was asked)."""
+    none left out; empty when no ``since`` was asked); ``recent_stops``: of those, the ones not
+    completed that stopped early, by (state, the event's ``stop_reason``: stall | user)."""
 
     rows: dict[Key, int] = field(default_factory=dict)
     pruned: dict[Key, int] = field(default_factory=dict)
     delivery_attempts: int = 0
     recent: dict[Key, int] = field(default_factory=dict)
+    recent_stops: dict[Key, int] = field(default_factory=dict)  # (state, stop_reason) of ``recent``'s early stops
 
     def ever(self) -> Counter[Key]:
         """Every unit the ledger has held, by its state now (or when it was pruned)."""
@@ -56,10 +62,11 @@ class TallySql:
     by_state: str  # () -> (state, delivery_state, rows, delivery attempts, 0)
     by_state_since: str  # (since,) -> the same, the last column the rows finished at or after since
     pruned: str  # () -> (state, delivery_state, units)
-    returning: str  # appended to prune's DELETE statements: the deleted rows' keys
+    stops_since: str  # (since,) -> (state, stop_reason, units) of the early stops finished at or after since
+    returning: str  # appended to prune's DELETE statements: the deleted rows' keys and stop reasons
 
     @classmethod
-    def for_dialect(cls, dialect: Dialect, text: str, integer: str) -> "TallySql":
+    def for_dialect(cls, dialect: Dialect, text: str, integer: str, reason: str) -> "TallySql":
         return cls(
             create=f"CREATE TABLE IF NOT EXISTS {PRUNED_TABLE} (state {text} NOT NULL, delivery_state "
                    f"{text} NOT NULL, units {integer} NOT NULL, PRIMARY KEY (state, delivery_state))",
@@ -70,16 +77,31 @@ class TallySql:
             # one CASE per row costs ~10 % of the scan: only the overview, which asks for it, pays it
             by_state_since=dialect.render(_BY_STATE.format(recent="sum(CASE WHEN completed_at >= ? THEN 1 ELSE 0 END)")),
             pruned=f"SELECT state, delivery_state, units FROM {PRUNED_TABLE}",
-            returning=" RETURNING state, delivery_state")
+            stops_since=dialect.render(_STOPS.format(reason=reason)),
+            returning=f" RETURNING state, delivery_state, {reason}")
 
 
-SQLITE_TALLY = TallySql.for_dialect(SQLITE, "TEXT", "INTEGER")
-POSTGRES_TALLY = TallySql.for_dialect(POSTGRES, "text", "bigint")
+# The event's stop_reason, read only from the rows finished in the window (the completed_at
+# index) that did not complete: SQLite's JSON functions (a malformed event reads as none), on
+# PostgreSQL a match on the text column (a quote inside a JSON string is escaped, so a summary
+# that quotes the key cannot match).
+_STOPS = ("SELECT state, {reason}, count(*) FROM async_delegations WHERE completed_at >= ?"
+          " AND state <> 'completed' AND {reason} IS NOT NULL GROUP BY state, {reason}")
+SQLITE_TALLY = TallySql.for_dialect(
+    SQLITE, "TEXT", "INTEGER", "(CASE WHEN json_valid(event_json) THEN json_extract(event_json, '$.stop_reason') END)")
+POSTGRES_TALLY = TallySql.for_dialect(
+    POSTGRES, "text", "bigint", r"""substring(event_json from '"stop_reason":\s*"([a-z]+)"')""")
+
+
+def tallied_state(state: str, reason: str | None) -> str:
+    """The state a row is tallied (and counted finished) under: ``stalled`` when the stall
+    monitor stopped it, else its own."""
+    return STALLED if reason == STOP_STALL and state != COMPLETED else state
 
 
 def pruned_keys(deleted: Iterable[Iterable[Any]]) -> Counter[Key]:
-    """The (state, delivery_state) of each row a ``DELETE … RETURNING`` removed, counted."""
-    return Counter((str(state), str(delivery)) for state, delivery in deleted)
+    """The (tallied state, delivery_state) of each row a ``DELETE … RETURNING`` removed, counted."""
+    return Counter((tallied_state(str(state), reason), str(delivery)) for state, delivery, reason in deleted)
 
 
 def add_pruned(execute: Callable[..., Any], sql: TallySql, keys: Counter[Key]) -> None:
@@ -106,8 +128,9 @@ def grouped(sql: TallySql, since: float | None) -> tuple[str, tuple[Any, ...]]:
     return (sql.by_state, ()) if since is None else (sql.by_state_since, (since,))
 
 
-def counts(by_state: Iterable[Iterable[Any]], pruned: Iterable[Iterable[Any]]) -> UnitCounts:
-    """A ``UnitCounts`` from the rows the two aggregate statements returned."""
+def counts(by_state: Iterable[Iterable[Any]], pruned: Iterable[Iterable[Any]],
+           stops: Iterable[Iterable[Any]] = ()) -> UnitCounts:
+    """A ``UnitCounts`` from the rows the aggregate statements returned."""
     rows, recent, attempts = {}, {}, 0
     for state, delivery, units, tried, finished_since in by_state:
         key = (str(state), str(delivery))
@@ -115,4 +138,5 @@ def counts(by_state: Iterable[Iterable[Any]], pruned: Iterable[Iterable[Any]]) -
         attempts += int(tried or 0)
         if finished_since:
             recent[key] = int(finished_since)
-    return UnitCounts(rows, {(str(s), str(d)): int(n) for s, d, n in pruned}, attempts, recent)
+    return UnitCounts(rows, {(str(s), str(d)): int(n) for s, d, n in pruned}, attempts, recent,
+                      {(str(s), str(r)): int(n) for s, r, n in stops})

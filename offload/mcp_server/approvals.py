@@ -26,7 +26,7 @@ from mcp.server.mcpserver import Context, Elicit, Resolve
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult
 from pydantic import BaseModel, Field, ValidationError
 
-from offload.mcp_server.delegations import client_name
+from offload.mcp_server import namespaces
 from offload.subagents import approvals
 
 logger = logging.getLogger(__name__)
@@ -55,8 +55,8 @@ def elicits(ctx: Any) -> bool:
 
 
 def decider(ctx: Any) -> str:
-    """Who an answer from this request's client is recorded as."""
-    return f"mcp:{client_name(ctx) or 'client'}"
+    """Who an answer from this request's client is recorded as (``namespaces.label``)."""
+    return namespaces.label(ctx)
 
 
 def pending_of(ledger: Any, delegation_id: str) -> "list[dict[str, Any]]":

@@ -2,10 +2,11 @@
 wait for, list and stop the delegations it started, all from the ledger.
 
 Invariants:
-- every delegation belongs to a namespace, stored as its origin session key
-  (``mcp:<namespace>``); every read, id prefixes included, sees only rows of that namespace
-  (``all_namespaces`` lifts the filter for an operator), so an unrelated client can neither see
-  nor touch them;
+- every delegation belongs to a namespace (which one a request has is ``namespaces``'s
+  decision), stored as its origin session key (``mcp:<namespace>``); every read, id prefixes
+  included, sees only rows of that namespace (``all_namespaces`` lifts the filter for an
+  operator), so an unrelated client can neither see nor touch them; a scope whose token was
+  revoked reads nothing (``Scope.check``);
 - what a caller reads comes from the ledger, never from this process's memory, so an id
   dispatched by a server that was killed is answered by the next one (its row is recovered,
   finished children keep their real results), never "no such delegation";
@@ -19,7 +20,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -67,30 +68,27 @@ class McpInputError(ValueError):
 
 @dataclass(frozen=True)
 class Scope:
-    """Who is asking: their namespace, or every namespace (``namespace`` None)."""
+    """Who is asking: their namespace, or every namespace (``namespace`` None); over HTTP the
+    token's name and ``live``, whether the token is still accepted (``mcp_server.namespaces``)."""
 
     namespace: str | None
+    token: str | None = None
+    live: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
     def session_key(self) -> str:
         return SESSION_PREFIX + (self.namespace or "operator")
 
+    def check(self) -> None:
+        """Refuse a request whose token was revoked or rotated since it arrived (a long wait)."""
+        if self.live is not None and not self.live():
+            raise McpInputError(f"the token {self.token!r} this request was made with has been revoked or rotated; "
+                                "ask the operator for a new one (`offload token add NAME`) and reconnect with it")
+
     def sees(self, row: LedgerRow) -> bool:
         if self.namespace is None:
             return row.origin_session.startswith(SESSION_PREFIX)
         return row.origin_session == self.session_key
-
-
-def client_name(ctx: Any) -> str | None:
-    """The name the client reported (``ctx``: a tool's ``Context`` or a method's request context)."""
-    params = ctx.session.client_params
-    return params.client_info.name if params is not None and params.client_info is not None else None
-
-
-def default_namespace(client_name: str | None, cwd: Path | None = None) -> str:
-    """The client's reported name and the server's working directory: the same client
-    restarting in the same project finds its delegations again; another project does not."""
-    return f"{client_name or 'mcp-client'}@{(cwd or Path.cwd()).resolve()}"
 
 
 class McpDelegations:
@@ -138,6 +136,7 @@ class McpDelegations:
         in the background for ``scope``, children working in ``workspace`` (None: the default);
         the handle, with the note on how to collect it. ``no_ask_reason``: why the client cannot
         answer its subagents' approval requests (no elicitation), which ``ask`` then denies."""
+        scope.check()
         if scope.namespace is None:
             raise McpInputError("an --all-namespaces server only reads and stops delegations; start one from a "
                                 "server with a namespace (drop --all-namespaces)")
@@ -165,6 +164,7 @@ class McpDelegations:
 
     # -- reads ------------------------------------------------------------------------------------
     def rows(self, scope: Scope) -> list[LedgerRow]:
+        scope.check()
         rows = [*self.view.queued(), *self.view.running(), *self.view.pending(), *self.view.settled(LISTED_MAX)]
         seen: dict[str, LedgerRow] = {}
         for row in rows:
@@ -178,6 +178,7 @@ class McpDelegations:
         if not isinstance(wanted, str) or not wanted.strip():
             raise McpInputError("delegation_id is required: pass the id delegate_task returned (a unique prefix is "
                                 "enough); list_delegations lists them")
+        scope.check()
         exact = self.view.get(wanted.strip())
         rows = [exact] if exact is not None and scope.sees(exact) else self.rows(scope)
         try:

@@ -8,20 +8,24 @@ Invariants, each applied before a request reaches the SDK:
   the server's own port, so a page on another site, or another service on localhost, cannot
   drive the server from a browser;
 - sessions: an idle one expires after ``SESSION_IDLE_S`` (longer than the longest wait), so
-  clients that vanish do not accumulate; no namespace depends on a session;
+  clients that vanish do not accumulate; no namespace depends on a session, and a session is
+  used with the token that opened it only (``SessionGuard``);
 - token: every request carries ``Authorization: Bearer TOKEN`` (compared in constant time), on
   loopback too: any local process (a prompt-injected child's command among them) could
   otherwise start subagents or answer approvals. Accepted: ``$OFFLOAD_MCP_TOKEN`` when set,
   else any token of the home's store (``offload.token_store``: the operator's and each named
-  client's); the accepting token's name is put in ``scope["state"]["offload_token"]``. The 401
+  client's); the accepting token's name is put in ``scope["state"]["offload_token"]``, and
+  ``offload_token_live`` re-checks that token, so a long request notices a revocation. The 401
   keeps ``WWW-Authenticate: Bearer``, and the OAuth discovery it starts in some clients
   (``/.well-known/...``) fails at once with a 404 saying to send the token. The token is the
-  outer boundary between clients, namespaces sit inside it.
+  boundary between clients: each is its own namespace (``namespaces``), whatever name the
+  client reports.
 """
 from __future__ import annotations
 
 import hmac
 import socket
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
@@ -30,11 +34,12 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from offload import token_store
 from offload.errors import CliError
 from offload.http_security import HostCheck, HostGuard
+from offload.mcp_server.namespaces import STATE_LIVE, STATE_TOKEN
 
 MCP_PATH = "/mcp"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -106,7 +111,8 @@ class BearerGuard:
             await NO_OAUTH(scope, receive, send)
             return
         if scope["type"] == "http":
-            name = self._caller(Headers(scope=scope))
+            offered = self._offered(Headers(scope=scope))
+            name = self.verify(offered) if offered else None
             if name is None:
                 refusal = PlainTextResponse(
                     f"401: this MCP server needs Authorization: Bearer <token> (${ENV_TOKEN} if the server was "
@@ -114,21 +120,73 @@ class BearerGuard:
                     "`offload token add NAME`)\n", status_code=401, headers={"WWW-Authenticate": "Bearer"})
                 await refusal(scope, receive, send)
                 return
-            scope.setdefault("state", {})["offload_token"] = name
+            state = scope.setdefault("state", {})
+            state[STATE_TOKEN] = name  # the request's namespace (mcp_server.namespaces)
+            state[STATE_LIVE] = lambda: self.verify(offered) == name  # a long wait re-checks it
         await self.app(scope, receive, send)
 
-    def _caller(self, headers: Headers) -> str | None:
+    @staticmethod
+    def _offered(headers: Headers) -> str | None:
         scheme, _, value = (headers.get("authorization") or "").partition(" ")
-        return self.verify(value.strip()) if scheme.lower() == "bearer" and value.strip() else None
+        return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-def http_app(server: MCPServer, host: str, verify: Verifier, allowed_hosts: Iterable[str] = ()) -> ASGIApp:
+SESSION_HEADER = "mcp-session-id"
+FOREIGN_SESSION = PlainTextResponse("404: session not found for this token (a session belongs to the token that "
+                                    "opened it); start a new session with initialize\n", status_code=404)
+
+
+class SessionGuard:
+    """ASGI middleware behind ``BearerGuard``: an HTTP session (``Mcp-Session-Id``) is used with
+    the token that opened it only, so a client that learned another's session id can neither read
+    its stream nor answer its questions; another token's request gets the 404 a client meets for
+    an expired session (it starts a new one). Owners idle past ``idle_s`` (the sessions' own
+    idle time) are forgotten."""
+
+    def __init__(self, app: ASGIApp, idle_s: float = SESSION_IDLE_S) -> None:
+        self.app, self.idle_s = app, idle_s
+        self.owners: dict[str, tuple[str, float]] = {}  # session id -> (token name, last seen, monotonic s)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        name, now = scope["state"][STATE_TOKEN], time.monotonic()
+        session = Headers(scope=scope).get(SESSION_HEADER)
+        if session is not None:
+            owner = self.owners.get(session)
+            if owner is not None and owner[0] != name:
+                await FOREIGN_SESSION(scope, receive, send)
+                return
+            if owner is not None:
+                self.owners[session] = (name, now)
+            await self.app(scope, receive, send)
+            return
+
+        async def recording(message: Message) -> None:  # a new session's id: bind it to this token
+            if message["type"] == "http.response.start":
+                opened = Headers(raw=message.get("headers") or []).get(SESSION_HEADER)
+                if opened is not None:
+                    self._bind(opened, name, now)
+            await send(message)
+        await self.app(scope, receive, recording)
+
+    def _bind(self, session: str, name: str, now: float) -> None:
+        if len(self.owners) % 256 == 255:
+            self.owners = {k: v for k, v in self.owners.items() if now - v[1] < self.idle_s}
+        self.owners[session] = (name, now)
+
+
+def http_app(server: MCPServer, host: str, verify: Verifier, allowed_hosts: Iterable[str] = (),
+             session_idle_s: float = SESSION_IDLE_S) -> ASGIApp:
     """The SDK's Streamable HTTP app at ``/mcp`` behind the Host, Origin and token checks (the
-    SDK's own header check is off: ours is the one offload applies everywhere)."""
+    SDK's own header check is off: ours is the one offload applies everywhere); a session with
+    no request in flight (no call served, no open stream) for ``session_idle_s`` is ended by
+    the SDK, and its id then answers 404."""
     hosts = HostCheck(host, allowed_hosts)
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host, session_idle_timeout=SESSION_IDLE_S,
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host, session_idle_timeout=session_idle_s,
                                      transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return HostGuard(OriginGuard(BearerGuard(app, verify), hosts), hosts)
+    return HostGuard(OriginGuard(BearerGuard(SessionGuard(app, session_idle_s), verify), hosts), hosts)
 
 
 def serve_http(server: MCPServer, host: str, port: int, verify: Verifier, allowed_hosts: Iterable[str] = (),

@@ -27,7 +27,8 @@ from offload.toolsets.toolset_names import KNOWN_TOOLSETS
 from offload.mcp_server.approvals import ApprovalAnswer, approval_answer, asked_request
 from offload.engine.states import UNFINISHED as UNFINISHED_STATES
 from offload.mcp_server.first_run import FirstRun
-from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, client_name, default_namespace
+from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope
+from offload.mcp_server.namespaces import Namespaces
 
 logger = logging.getLogger(__name__)
 
@@ -78,20 +79,19 @@ def first_root(roots: ListRootsResult | None) -> Path | None:
 
 
 class Tools:
-    """The tool functions over one ``McpDelegations``; ``namespace``: the server's fixed one
-    (``--namespace``), else each client's default; ``all_namespaces``: an operator's view."""
+    """The tool functions over one ``McpDelegations``; ``namespace`` (``--namespace``) and
+    ``all_namespaces`` (an operator's view): how they decide each request's namespace is
+    ``namespaces.Namespaces``'s (per transport: the token over HTTP, the client over stdio)."""
 
     def __init__(self, service: McpDelegations, namespace: str | None = None, all_namespaces: bool = False,
                  use_roots: bool = True, first_run: FirstRun | None = None) -> None:
-        self.service, self.namespace, self.all_namespaces = service, namespace, all_namespaces
+        self.service, self.namespaces = service, Namespaces(namespace, all_namespaces)
         self.use_roots = use_roots  # False: --workspace was given, and it wins over the client's roots
         self.first_run = first_run or FirstRun()
 
     def scope(self, ctx: Any) -> Scope:
         """The namespace of a request (``ctx``: a tool's ``Context`` or a method's request context)."""
-        if self.all_namespaces:
-            return Scope(None)
-        return Scope(self.namespace or default_namespace(client_name(ctx)))
+        return self.namespaces.scope(ctx)
 
     async def _call(self, work: Callable[[], CallToolResult]) -> CallToolResult:
         return await self._call_async(lambda: anyio.to_thread.run_sync(work))

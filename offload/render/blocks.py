@@ -200,8 +200,10 @@ def _section(lines: list[str]) -> list[str]:
 
 def batch_block(evt: dict[str, Any], notice: list[str]) -> str:
     results, goals = event_results(evt), event_goals(evt)
-    title = f"[ASYNC DELEGATION BATCH COMPLETE — {inline(evt.get('delegation_id')) or '?'}]"
-    intro = BATCH_INTRO if _has_sibling_units(evt) else WHOLE_CALL_INTRO
+    one_task = len(goals) <= 1 and not _has_sibling_units(evt)  # tasks=[{...}] with one task: no fan-out
+    kind = "" if one_task else "BATCH "
+    title = f"[ASYNC DELEGATION {kind}COMPLETE — {inline(evt.get('delegation_id')) or '?'}]"
+    intro = SINGLE_INTRO if one_task else BATCH_INTRO if _has_sibling_units(evt) else WHOLE_CALL_INTRO
     lines = preamble(evt, title, intro.format(unit=_unit_phrase(evt, results)), with_goal=False)
     total = evt.get("total_duration_seconds")
     total = total if is_number(total) else evt.get("duration_seconds")

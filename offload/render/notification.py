@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Union
 
 from offload.render.model_rejection import MODEL_NOT_FOUND_PATTERNS, says_model_not_found, subagent_stamp
 from offload.render.text import clip, inline
-from offload.engine.states import COMPLETED, PARTIAL, child_state, event_state
+from offload.engine.states import COMPLETED, PARTIAL, STOP_STALL, STOP_USER, child_state, event_state, stop_reason
 from offload.render.blocks import (
     batch_block,
     event_goals,
@@ -120,6 +120,18 @@ def _outcome_label(state: str, entries: list[dict[str, Any]]) -> str:
     if state == COMPLETED and any(is_truncated(e) for e in entries):
         return "Incomplete"  # every child says completed, but one was cut off
     return _LABELS.get(state, "Unknown")
+
+
+def stop_note(evt: dict[str, Any]) -> str | None:
+    """Why a unit stopped early, for people (``stop_reason``): "stalled: no progress for 10 s",
+    "stopped by a user"; None when it did not stop early."""
+    reason = stop_reason(evt)
+    if reason == STOP_USER:
+        return "stopped by a user"
+    if reason != STOP_STALL:
+        return None
+    quiet = evt.get("stalled_after_quiet_seconds")
+    return f"stalled: no progress for {quiet:.0f} s" if isinstance(quiet, (int, float)) else "stalled: no progress"
 
 
 def async_delegation_display_text(evt: dict[str, Any]) -> str:

@@ -19,7 +19,10 @@ Invariants:
 - a unit this process queued starts with the very ``Batch`` of its call (its parent agent and
   credentials); one queued by a process that died is rebuilt from its row, as a worker does;
 - the bounds ``delegation.max_queued`` (the ledger) and ``max_queued_per_session`` refuse a
-  call past them with an error naming the key; the pump never raises.
+  call past them with an error naming the key; the pump never raises;
+- a dead owner's units never make a living one queue or refuse: before a call is queued at
+  capacity, the running rows of owners that died are recovered and their queued rows adopted
+  (``reclaim_dead``), and the call is tried again.
 """
 from __future__ import annotations
 
@@ -65,10 +68,13 @@ class Held:
 class Admission:
     def __init__(self, *, tool: DelegateTool, ledger: Callable[[], DelegationLedger],
                  config: Callable[[], DelegationConfig], parent: Callable[[], Any],
-                 owner_alive: Callable[[int | None, int | None], bool]) -> None:
+                 owner_alive: Callable[[int | None, int | None], bool],
+                 recover: Callable[[], int] = lambda: 0) -> None:
         """``parent()``: an agent whose credentials rebuild a unit queued by a process that died
-        (asked only then); ``owner_alive``: the liveness check that judges that process."""
+        (asked only then); ``owner_alive``: the liveness check that judges that process;
+        ``recover()``: settle the running rows of owners that died, returning how many."""
         self.tool, self.ledger, self.config, self.parent, self.owner_alive = tool, ledger, config, parent, owner_alive
+        self.recover = recover
         self._held: dict[str, Held] = {}
         self._starting: dict[str, LedgerRow] = {}  # taken from the ledger, not yet on the engine's roster
         self._adopted: set[str] = set()  # rows of a dead owner this process took and had to put back
@@ -145,6 +151,20 @@ class Admission:
                         f"do this yourself{SYNC_OPTION}; the operator can raise it: "
                         f"offload config set delegation.{key} {max(limit * 2, limit + adding)}")
         return None
+
+    def reclaim_dead(self) -> bool:
+        """Before a call is queued or refused at capacity: recover the running rows of owners
+        that died (on a shared ledger they hold slots until then) and start, first queued first,
+        the queued rows such owners left. True if a running row was recovered, so a slot may be
+        free now. Never raises."""
+        try:
+            recovered = self.recover()
+        except Exception:
+            logger.warning("recovering the units of processes that died failed", exc_info=True)
+            return False
+        if recovered:
+            self.pump(foreign=True)
+        return recovered > 0
 
     # -- starting ---------------------------------------------------------------------------------
     def pump(self, *, foreign: bool = False) -> int:

@@ -80,7 +80,9 @@ def units_of(batch: Batch) -> list[Batch]:
 
 
 def dispatch_background(engine: Delegations, batch: Batch, origin: Origin,
-                        admission: Admission | None = None) -> dict[str, Any]:
+                        admission: Admission | None = None, *, reclaimed: bool = False) -> dict[str, Any]:
+    """Start ``batch``'s units in the background; at capacity, once, first reclaim the slots of
+    owners that died (``Admission.reclaim_dead``), then follow ``delegation.at_capacity``."""
     units = units_of(batch)
     call_id = engine.new_id()
     if admission is not None and batch.cfg.at_capacity == "queue" and admission.waiting_here():
@@ -97,6 +99,8 @@ def dispatch_background(engine: Delegations, batch: Batch, origin: Origin,
                 slot_key = slot_key or unit_id
                 handles.append({"delegation_id": unit_id, "group": unit.group, "task_indexes": unit.indexes})
             elif k == 0:
+                if res.get("at_capacity") and admission is not None and not reclaimed and admission.reclaim_dead():
+                    return dispatch_background(engine, batch, origin, admission, reclaimed=True)
                 return at_capacity(batch, res, admission, call_id, units, origin)
             else:  # a later unit can only fail to schedule, never at capacity: run it here
                 inline.extend(kids.run_children(unit, None, honor_parent_interrupt=True))

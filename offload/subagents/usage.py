@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 
 def entry_usage_fields(out: Mapping[str, Any]) -> dict[str, Any]:
     """The ``tokens`` / ``cost_usd`` fields of a result entry, from a child run's result. Tokens
-    are None ("unknown") when the child made calls but its server reported no usage."""
+    are None ("unknown") when the child made calls but its server reported no usage; a child
+    whose endpoint could not be reached used none (0), it is not a server that kept quiet."""
     usage = out.get("usage") if isinstance(out.get("usage"), Mapping) else {}
     cost = usage.get("cost_usd")
     if usage.get("prompt_tokens") is None and usage.get("completion_tokens") is None and out.get("api_calls"):

@@ -24,16 +24,23 @@ def tracing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
     return bool(environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
-def install_tracing_from_env() -> bool:
+def install_tracing_from_env(flush_on_signals: bool = False) -> bool:
     """Turn tracing on if the OTEL_* variables ask for it. Costs an environment lookup when
     they do not: the OpenTelemetry SDK is imported only when tracing is wanted. Without the
-    ``dashboard`` extra it says how to get it on stderr and runs untraced."""
+    ``dashboard`` extra it says how to get it on stderr and runs untraced.
+    ``flush_on_signals`` (a command's main thread): SIGTERM and SIGHUP flush what has ended first
+    (``offload.telemetry.flush``)."""
     if not tracing_wanted():
         return False
     try:
-        from offload.telemetry import export
+        import functools
 
-        return export.install_from_env() is not None
+        from offload.telemetry import export, flush
+
+        exporting = export.install_from_env()
+        if exporting is not None and flush_on_signals:
+            flush.on_termination(functools.partial(export.flush_at_signal, exporting))
+        return exporting is not None
     except ImportError as exc:
         sys.stderr.write(f"offload: OTEL_* variables ask for traces, but {exc.name} is not installed "
                          f"({install_extra('dashboard')}); running without traces\n")

@@ -2,10 +2,11 @@
 background, so a collector that is down or slow never holds a command up.
 
 Invariants: spans are exported by the SDK's batch processor on its own thread, never on the
-engine's; each OTLP request gives up after ``EXPORT_TIMEOUT_S`` (unless
-``OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT`` says otherwise); at exit the process waits for the last
-batch at most ``EXIT_WAIT_S`` while the collector answers and ``EXIT_WAIT_DOWN_S`` once it has
-not (or never has), then leaves the rest to the daemon thread; an unreachable collector is said
+engine's (urgent spans at once: ``flush``); each OTLP request gives up after ``EXPORT_TIMEOUT_S``
+(unless ``OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT`` says otherwise); at exit (and at SIGTERM/SIGHUP)
+the process flushes traces and metrics side by side, waiting at most ``EXIT_WAIT_S`` while the
+collector answers or may (not heard from yet, but listening), and ``EXIT_WAIT_DOWN_S`` once it
+failed or nothing listens, then leaves the rest to daemon threads; an unreachable collector is said
 once, in one warning line, and again only after it has answered in between (the OTLP exporter's
 own retry warnings are silenced). A bad setting is logged, never fatal. With OTLP, the GenAI
 token metrics (``genai_metrics``) are pushed to the same collector unless
@@ -14,13 +15,15 @@ token metrics (``genai_metrics``) are pushed to the same collector unless
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
-import threading
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
 
-from offload.telemetry import tracing_wanted
+from offload.telemetry import flush, tracing_wanted
 
 logger = logging.getLogger("offload.telemetry")
 
@@ -98,8 +101,23 @@ def exporters(environ: Mapping[str, str]) -> list[Any]:
     return found
 
 
-def _exit_wait_s(found: list[Any]) -> float:
-    down = any(isinstance(e, _OneWarning) and not e.answering for e in found)
+def _listening(where: str) -> bool:
+    """Whether something accepts connections at the endpoint ``where`` (within the down wait): a
+    collector not heard from yet may be slow, not dead, and is waited for as a live one."""
+    parts = urlsplit(where)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=EXIT_WAIT_DOWN_S):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def exit_wait_s(found: list[Any]) -> float:
+    """How long the last flush may take: ``EXIT_WAIT_S`` unless an OTLP collector failed its
+    last request, or was never heard from and nothing listens at its address."""
+    down = any(isinstance(e, _OneWarning) and (e.answering is False or (e.answering is None and not _listening(e.where)))
+               for e in found)
     return EXIT_WAIT_DOWN_S if down else EXIT_WAIT_S
 
 
@@ -117,28 +135,54 @@ class Exporting:
         if self.metrics is not None:
             self.metrics.force_flush()
 
+    def steps(self, final: bool) -> list[Any]:
+        """Traces and metrics flushed (``final``: shut down) as separate steps, so a slow trace
+        export never holds the metrics back."""
+        timeout_ms = int(EXPORT_TIMEOUT_S * 1000)
+        if final:
+            found = [self.traces.shutdown, functools.partial(self.metrics.shutdown, timeout_millis=timeout_ms)
+                     if self.metrics is not None else None]
+        else:
+            found = [self.traces.force_flush, functools.partial(self.metrics.force_flush, timeout_millis=timeout_ms)
+                     if self.metrics is not None else None]
+        return [step for step in found if step is not None]
+
     def shutdown(self) -> None:
         if self.done:
             return
         self.done = True  # once: a test's teardown and the exit hook may both ask
-        self.traces.shutdown()
-        if self.metrics is not None:
-            self.metrics.shutdown(timeout_millis=EXPORT_TIMEOUT_S * 1000)
+        for step in self.steps(final=True):
+            step()
+
+
+def _bounded(exporting: Exporting, final: bool, when: str) -> bool:
+    """Traces and metrics flushed side by side on daemon threads, waiting at most the exit wait;
+    True if done in time (else the collector is said to be down, once)."""
+    if final:
+        if exporting.done:
+            return True
+        exporting.done = True
+    wait_s = exit_wait_s(exporting.exporters)
+    if flush.in_parallel(exporting.steps(final), wait_s):
+        return True
+    for exporter in exporting.exporters:  # still retrying: say so once (unless said already) and leave
+        if isinstance(exporter, _OneWarning) and exporter.answering is not False:
+            exporter.answering = False
+            exporter.warn(f"no answer within {wait_s:g} s {when}")
+    return False
 
 
 def shutdown_bounded(exporting: Exporting) -> bool:
-    """Flush and shut down on a daemon thread, waiting at most the exit wait; True if it
-    finished in time (else the collector is said to be down, once)."""
-    wait_s = _exit_wait_s(exporting.exporters)
-    done = threading.Thread(target=exporting.shutdown, name="offload-trace-flush", daemon=True)
-    done.start()
-    done.join(wait_s)
-    if done.is_alive():  # still retrying: say so once (unless said already) and leave
-        for exporter in exporting.exporters:
-            if isinstance(exporter, _OneWarning) and exporter.answering is not False:
-                exporter.answering = False
-                exporter.warn(f"no answer within {wait_s:g} s at exit")
-    return not done.is_alive()
+    """At exit: flush and shut down, waiting at most the exit wait."""
+    return _bounded(exporting, final=True, when="at exit")
+
+
+def flush_at_signal(exporting: Exporting, name: str) -> bool:
+    """At a termination signal: end the delivery spans in flight, then flush what has ended."""
+    from offload.telemetry import tracing
+
+    tracing.end_deliveries(name)
+    return _bounded(exporting, final=False, when=f"at {name}")
 
 
 def _meter_provider(environ: Mapping[str, str], resource: Any, found: list[Any]) -> Any:
@@ -166,11 +210,13 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> Exporting | Non
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        from offload.telemetry import genai_metrics, tracing
+        from offload import __version__
+        from offload.telemetry import genai_metrics, tracing, unit_metrics
         from offload.telemetry.spans import tracer_provider
 
         found = exporters(environ)
-        resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "offload"})
+        resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "offload",
+                                    "service.version": __version__})
         meters = _meter_provider(environ, resource, found)
     except ValueError as exc:
         logger.warning("tracing is off: %s", exc)
@@ -178,9 +224,11 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> Exporting | Non
     provider = tracer_provider(resource=resource, shutdown_on_exit=False)
     for exporter in found:
         provider.add_span_processor(BatchSpanProcessor(exporter))
+    provider.add_span_processor(flush.FlushSoon(provider.force_flush))  # after the batches: they hold the span
     exporting = Exporting(provider, meters, found)
     atexit.register(shutdown_bounded, exporting)  # before install(): atexit is LIFO, open spans end first
     tracing.install(provider.get_tracer("offload"))
     if meters is not None:
         genai_metrics.install(meters)
+        unit_metrics.install(meters)
     return exporting

@@ -33,14 +33,24 @@ def uninstall() -> None:
     _instruments = None
 
 
-def record(model: str, provider: str, duration_s: float, input_tokens: Any, output_tokens: Any) -> None:
-    """One finished model call (token counts the server did not report are left out)."""
+CALL_ATTRIBUTES = ("gen_ai.operation.name", "gen_ai.request.model", "gen_ai.provider.name", "server.address",
+                   "server.port")  # of the call's span, as the conventions list them for the metrics
+
+
+def record(call: dict[str, Any], duration_s: float, outcome: dict[str, Any]) -> None:
+    """One model call that ended: its duration, with ``error.type`` when it failed, and the
+    tokens the server reported (those it did not are left out). ``call``: the span's attributes
+    of ``CALL_ATTRIBUTES``; ``outcome``: ``gen_ai.usage.*``, ``gen_ai.response.model``, ``error.type``."""
     instruments = _instruments
     if instruments is None:
         return
     tokens, duration = instruments
-    attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.provider.name": provider}
+    attributes = {"gen_ai.operation.name": "chat", **call}
+    for key in ("gen_ai.response.model", "error.type"):
+        if outcome.get(key):
+            attributes[key] = outcome[key]
     duration.record(max(0.0, duration_s), attributes)
-    for kind, count in (("input", input_tokens), ("output", output_tokens)):
+    for kind in ("input", "output"):
+        count = outcome.get(f"gen_ai.usage.{kind}_tokens")
         if isinstance(count, int) and not isinstance(count, bool):
             tokens.record(count, {**attributes, "gen_ai.token.type": kind})

@@ -1,7 +1,7 @@
 """Counters and histograms of what happens to delegation units in this process: how long
-dispatch and completion take, stalls, interrupts, recoveries, delivery steps, ledger errors.
+dispatch and completion take, interrupts, recoveries, delivery steps, ledger errors.
 (What every process did to units -- dispatched, finished, delivered -- is read from the ledger
-at each scrape: ``offload.dashboard.metrics``.)
+at each scrape: ``offload.dashboard.metrics``, stalls included.)
 
 Fed by the engine's observer seam once ``install()`` ran (the dashboard does). The metric
 objects are registered in no global registry: ``COLLECTOR`` is added to each dashboard's
@@ -25,13 +25,12 @@ DISPATCH_LATENCY = Histogram("offload_dispatch_latency_seconds", "Time a dispatc
                              "scheduling)", buckets=_LATENCY_BUCKETS_S, registry=None)
 COMPLETION_LATENCY = Histogram("offload_completion_latency_seconds", "Time from dispatch to the unit's result",
                                buckets=_DURATION_BUCKETS_S, registry=None)
-STALLS = Counter("offload_stalls", "Units the stall monitor interrupted for lack of progress", registry=None)
 INTERRUPTS = Counter("offload_interrupts", "Interrupts signalled to running units, by reason", ["reason"], registry=None)
 RECOVERIES = Counter("offload_recoveries", "Units of dead owner processes recovered by this process", registry=None)
 DELIVERY = Counter("offload_delivery_steps", "Delivery steps that changed a ledger row, by outcome "
                    "(claimed = one delivery attempt)", ["outcome"], registry=None)
 LEDGER_ERRORS = Counter("offload_ledger_errors", "Ledger operations that failed, by kind", ["kind"], registry=None)
-_ALL = (DISPATCH_LATENCY, COMPLETION_LATENCY, STALLS, INTERRUPTS, RECOVERIES, DELIVERY,
+_ALL = (DISPATCH_LATENCY, COMPLETION_LATENCY, INTERRUPTS, RECOVERIES, DELIVERY,
         LEDGER_ERRORS)
 
 
@@ -62,8 +61,6 @@ def observe(kind: str, delegation_id: str, fields: dict[str, Any]) -> None:
         record = fields["record"]
         if record.get("dispatched_at") and record.get("completed_at"):
             COMPLETION_LATENCY.observe(max(0.0, record["completed_at"] - record["dispatched_at"]))
-    elif kind == "stalled":
-        STALLS.inc()
     elif kind == "interrupted":
         INTERRUPTS.labels(reason=fields.get("reason") or "-").inc()
     elif kind == "recovered":

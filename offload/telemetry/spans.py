@@ -8,10 +8,11 @@ thread; every other span gets the SDK's random ids.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -24,6 +25,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from offload.telemetry import genai_metrics
 
 PROPAGATOR = TraceContextTextMapPropagator()
+# Attributes that hold what a person or a model wrote (a subagent's task): exported only when the
+# GenAI conventions' opt-in for content says so, as message content would be.
+CONTENT_KEYS = frozenset({"goal"})
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+
+def content_wanted(environ: Mapping[str, str]) -> bool:
+    return environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
 _CONVENTION_NAMESPACES = ("gen_ai.", "server.")
 
 
@@ -111,26 +120,55 @@ class Handle:
         translated = _translated(attributes)
         self._span.set_attributes(translated)
         if "gen_ai.usage.input_tokens" in translated or "finish_reason" in attributes:  # the call's outcome
-            started_ns = getattr(self._span, "start_time", None) or time.time_ns()
-            opened = getattr(self._span, "attributes", {})
-            genai_metrics.record(str(opened.get("gen_ai.request.model", "")), str(opened.get("gen_ai.provider.name", "")),
-                                 (time.time_ns() - started_ns) / 1e9, translated.get("gen_ai.usage.input_tokens"),
-                                 translated.get("gen_ai.usage.output_tokens"))
+            self._record(translated)
 
     def fail(self, description: str) -> None:
-        self._span.set_status(Status(StatusCode.ERROR, description[:500]))
+        self._span.set_status(Status(StatusCode.ERROR, redact_urls(description)[:500]))
+
+    def raised(self, exc: BaseException) -> None:
+        """The work raised: status ERROR and ``error.type`` (an HTTP status, else the exception's
+        class), an ``exception`` event, and for a model call its duration in the GenAI metrics."""
+        error_type = str(getattr(exc, "status_code", None) or type(exc).__qualname__)
+        message = redact_urls(str(exc))
+        self._span.set_attribute("error.type", error_type)
+        self._span.add_event("exception", {"exception.type": type(exc).__qualname__, "exception.message": message[:2000]})
+        self.fail(f"{type(exc).__name__}: {message}")
+        if self._genai:
+            self._record({"error.type": error_type})
+
+    def _record(self, outcome: dict[str, Any]) -> None:
+        started_ns = getattr(self._span, "start_time", None) or time.time_ns()
+        opened = getattr(self._span, "attributes", {})
+        genai_metrics.record({k: opened[k] for k in genai_metrics.CALL_ATTRIBUTES if opened.get(k) is not None},
+                             (time.time_ns() - started_ns) / 1e9, outcome)
+
+
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>(){}\[\],;]+")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with each URL cut to its host (and port): a base URL's path or query may hold a
+    key or a tenant, and telemetry names the host only."""
+    def host(match: re.Match[str]) -> str:
+        parts = urlsplit(match.group(0))
+        try:
+            return parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else "[url]"
+        except ValueError:  # a malformed port
+            return parts.hostname or "[url]"
+    return _URL.sub(host, text)
 
 
 # A model call is a GenAI client span: https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/
 MODEL_CALL = "offload.model_call"
-_GENAI_USAGE = {"prompt_tokens": "gen_ai.usage.input_tokens", "completion_tokens": "gen_ai.usage.output_tokens"}
+_GENAI_USAGE = {"prompt_tokens": "gen_ai.usage.input_tokens", "completion_tokens": "gen_ai.usage.output_tokens",
+                "response_model": "gen_ai.response.model", "response_id": "gen_ai.response.id"}
 
 
 def _translated(attributes: dict[str, Any]) -> dict[str, Any]:
     out = dict(attributes)
     for ours, theirs in _GENAI_USAGE.items():
         if ours in out:
-            out[theirs] = out[ours]
+            out[theirs] = out.pop(ours)
     if out.get("finish_reason"):
         out["gen_ai.response.finish_reasons"] = [str(out["finish_reason"])]
     return clean(out)

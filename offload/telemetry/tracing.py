@@ -1,13 +1,14 @@
 """OpenTelemetry traces of delegations, off by default.
 
 The trace of one background delegation (``docs/telemetry.md``): the unit span
-``offload.delegation`` from dispatch to the unit's result, under whatever span was current at
-dispatch (the parent's ``delegate_task`` tool call); under it one ``offload.subagent`` span per
+``offload.delegation`` from dispatch to the unit's result, under a short
+``offload.delegation.dispatch`` span (ended and flushed at dispatch) under whatever span was
+current then (the parent's ``delegate_task`` tool call); under the unit span one ``offload.subagent`` span per
 child with its model calls (``chat MODEL``, GenAI conventions) and tool calls; and one
 ``offload.delegation.delivery`` span per delivery attempt, in whichever process delivers.
 
 What a later process needs to continue the trace is stored in the ledger row (task
-``trace_context``): the unit span's W3C ``traceparent``, its parent's, its start time and
+``trace_context``): the unit span's W3C ``traceparent``, its parent's (the dispatch span), its start time and
 attributes. So a process that recovers a dead owner's unit emits the unit span itself (status
 ERROR, ``unknown``) under the id the owner's exported spans name, with
 ``offload.delegation.recovered`` under it; a queued unit carries the dispatcher's context, so
@@ -35,7 +36,7 @@ from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from offload.engine import observers
 from offload.engine.states import NOT_COMPLETED
-from offload.telemetry import genai_metrics
+from offload.telemetry import flush, genai_metrics, recovered, unit_metrics
 from offload.telemetry import spans as sp
 from offload.telemetry import tracing_wanted
 
@@ -52,8 +53,8 @@ def wanted(environ: Mapping[str, str] = os.environ) -> bool:
 class _Tracing:
     """The observer: turns the engine's notifications into unit, delivery and recovery spans."""
 
-    def __init__(self, tracer: Tracer) -> None:
-        self.tracer = tracer
+    def __init__(self, tracer: Tracer, capture_content: bool = False) -> None:
+        self.tracer, self.capture_content = tracer, capture_content
         self.open: dict[str, Span] = {}  # running units
         self.deliveries: dict[str, Span] = {}  # delivery attempts in flight
         self.finished: OrderedDict[str, SpanContext] = OrderedDict()
@@ -65,12 +66,15 @@ class _Tracing:
             handler(delegation_id, **fields)
 
     def on_dispatching(self, delegation_id: str, record: dict[str, Any]) -> None:
-        parent = trace.get_current_span().get_span_context()
         attributes = _unit_attributes(delegation_id, record)
-        span = self.tracer.start_span("offload.delegation", attributes=attributes)
+        # The dispatch span ends (and is flushed: flush.FlushSoon) now, so a unit span another
+        # process emits for a dead owner has a parent its owner exported, however soon it died.
+        dispatch = self.tracer.start_span(flush.DISPATCH, attributes={"offload.delegation_id": delegation_id})
+        span = self.tracer.start_span("offload.delegation", trace.set_span_in_context(dispatch), attributes=attributes)
+        dispatch.end()
         start_ns = getattr(span, "start_time", None) or time.time_ns()  # a sampled-out span has none
         record["trace_context"] = {**sp.carrier_of(span), "start_ns": start_ns, "attributes": attributes,
-                                   "parent": sp.carrier_of(trace.NonRecordingSpan(parent)) if parent.is_valid else {}}
+                                   "parent": sp.carrier_of(dispatch)}
         with self.lock:
             self.open[delegation_id] = span
 
@@ -83,35 +87,42 @@ class _Tracing:
         self._event(delegation_id, "child finished", {"offload.task_index": entry.get("task_index", -1),
                                                       "offload.status": str(entry.get("status"))})
 
-    def on_stalled(self, delegation_id: str, **_: Any) -> None:
-        self._event(delegation_id, "stall", {})
+    def on_stalled(self, delegation_id: str, quiet_s: float = 0.0, threshold_s: float = 0.0, in_tool: bool = False,
+                   **_: Any) -> None:
+        self._event(delegation_id, "stall", {"offload.quiet_s": float(quiet_s), "offload.threshold_s": float(threshold_s),
+                                             "offload.phase": "in_tool" if in_tool else "idle"})
 
     def on_interrupted(self, delegation_id: str, reason: str) -> None:
         self._event(delegation_id, "interrupt", {"offload.reason": reason})
 
-    def on_finalized(self, delegation_id: str, record: dict[str, Any], status: str, **_: Any) -> None:
+    def on_finalized(self, delegation_id: str, record: dict[str, Any], status: str, stop_reason: str | None = None,
+                     **_: Any) -> None:
         with self.lock:
             span = self.open.pop(delegation_id, None)
         if span is None:
             return
-        span.add_event("result", {"offload.status": status})
-        span.set_attribute("offload.status", status)
+        span.add_event("result", sp.clean({"status": status, "stop_reason": stop_reason}))
+        span.set_attributes(sp.clean({"status": status, "stop_reason": stop_reason}))
         if status in NOT_COMPLETED:  # a partial unit too: some of its children did not complete
             span.set_status(Status(StatusCode.ERROR, status))
         span.end()
         self._remember(delegation_id, span.get_span_context())
 
-    def on_recovered(self, delegation_id: str, row: Any, event: dict[str, Any]) -> None:
+    def on_recovered(self, delegation_id: str, row: Any, event: dict[str, Any], ledger: Any = None) -> None:
         stored = (row.task or {}).get("trace_context") or {}
         unit = self._unit_span_of(delegation_id, stored, row)
-        unit.add_event("result", {"offload.status": "unknown"})
+        start_ns = getattr(unit, "start_time", None) or 0
+        died_ns = max(start_ns, int(recovered.last_seen_s(row, ledger) * 1e9))  # not when recovery ran
+        for attributes, at_ns in recovered.finished_children(row, start_ns, died_ns):
+            unit.add_event("child finished", attributes, timestamp=at_ns)
+        unit.add_event("result", {"offload.status": "unknown"}, timestamp=died_ns)
         unit.set_status(Status(StatusCode.ERROR, "unknown: its owner process died before the unit finished"))
-        recovered = self.tracer.start_span("offload.delegation.recovered", context=trace.set_span_in_context(unit),
-                                           attributes={"offload.delegation_id": delegation_id})
-        recovered.add_event("recovery", {"offload.owner_pid": row.owner_pid or 0, "offload.status": "unknown"})
-        recovered.set_status(Status(StatusCode.ERROR, "recovered after its owner died"))
-        recovered.end()
-        unit.end()
+        recovery = self.tracer.start_span("offload.delegation.recovered", context=trace.set_span_in_context(unit),
+                                          attributes={"offload.delegation_id": delegation_id})
+        recovery.add_event("recovery", {"offload.owner_pid": row.owner_pid or 0, "offload.status": "unknown"})
+        recovery.set_status(Status(StatusCode.ERROR, "recovered after its owner died"))
+        recovery.end()
+        unit.end(end_time=died_ns)
         self._remember(delegation_id, unit.get_span_context())
 
     def _unit_span_of(self, delegation_id: str, stored: dict[str, Any], row: Any) -> Span:
@@ -169,11 +180,15 @@ class _Tracing:
         if span is not None:
             span.add_event(name, attributes)
 
-    def end_all(self, reason: str) -> None:
-        """End what is still open (the process exits mid-unit or mid-delivery), so it is exported."""
+    def end_all(self, reason: str, units: bool = True) -> None:
+        """End what is still open (the process exits mid-unit or mid-delivery), so it is exported;
+        ``units=False``: the delivery spans only (the unit spans of a process that dies are
+        emitted by the process that recovers its units)."""
         with self.lock:
-            spans = [*self.open.values(), *self.deliveries.values()]
-            self.open, self.deliveries = {}, {}
+            spans = [*(self.open.values() if units else ()), *self.deliveries.values()]
+            self.deliveries = {}
+            if units:
+                self.open = {}
         for span in spans:
             span.set_attribute("offload.ended_by", reason)
             span.end()
@@ -182,10 +197,18 @@ class _Tracing:
     @contextmanager
     def span(self, name: str, attributes: dict[str, Any]) -> Iterator[sp.Handle]:
         delivers = [str(d) for d in attributes.pop("delivers", None) or ()]
+        if not self.capture_content:  # task text is content: exported only when asked for
+            attributes = {k: v for k, v in attributes.items() if k not in sp.CONTENT_KEYS}
         links = [trace.Link(context) for d in delivers if (context := self._unit_context(d)) is not None]
         name, kind, attributes = sp.start_kind(name, {**attributes, "delivers": delivers or None})
-        with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes, links=links) as span:
-            yield sp.Handle(span, genai=kind is trace.SpanKind.CLIENT)
+        with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes, links=links,
+                                               record_exception=False, set_status_on_exception=False) as span:
+            handle = sp.Handle(span, genai=kind is trace.SpanKind.CLIENT)
+            try:
+                yield handle
+            except Exception as exc:  # the SDK's own record would carry the message's URLs
+                handle.raised(exc)
+                raise
 
     def _unit_context(self, delegation_id: str) -> SpanContext | None:
         """The unit span of a delegation whose result this process is delivering (its delivery
@@ -197,7 +220,8 @@ class _Tracing:
         return parent if parent is not None and parent.is_valid else known
 
     def event(self, name: str, attributes: dict[str, Any]) -> None:
-        trace.get_current_span().add_event(name, sp.clean(attributes))
+        redacted = {k: sp.redact_urls(v) if isinstance(v, str) else v for k, v in attributes.items()}
+        trace.get_current_span().add_event(name, sp.clean(redacted))
 
     def carrier(self) -> dict[str, str]:
         return sp.carrier_of()
@@ -235,11 +259,12 @@ _remove: Any = None
 _exit_hook_registered = False
 
 
-def install(tracer: Tracer) -> None:
-    """Trace with ``tracer`` (tests pass one of a provider made by ``spans.tracer_provider``)."""
+def install(tracer: Tracer, environ: Mapping[str, str] = os.environ) -> None:
+    """Trace with ``tracer`` (tests pass one of a provider made by ``spans.tracer_provider``);
+    task text (``offload.goal``) only with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``."""
     global _active, _remove, _exit_hook_registered
     uninstall()
-    _active = _Tracing(tracer)
+    _active = _Tracing(tracer, capture_content=sp.content_wanted(environ))
     _remove = observers.add_observer(_active)
     observers.set_tracing(_active)
     if not _exit_hook_registered:
@@ -253,9 +278,16 @@ def uninstall() -> None:
         _remove()
     observers.set_tracing(None)
     genai_metrics.uninstall()
+    unit_metrics.uninstall()
     _active, _remove = None, None
 
 
 def _end_at_exit() -> None:
     if _active is not None:
         _active.end_all("process_exit")
+
+
+def end_deliveries(reason: str) -> None:
+    """End the delivery spans in flight (a termination signal: the process is about to die)."""
+    if _active is not None:
+        _active.end_all(reason, units=False)

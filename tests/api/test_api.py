@@ -153,11 +153,22 @@ def test_two_homes_at_once_keep_their_own_ledgers_and_results(tmp_path, model):
     ({"tasks": []}, "tasks"),
     ({"goal": QUICK, "toolsets": ["nope"]}, "unknown toolset"),
     ({"goal": QUICK, "session": " "}, "session must be a non-empty string"),
+    ({"goal": QUICK, "toolsets": "terminal"}, r"toolsets is the string 'terminal': give a list of names, \['terminal'\]"),
+    ({"tasks": ["a goal"]}, r"tasks\[0\] is 'a goal', a str; each task is a dict: tasks=\[\{'goal': 'a goal'\}\]"),
+    ({"tasks": [{"goal": YAML, "toolsets": "web"}]}, r"tasks\[0\]\['toolsets'\] is the string 'web'"),
 ])
 def test_bad_input_raises_one_error_type_naming_the_fix_and_starts_nothing(tmp_path, model, call, fix):
     with open_offload(tmp_path / "home", model) as off:
         with pytest.raises(RequestError, match=fix):
             off.delegate(**call)
+        assert off.list() == [] and model.requests == []
+
+
+def test_a_known_toolset_this_offloads_agents_lack_is_refused_not_dropped(tmp_path, model):
+    with open_offload(tmp_path / "home", model, toolsets=["file"]) as off:
+        with pytest.raises(RequestError, match=r"toolset\(s\) \['web'\] are not enabled for this Offload's agents "
+                                               r"\(enabled: \['file'\]\); add them to `toolsets`"):
+            off.delegate(QUICK, toolsets=["file", "web"])
         assert off.list() == [] and model.requests == []
 
 

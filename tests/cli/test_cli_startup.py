@@ -95,12 +95,20 @@ def _complete(completion_script: Path, home: Path, *words: str) -> list[str]:
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_install_completion_writes_a_bash_completion_that_completes_commands(tmp_path):
+    """The shell named on the command line is the one installed: no guessing from the parent
+    processes, which fails where none is a shell and $SHELL is unset (CI, issue 41)."""
     done = _offload("--install-completion", "bash", HOME=str(tmp_path))
     assert done.returncode == 0, done
     script = tmp_path / ".bash_completions" / "offload.sh"
     assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
     assert _complete(script, tmp_path, "offload", "con") == ["config"]
     assert _complete(script, tmp_path, "offload", "config", "s") == ["set", "show"]
+
+
+def test_install_completion_installs_the_shell_it_is_told_not_the_one_it_runs_in(tmp_path):
+    done = _offload("--install-completion", "zsh", HOME=str(tmp_path))  # run from bash (or no shell at all)
+    assert done.returncode == 0 and done.stdout.startswith("zsh completion installed"), done
+    assert not (tmp_path / ".bash_completions").exists()
 
 
 @pytest.mark.parametrize("args", [("config", "get", "model"), ("config", "show")])

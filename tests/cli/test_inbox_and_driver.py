@@ -13,7 +13,7 @@ from offload.context.approval import get_current_session_key
 from offload.context.session_env import async_delivery_supported
 from offload.conversation import Conversation, _new_messages, delegate_handles
 from offload.driver import SessionDriver
-from offload.inbox import SessionInbox
+from offload.inbox import RETRY_FIRST_S, SessionInbox
 from tests.engine.conftest import drain_queue
 from tests.runtime_support import dispatch, finished
 
@@ -101,15 +101,19 @@ def test_a_turn_runs_bound_to_the_session_and_is_stored_whole(store):
     assert sync.agent.seen == [("again", "s1", False)]  # delegate_task will run its children in the turn
 
 
-def test_a_failed_injection_gives_the_result_back(runtime, store):
+def test_a_failed_injection_gives_the_result_back_and_holds_it_for_a_backoff(runtime, store):
     evt = finished(runtime, "s1")
-    inbox = SessionInbox("s1", store, runtime)
+    now = [100.0]
+    inbox = SessionInbox("s1", store, runtime, clock=lambda: now[0])
     driver = SessionDriver(runtime, Conversation(FakeAgent("s1", fail=True), store), inbox, Ui())
     assert driver.deliver_ready() == 1
     assert not store.was_injected("s1", evt["delegation_id"])
-    assert runtime.deliveries.get(evt["delegation_id"])["delivery_state"] == "pending"
+    row = runtime.deliveries.get(evt["delegation_id"])
+    assert row["delivery_state"] == "pending" and row["delivery_attempts"] == 1  # not an outage: an attempt spent
     driver.conversation = Conversation(FakeAgent("s1"), store)
-    assert driver.deliver_ready() == 1  # requeued: the next poll delivers it
+    assert driver.deliver_ready() == 0  # held back: never retried in a tight loop
+    now[0] += RETRY_FIRST_S
+    assert driver.deliver_ready() == 1
     assert store.was_injected("s1", evt["delegation_id"])
     assert runtime.deliveries.get(evt["delegation_id"])["delivery_state"] == "delivered"
 
@@ -129,7 +133,7 @@ def test_a_first_ctrl_c_while_waiting_cuts_no_call_short_and_stops_the_sessions_
     """The Ctrl-C lands in the middle of a call of the wait loop (as it may in a ledger read): the
     call finishes, and the wait then stops the session's subagents, whose partial result is in."""
     release = threading.Event()
-    dispatch(runtime, lambda: (release.wait(10), {"status": "interrupted", "summary": None})[1],
+    dispatch(runtime, lambda: (release.wait(90), {"status": "interrupted", "summary": None})[1],
              session_key="s1", parent_session_id="s1", interrupt_fn=release.set)
     calls_finished = []
 

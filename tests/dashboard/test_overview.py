@@ -76,3 +76,27 @@ def test_owner_processes_are_listed_once_with_their_fate(runtime, held):
 
 def test_failed_states_are_the_not_completed_ones_but_stalled():
     assert set(FAILED_STATES) == {"partial", "failed", "error", "interrupted", "unknown"}
+
+
+def test_the_owner_panel_shows_the_living_and_only_the_last_few_exited(runtime, held):
+    import os
+
+    from offload.dashboard.overview import EXITED_OWNERS_SHOWN
+
+    held(["still running"])
+    ledger = runtime.ledger()
+    for pid in range(2, 12):  # ten finished `offload run` processes, pid 11 the last to finish
+        row = DispatchRow(f"deleg_run_{pid}", "sess-other", time.time() - 100, {"goal": "one run"},
+                          owner_pid=pid, owner_started_at=1)
+        ledger.persist_dispatch(row, row.dispatched_at)
+        ledger.persist_completion(row, {"status": "completed", "delegation_id": row.delegation_id},
+                                  {"status": "completed"}, time.time() - 60 + pid)
+    with signed_in(create_app(runtime)) as client:
+        page = client.get("/roster").text
+    owners = re.findall(r'<li class="owner" data-fate="(\w+)" data-pid="(\d+)"', page)
+    assert owners[0] == ("alive", str(os.getpid()))
+    assert sorted(int(pid) for _fate, pid in owners[1:]) == list(range(12 - EXITED_OWNERS_SHOWN, 12))
+    left_out = 10 - EXITED_OWNERS_SHOWN
+    assert re.search(rf'id="owners-left-out" data-count="{left_out}">and {left_out} more owner process\(es\) '
+                     r'that have exited; <a href="/history">history</a> lists their units', page)
+    assert page.count("deleg_run_") >= 10  # the roster still lists every unit: only the panel is bounded

@@ -115,7 +115,7 @@ def test_with_tracing_off_a_span_is_a_shared_no_op():
 
 def _killed_owner(tmp_path: Path) -> tuple[str, dict]:
     """Run trace_owner.py until its first child is recorded, SIGKILL it; returns the unit id
-    and the one span it exported (its first child's, whose parent is the unit span)."""
+    and the spans it exported: its dispatch span, then its first child's (whose parent is the unit span)."""
     spans_file = tmp_path / "owner-spans.jsonl"
     owner = subprocess.Popen([sys.executable, str(Path(__file__).with_name("trace_owner.py")), str(spans_file)],
                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
@@ -125,9 +125,10 @@ def _killed_owner(tmp_path: Path) -> tuple[str, dict]:
     finally:
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
-    (child,) = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    dispatch, child = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    assert dispatch["name"] == "offload.delegation.dispatch"  # ended at dispatch: the unit span's parent
     assert child["name"] == "offload.subagent"  # the unit span itself died with its process
-    return ready[1], child
+    return ready[1], {**child, "dispatch_id": dispatch["span_id"]}
 
 
 def test_one_trace_across_a_sigkill_and_recovery_in_a_fresh_process(runtime, spans, tmp_path):
@@ -143,6 +144,7 @@ def test_one_trace_across_a_sigkill_and_recovery_in_a_fresh_process(runtime, spa
     (unit,) = _by_name(finished, "offload.delegation")  # emitted here, for the dead owner
     assert f"{unit.context.trace_id:032x}" == child["trace_id"]  # the same trace
     assert f"{unit.context.span_id:016x}" == child["parent_id"]  # the id the owner's child span names
+    assert f"{unit.parent.span_id:016x}" == child["dispatch_id"]  # under the dispatch span the owner exported
     assert unit.status.is_ok is False and unit.attributes["offload.status"] == "unknown"
     assert unit.attributes["offload.children"] == 2 and unit.attributes["offload.session_key"] == "sess-kill"
     assert unit.start_time < unit.end_time

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.dashboard.conftest import serve_cli_dashboard
+from tests.dashboard.conftest import serve_cli_dashboard, sign_in
 from tests.e2e.conftest import cli_env, offload, scripted_parent
 from tests.e2e.test_truncated_views_e2e import TASKS, cut_off_first
 
@@ -39,12 +39,14 @@ def truncated_unit(tmp_path, model_server):
     done = offload("run", "go", HERMES_HOME=str(home))
     assert done.returncode == 5, done.stderr
     [unit] = json.loads(offload("inbox", "--all", "--json", HERMES_HOME=str(home)).stdout)["settled"]
-    for url in serve_cli_dashboard(env=cli_env(HERMES_HOME=str(home))):
-        yield url, unit["id"]
+    for served in serve_cli_dashboard(env=cli_env(HERMES_HOME=str(home))):
+        yield served, unit["id"]
 
 
 def test_the_overview_marks_the_unit_and_its_cut_off_child(browser, truncated_unit):
-    url, did = truncated_unit
+    served, did = truncated_unit
+    sign_in(browser, served.login_url)
+    url = served.url
     browser.get(url + "/")
     WebDriverWait(browser, WAIT_S).until(lambda b: b.execute_script(
         "return document.getElementById(arguments[0]) !== null;", f"unit-{did}"))
@@ -57,8 +59,9 @@ def test_the_overview_marks_the_unit_and_its_cut_off_child(browser, truncated_un
 
 
 def test_the_delegation_page_marks_the_child_in_its_table_and_timeline(browser, truncated_unit):
-    url, did = truncated_unit
-    browser.get(f"{url}/d/{did}")
+    served, did = truncated_unit
+    sign_in(browser, served.login_url)
+    browser.get(f"{served.url}/d/{did}")
     cut, whole = browser.execute_script(_ROWS, "table.children tr.child")
     assert cut["cut"] == "⚠ completed, TRUNCATED" and whole["cut"] is None
     assert "⚠ TRUNCATED 1/2" in browser.find_element("css selector", "h1").text

@@ -46,7 +46,7 @@ def test_background_result_is_reinjected_as_a_new_turn_while_idle(cli, model_ser
     with SessionStore() as store:
         assert store.was_injected(sid, did)
         contents = [m.get("content") or "" for m in store.load_messages(sid)]
-    assert any(c.startswith(f"[ASYNC DELEGATION BATCH COMPLETE — {did}]") for c in contents)
+    assert any(c.startswith(f"[ASYNC DELEGATION COMPLETE — {did}]") for c in contents)
     assert contents[-1] == "Noted: the subagent found 42."
     assert runtime.deliveries.get(did)["delivery_state"] == "delivered"
 

@@ -36,3 +36,30 @@ def test_a_real_childs_stall_is_drawn_with_its_warning_grace_and_interrupt(
     assert child["label"].startswith("#1") and child["state"] == "interrupted" and child["bar"] > 0, child
     assert delivery["label"].startswith("delivery")
     assert "summarise the build log" in browser.find_element(By.CSS_SELECTOR, "main").text
+
+
+def test_the_overview_counts_a_stall_as_stalled_and_a_users_stop_as_no_failure(
+        cli, model_server, write_config, browser):  # noqa: F811
+    """Issue 41: a child interrupted by the stall monitor ends ``interrupted`` (stop_reason
+    ``stall``): the "stalled" counter counts it; one a user stopped is named, not counted as failed."""
+    from tests.e2e.conftest import HANDLE_RE, offload
+
+    server = model_server(scripted_parent(child=lambda r: hang_reply("reading the build log…"),
+                                          delegate={"goal": "summarise the build log"},
+                                          on_result=text_reply("Noted.")))
+    write_config(server, stall_idle_seconds=1, stall_grace_seconds=5, stall_check_interval_seconds=0.2)
+    stalled = cli("run", "go")
+    assert stalled.finish(timeout_s=90) == 7, stalled.output
+    write_config(server)  # no stall within the test: this one is stopped by a user
+    stopped = cli("run", "go")
+    did = stopped.wait_for(HANDLE_RE).group(1)
+    assert offload("stop", did).returncode == 0
+    assert stopped.finish(timeout_s=60) == 7, stopped.output
+
+    board = cli("dashboard", "--port", "0")
+    url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
+    browser.get(f"{url}/")
+    counter = {key: browser.find_element(By.ID, f"counter-{key}") for key in ("stalled", "failed")}
+    assert counter["stalled"].get_attribute("data-value") == "1"
+    assert counter["failed"].get_attribute("data-value") == "0"
+    assert "not counted: 1 stopped by a user" in counter["failed"].text

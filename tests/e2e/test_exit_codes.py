@@ -33,6 +33,7 @@ def test_an_unreachable_endpoint_exits_3_with_the_error_on_stderr():
     assert "agent error: could not reach http://127.0.0.1:" in done.stderr
     assert "could not reach" not in done.stdout  # stdout carries answers only
     assert "Traceback" not in done.stderr
+    assert "reported no usage" not in done.stderr  # nothing answered: no server kept its usage quiet
 
 
 def test_a_model_the_endpoint_does_not_know_exits_4(model_server):

@@ -297,3 +297,42 @@ def test_a_revoked_token_stops_the_gateway_with_the_fix(api, configure, cli, mon
     assert proc.finish() == 2
     proc.wait_for(r"Telegram rejected the bot token \(401\).*@BotFather")
     assert "999:revoked" not in proc.output
+
+
+def test_a_result_whose_turn_hit_an_endpoint_outage_stays_pending_then_is_delivered_once(
+        api, configure, start_gateway, runtime):
+    import threading
+
+    from offload.testing.demo_script import request_role
+    from offload.testing.model_server import error_reply, last_message_text
+
+    down = threading.Event()
+    turns_with_the_result: list[bool] = []  # per parent request carrying the result: was it down?
+    parent = chat_parent(lambda text: {"goal": f"{text}-job"}, echo_goal, on_result=text_reply("Result noted."))
+
+    def script(request):
+        if request_role(request) == "parent" and last_message_text(request).startswith("[ASYNC DELEGATION"):
+            turns_with_the_result.append(down.is_set())
+            if down.is_set():  # the model endpoint is down: 503 on every retry of the turn
+                return error_reply(503, "upstream unavailable", retry_after_s=0.01)
+        if request_role(request) == "subagent":
+            down.set()  # the endpoint goes down while the child runs, before its result's turn
+        return parent(request)
+
+    configure(script)
+    gateway = start_gateway()
+    api.user_says(DM, "alpha")
+    assert api.wait_until(lambda: turns_with_the_result.count(True) >= 10, 60), gateway.output  # 2+ failed turns
+    [row] = pending_rows(runtime.ledger())
+    did = row.delegation_id
+    kept = runtime.deliveries.get(did)
+    assert kept["delivery_state"] == "pending" and kept["delivery_attempts"] == 0, kept  # no attempt spent
+    assert "Result noted." not in shown(api, DM)
+
+    down.clear()  # the endpoint is back
+    wait_shown(api, DM, "Result noted.")
+    assert api.wait_until(lambda: runtime.deliveries.get(did)["delivery_state"] == "delivered", 30)
+    stop(gateway)
+    assert turns_with_the_result.count(False) == 1  # the turn that took it ran once
+    assert len(result_headers(api, DM)) == 1  # shown to the user once, not once per failed turn
+    assert shown(api, DM).count("result of alpha-job") == 1

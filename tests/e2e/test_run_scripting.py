@@ -3,6 +3,7 @@ else on stderr; the prompt from stdin (``-``, or a piped stdin); no "done" after
 and a reader that closes the pipe early (``| head -1``) is no error."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -85,3 +86,54 @@ def test_every_command_survives_a_reader_that_is_already_gone(args):
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 0, err  # its own exit code, not click's 1 for a broken pipe
     assert err == ""
+
+
+def test_run_json_with_a_bad_config_still_prints_a_document_saying_why(_isolated_hermes_home):
+    (_isolated_hermes_home / "config.yaml").write_text("model: [broken\n", encoding="utf-8")
+    done = offload("run", "--json", "hello")
+    assert done.returncode == 2
+    document = json.loads(done.stdout)
+    assert (document["schema"], document["session"], document["answers"], document["delegations"],
+            document["exit_code"]) == ("offload.run/1", None, [], [], 2)
+    assert "config.yaml is not valid YAML" in document["error"]
+    assert one_line(done.stderr) == f"offload: {document['error']}"
+
+
+def _prompt_server(model_server, write_config):
+    from offload.testing.model_server import text_reply
+
+    server = model_server(text_reply("Reviewed."))
+    write_config(server)
+    return server
+
+
+def _user_text(server) -> str:
+    from offload.testing.model_server import last_message_text
+
+    return last_message_text(server.requests[0])
+
+
+def test_piped_content_and_a_prompt_reach_the_model_together(model_server, write_config, _isolated_hermes_home):
+    server = _prompt_server(model_server, write_config)
+    done = subprocess.run([sys.executable, "-m", "offload", "run", "review this"], input="def f(): return 1\n",
+                          capture_output=True, text=True, env=cli_env(HERMES_HOME=str(_isolated_hermes_home)),
+                          timeout=100)
+    assert done.returncode == 0, done
+    assert _user_text(server) == "def f(): return 1\n\nreview this"  # the content first, as llm does
+    assert done.stdout.strip() == "Reviewed."
+
+
+def test_a_pipe_held_open_and_silent_is_not_waited_for(model_server, write_config, _isolated_hermes_home):
+    """Under cron, CI or a parent that never closes the pipe, `offload run "..."` does not hang."""
+    server = _prompt_server(model_server, write_config)
+    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "just this"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(HERMES_HOME=str(_isolated_hermes_home)))
+    try:
+        code = proc.wait(timeout=60)  # stdin stays open the whole time: never written, never closed
+        out, err = proc.stdout.read(), proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.stdin.close()
+    assert code == 0, err
+    assert _user_text(server) == "just this" and out.strip() == "Reviewed."

@@ -66,8 +66,8 @@ def test_agents_json_has_the_documented_keys_and_per_child_status():
             "last_text": None, "last_tool": None}
     assert [child.pop("truncated") for child in row["children"]] == [False, False]  # neither was cut off
     assert row["children"] == [
-        {"task": 1, "goal": "alpha", "status": "running", "duration_seconds": None, **idle},
-        {"task": 2, "goal": "beta", "status": "completed", "duration_seconds": 0.03, **idle},  # done: no idle clock
+        {"task": 1, "goal": "alpha", "state": "running", "duration_s": None, **idle},  # offload.result/1's keys
+        {"task": 2, "goal": "beta", "state": "completed", "duration_s": 0.03, **idle},  # done: no idle clock
     ]
     assert row["activity_age_s"] is None and row["stall_clock_s"] is None and row["owner_host"] is None
     text = offload("agents").stdout

@@ -52,7 +52,7 @@ def test_every_listing_marks_the_cut_off_child_pending_and_delivered(cli, model_
     did = row.delegation_id
 
     pending = json.loads(offload("inbox", "--json").stdout)["pending"]
-    assert [(c["status"], c["truncated"]) for c in _children(pending, did)] == [("completed", True), ("completed", False)]
+    assert [(c["state"], c["truncated"]) for c in _children(pending, did)] == [("completed", True), ("completed", False)]
     cut, whole = _marks_in(offload("inbox").stdout)
     assert "⚠ completed, TRUNCATED" in cut and "✓ completed" in whole and "TRUNCATED" not in whole
     assert "(1 TRUNCATED)" in offload("inbox").stdout  # the unit's line counts it too
@@ -67,7 +67,7 @@ def test_every_listing_marks_the_cut_off_child_pending_and_delivered(cli, model_
     assert delivered.returncode == 5, delivered  # as `offload run` said of it all along
 
     settled = json.loads(offload("inbox", "--all", "--json").stdout)["settled"]
-    assert [(c["status"], c["truncated"]) for c in _children(settled, did)] == [("completed", True), ("completed", False)]
+    assert [(c["state"], c["truncated"]) for c in _children(settled, did)] == [("completed", True), ("completed", False)]
     cut, whole = _marks_in(offload("inbox", "--all").stdout)
     assert "⚠ completed, TRUNCATED" in cut and "✓ completed" in whole
     recent = json.loads(offload("agents", "--json").stdout)["recent"]

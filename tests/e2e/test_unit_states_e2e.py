@@ -59,11 +59,11 @@ def _everywhere(cli, did: str, state: str, children: list[str]) -> None:
     """``state`` and the children's states on every surface; ``completed`` nowhere for the unit."""
     agents = json.loads(offload("agents", "--json").stdout)
     (rec,) = [r for r in agents["recent"] if r["id"] == did]
-    assert rec["state"] == state and [c["status"] for c in rec["children"]] == children
+    assert rec["state"] == state and [c["state"] for c in rec["children"]] == children
     inbox = json.loads(offload("inbox", "--all", "--json").stdout)
     assert [r["state"] for r in inbox["settled"] if r["id"] == did] == [state]
     listing = offload("inbox", "--all").stdout
-    assert re.search(rf"{did}  {state}  finished", listing), listing
+    assert re.search(rf"{did}  {state}( \(stopped by a user\))?  finished", listing), listing
     shown = offload("inbox", "--show", did).stdout
     assert f"Outcome: {state} — " in shown or f"Status: {state}" in shown, shown
 

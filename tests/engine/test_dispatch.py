@@ -94,6 +94,13 @@ def test_batch_label_names_the_unit_goals(runtime):
     assert labels[many["delegation_id"]] == "2 parallel subagents: first goal; second goal"
 
 
+def test_a_batch_label_cuts_a_long_goal_at_a_word_with_an_ellipsis():
+    from offload.engine.units import batch_label
+
+    label = batch_label(["Summarise the failing integration tests and their logs", "b"])
+    assert label == "2 parallel subagents: Summarise the failing integration tests…; b"
+
+
 def test_finalizing_frees_the_slot_and_units_of_one_call_share_it(runtime):
     gate = threading.Event()
     blocked = lambda: (gate.wait(10), {"results": []})[1]  # noqa: E731

@@ -28,7 +28,19 @@ def obs(**kw) -> Observation:
 
 def test_a_changed_token_is_progress():
     d = sweep([obs(token=(2,))], now=10_000.0, limits=LIMITS)
-    assert d.progressed == {"d": (2,)} and not d.stalled
+    assert d.progressed == {"d": ((2,), 10_000.0)} and not d.stalled
+
+
+def test_a_changed_token_counts_from_the_childs_last_activity_when_it_says():
+    """The first sample of a child silent since its start (a hung endpoint) does not restart the
+    clock: the stall clock is the child's idle time, and past the threshold it stalls at once."""
+    silent = obs(token=((1, None, 1000.0),), last_token=None, progress_at=0.0, activity_age_s=460.0)
+    d = sweep([silent], now=460.0, limits=LIMITS)
+    assert d.progressed == {"d": (((1, None, 1000.0),), 0.0)}
+    (stall,) = d.stalled
+    assert stall.quiet_s == 460.0
+    recent = sweep([replace(silent, activity_age_s=2.0)], now=460.0, limits=LIMITS)
+    assert recent.progressed["d"][1] == 458.0 and not recent.stalled
 
 
 def test_quiet_past_the_idle_threshold_stalls():

@@ -304,6 +304,27 @@ def test_unit_counts_since_count_the_rows_that_finished_recently_in_the_same_rea
     assert ledger.unit_counts().recent == {} and ledger.unit_counts().rows == counts.rows  # no since: none recent
 
 
+def test_unit_counts_since_count_the_recent_early_stops_by_their_reason(ledger):
+    """The overview's stalled / failed counters read the event's ``stop_reason`` (issue 41)."""
+    def stopped(delegation_id: str, status: str, reason: str | None, completed_at: float = T0 + 100) -> None:
+        row = dispatch_row(delegation_id)
+        ledger.persist_dispatch(row, T0)
+        event = {**event_for(row, status, completed_at), "stop_reason": reason,
+                 "summary": 'quoting "stop_reason": "user" in a summary counts nothing'}
+        ledger.persist_completion(row, event, {"status": status}, completed_at)
+    stopped("deleg_stall_honoured", "interrupted", "stall")
+    stopped("deleg_stall_given_up", "stalled", "stall")
+    stopped("deleg_user_stop", "interrupted", "user")
+    stopped("deleg_plain_failure", "failed", None)
+    stopped("deleg_old_stop", "interrupted", "user", completed_at=T0 + 10)
+    stopped("deleg_completed_anyway", "completed", "user")
+
+    counts = ledger.unit_counts(since=T0 + 50)
+
+    assert counts.recent_stops == {("interrupted", "stall"): 1, ("stalled", "stall"): 1, ("interrupted", "user"): 1}
+    assert ledger.unit_counts().recent_stops == {}
+
+
 def test_unit_counts_since_of_an_empty_ledger_are_empty(ledger):
     counts = ledger.unit_counts(since=T0)
     assert (counts.rows, counts.recent, counts.pruned) == ({}, {}, {})
@@ -666,6 +687,25 @@ def test_units_pruned_stay_counted_so_counters_never_go_down(ledger_factory):
     assert counts.rows == {("completed", "pending"): 1}
     assert counts.pruned == {("completed", "delivered"): 2, ("completed", "dropped"): 3}
     assert counts.ever() == before
+
+
+def test_prune_tallies_a_unit_the_stall_monitor_stopped_as_stalled(ledger_factory):
+    """``/metrics`` counts a unit stopped by a stall (``stop_reason`` stall) as ``stalled``
+    whatever state it finished in, so prune tallies it so and the count never moves (issue 42)."""
+    ledger = ledger_factory()
+    for delegation_id, status, reason in (("deleg_honoured", "interrupted", "stall"), ("deleg_given_up", "stalled", "stall"),
+                                          ("deleg_user", "interrupted", "user"), ("deleg_done", "completed", None)):
+        row = dispatch_row(delegation_id)
+        ledger.persist_dispatch(row, T0)
+        event = {**event_for(row, status, T0 + 100), "stop_reason": reason,
+                 "summary": 'quoting "stop_reason": "stall" in a summary counts nothing'}
+        ledger.persist_completion(row, event, {"status": status}, T0 + 100)
+        ledger.mark_delivered(delegation_id, T0 + 100)
+
+    assert ledger.prune(T0 + 10**6, retention_s=0, max_settled=0) == 4
+
+    assert ledger_factory().unit_counts().pruned == {("stalled", "delivered"): 2, ("interrupted", "delivered"): 1,
+                                                     ("completed", "delivered"): 1}
 
 
 # -- instances and concurrency ------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from mcp_types import ElicitResult
 from offload.mcp_server.tasks_client import CreateTaskResult, TaskState, TasksClient, get_task, poll, update_task
 from offload.testing.demo_script import last_role
 from offload.testing.model_server import ScriptedModelServer, last_message_text, text_reply, tool_call_reply
+from offload.token_store import TokenStore
 from tests.mcp_server.mcp_support import HttpServer, call, http_client, mcp_client
 
 pytestmark = pytest.mark.timeout(120)
@@ -70,13 +71,13 @@ def answering(approve: bool, asked: list[str]):
     return elicit
 
 
-def assert_decided(text: str, workspace: Path, approve: bool) -> None:
-    """The subagent's report says who decided, and the command ran only if approved."""
+def assert_decided(text: str, workspace: Path, approve: bool, by: str = "mcp:claude") -> None:
+    """The subagent's report says who decided (``by``), and the command ran only if approved."""
     if approve:
-        assert "REPORT: [approved by mcp:claude (request apr_" in text and "removed" in text, text
+        assert f"REPORT: [approved by {by} (request apr_" in text and "removed" in text, text
         assert not (workspace / "build").exists()
     else:
-        assert "REPORT: Error: run_command: command not run" in text and "mcp:claude denied it" in text, text
+        assert "REPORT: Error: run_command: command not run" in text and f"{by} denied it" in text, text
         assert (workspace / "build").exists()
 
 
@@ -188,4 +189,40 @@ def test_a_task_over_streamable_http_is_asked_and_approved_too(tmp_path: Path, m
         server.stop()
     [message] = asked
     assert COMMAND in message, message
-    assert_decided(result.content[0].text, workspace, approve=True)
+    assert_decided(result.content[0].text, workspace, approve=True, by="mcp:claude via token operator")
+
+
+def test_over_http_another_token_s_client_of_the_same_name_cannot_approve(tmp_path: Path, model) -> None:
+    """Namespaces follow the token (issue 43 point 7): a client calling itself "claude" with
+    another token neither answers the task's question (tasks/update) nor is asked it."""
+    workspace = _workspace(tmp_path)
+    store = TokenStore(tmp_path / "home")
+    tokens = {"a": store.add("a"), "b": store.add("b")}
+    impostor_asked: list[str] = []
+    server = HttpServer(tmp_path / "home", "--workspace", str(workspace), model=model)
+
+    async def never(context, params) -> ElicitResult:
+        raise AssertionError("the owner answers with tasks/update itself")
+
+    async def body() -> str:
+        async with http_client(server.url, tokens["a"], name="claude", elicitation_callback=never,
+                               extensions=[TasksClient()]) as owner, \
+                http_client(server.url, tokens["b"], name="claude", elicitation_callback=answering(True, impostor_asked),
+                            extensions=[TasksClient()]) as impostor:
+            created = await owner.session.call_tool("delegate_task", {"goal": "clean the build"}, allow_claimed=True)
+            state = await _input_required(owner.session, created.task_id)
+            [key] = state.input_requests
+            yes = {key: {"action": "accept", "content": {"approve": True}}}
+            await update_task(impostor.session, created.task_id, yes)  # acknowledged (the SEP), decides nothing
+            refused = await impostor.call_tool("delegation_result", {"delegation_id": created.task_id, "wait_s": 0})
+            assert refused.is_error and "no delegation" in refused.content[0].text, refused
+            assert (await _input_required(owner.session, created.task_id)).input_requests == state.input_requests
+            await update_task(owner.session, created.task_id, yes)
+            with anyio.fail_after(60):
+                return (await poll(owner.session, created.task_id)).content[0].text
+    try:
+        text = anyio.run(body)
+    finally:
+        server.stop()
+    assert impostor_asked == []
+    assert_decided(text, workspace, approve=True, by="mcp:claude via token a")

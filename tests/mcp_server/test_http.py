@@ -1,5 +1,5 @@
 """``offload mcp --http`` driven by the SDK's client over Streamable HTTP on 127.0.0.1: dispatch
-at once and results, namespaces, the bearer token (on loopback too, from the home's token store
+at once and results, namespaces (one per token: test_namespaces), the bearer token (on loopback too, from the home's token store
 by default; named client tokens; a short one refused; ``--token`` warns), the Host/Origin
 checks against DNS rebinding, and a SIGKILL then restart."""
 from __future__ import annotations
@@ -32,7 +32,7 @@ def server(tmp_path, model):
     running.stop()
 
 
-def test_dispatch_returns_at_once_results_arrive_and_namespaces_stay_apart(server):
+def test_dispatch_returns_at_once_results_arrive_and_one_token_is_one_namespace(server, tmp_path):
     async def body():
         async with http_client(server.url, server.token, name="alpha") as alpha:
             started = time.monotonic()
@@ -41,9 +41,12 @@ def test_dispatch_returns_at_once_results_arrive_and_namespaces_stay_apart(serve
             result = await call(alpha, "delegation_result", delegation_id=handle["delegation_id"], wait_s=60)
             assert result.structured_content["state"] == "completed" and "finished:" in result.content[0].text
             assert "no delegation" in await tool_error(alpha, "delegation_status", delegation_id="deleg_nope")
-        async with http_client(server.url, server.token, name="beta") as beta:
-            assert (await call(beta, "list_delegations")).structured_content["delegations"] == []
-            assert "no delegation" in await tool_error(beta, "delegation_result", delegation_id=handle["delegation_id"])
+        async with http_client(server.url, server.token, name="beta") as beta:  # the token decides, not the name
+            listed = (await call(beta, "list_delegations")).structured_content["delegations"]
+            assert [d["delegation_id"] for d in listed] == [handle["delegation_id"]]
+        async with http_client(server.url, TokenStore(tmp_path).add("beta"), name="alpha") as other:
+            assert (await call(other, "list_delegations")).structured_content["delegations"] == []
+            assert "no delegation" in await tool_error(other, "delegation_result", delegation_id=handle["delegation_id"])
     anyio.run(body)
 
 

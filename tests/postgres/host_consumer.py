@@ -3,7 +3,8 @@
 A gateway-like consumer on the PostgreSQL ledger: it replays once (which starts the
 LISTEN/NOTIFY listener), then drains the completion bus as results arrive, claims each,
 "delivers" it by printing, and completes the claim. An event another consumer holds is put
-back and retried when the bus is idle, as the gateway retries it on its next tick. Arguments: ``MODE CLAIM_LEASE_S SWEEP_S``; with MODE
+back and retried when the bus is idle, as the gateway retries it on its next tick. Arguments: ``MODE CLAIM_LEASE_S SWEEP_S
+[TICK_S]`` (TICK_S: how long an idle wait lasts before the next look, default SWEEP_S); with MODE
 ``die-after-claim`` it claims one result and then hangs without completing it (the test kills
 it: a consumer that died mid-delivery). Lines, flushed:
 
@@ -23,7 +24,7 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def main(mode: str, claim_lease_s: float, sweep_s: float) -> None:
+def main(mode: str, claim_lease_s: float, sweep_s: float, tick_s: float) -> None:
     from dataclasses import replace
 
     from offload import Offload
@@ -37,7 +38,7 @@ def main(mode: str, claim_lease_s: float, sweep_s: float) -> None:
     held: list[dict] = []  # claimed by another consumer: retried whenever the bus is idle
     while True:
         try:
-            bus.put(bus.get(timeout=sweep_s))  # wake on an event; the drain below takes it
+            bus.put(bus.get(timeout=tick_s))  # wake on an event; the drain below takes it
         except queue.Empty:
             for evt in held:
                 bus.put(evt)
@@ -58,4 +59,4 @@ def main(mode: str, claim_lease_s: float, sweep_s: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]), float(sys.argv[3]))
+    main(sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4] if len(sys.argv) > 4 else sys.argv[3]))

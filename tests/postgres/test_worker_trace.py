@@ -36,7 +36,7 @@ def test_a_workers_unit_spans_join_the_dispatchers_trace_and_end_with_the_unit(
     spans = receiver.wait_for(lambda got: any(s.name == "offload.tool_call" for s in got))
     (call,) = [s for s in spans if s.name == "offload.tool_call"]
     tree = Tree(spans, call.trace_id)
-    units = tree.children(call, "offload.delegation")
+    units = tree.units_under(call)
     assert sorted(u.attributes["offload.delegation_id"] for u in units) == ids
     assert {u.service for u in units} == {"offload-worker"}
     for unit in units:

@@ -85,7 +85,7 @@ def test_children_cut_off_by_the_server_come_back_truncated(model_server, _isola
     assert "--- ⚠ TASK 1/2" in text and "--- ⚠ TASK 2/2" in text
     # every other view draws the mark from the same flag (issue 39, point 1)
     [unit] = json.loads(offload("inbox", "--all", "--json").stdout)["settled"]
-    assert [(c["status"], c["truncated"]) for c in unit["children"]] == [("completed", True)] * 2
+    assert [(c["state"], c["truncated"]) for c in unit["children"]] == [("completed", True)] * 2
     assert offload("agents").stdout.count("⚠ completed, TRUNCATED") == 2
 
 

@@ -106,3 +106,12 @@ def test_malformed_entries_are_skipped_not_fatal(make_batch):
     evt = make_batch(["not a dict", {"task_index": "x", "status": 7, "summary": ["a"]}, None])
     text = format_process_notification(evt)
     assert _headers(text) == [("✗", 1, 2)]
+
+
+def test_a_call_of_one_task_is_not_called_a_batch_or_a_fan_out(make_batch):
+    """``tasks=[{...}]`` with one task is a unit with one child: no "BATCH", no "fan-out (1 subagent)"."""
+    evt = make_batch([{"task_index": 0, "status": "completed", "summary": "ok"}], goals=["only task"])
+    text = format_process_notification(evt)
+    assert text.startswith("[ASYNC DELEGATION COMPLETE — deleg_x1]")
+    assert "BATCH" not in text and "fan-out" not in text
+    assert "--- ✓ TASK 1/1: only task" in text

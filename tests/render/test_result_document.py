@@ -7,7 +7,7 @@ from offload.ledger import LedgerRow
 from offload.result import SCHEMA, from_event, from_row, run_document
 
 KEYS = ["schema", "id", "session", "label", "state", "children", "group", "text", "error", "dispatched_at",
-        "completed_at", "delivery_state", "delivery_attempts", "delivered_at"]
+        "completed_at", "delivery_state", "delivery_attempts", "delivered_at", "stop_reason", "stall_quiet_s"]
 CHILD_KEYS = ["task", "goal", "state", "summary", "error", "duration_s", "api_calls", "tokens", "cost_usd",
               "truncated", "exit_reason", "tool_trace", "tool_trace_dropped"]
 

@@ -1,6 +1,6 @@
 """A loopback OTLP/HTTP receiver for tests: a real HTTP server on 127.0.0.1 that decodes each
 ``POST /v1/traces`` (protobuf ``ExportTraceServiceRequest``) into plain ``Span`` values, and each
-``POST /v1/metrics`` into the histogram ``Point`` values, as a collector would see them.
+``POST /v1/metrics`` into the histogram and counter ``Point`` values, as a collector would see them.
 
 ``OtlpReceiver().start()``; point ``OTEL_EXPORTER_OTLP_ENDPOINT`` at ``receiver.url``;
 ``receiver.wait_for(predicate)`` blocks until the spans received satisfy it (or fails with what
@@ -9,6 +9,7 @@ arrived). ``Tree`` answers the questions a test asks of one trace.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -48,20 +49,23 @@ class Span:
     events: list[tuple[str, dict[str, Any]]]
     links: list[tuple[str, str]]  # (trace_id, span_id)
     service: str = ""
+    resource: dict[str, Any] = field(default_factory=dict)  # the exporting process's resource attributes
 
     @property
     def event_names(self) -> list[str]:
         return [name for name, _ in self.events]
 
 
-def _decode(span: Any, service: str) -> Span:
+def _decode(span: Any, resource: dict[str, Any]) -> Span:
+    service = resource.get("service.name", "")
     return Span(name=span.name, trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
                 parent_id=span.parent_span_id.hex() or None, kind=KINDS[span.kind],
                 status=STATUSES[span.status.code], status_message=span.status.message,
                 start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano,
                 attributes={a.key: _value(a.value) for a in span.attributes},
                 events=[(e.name, {a.key: _value(a.value) for a in e.attributes}) for e in span.events],
-                links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links], service=service)
+                links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links], service=service,
+                resource=resource)
 
 
 @dataclass
@@ -79,6 +83,7 @@ class OtlpReceiver:
     spans: list[Span] = field(default_factory=list)
     points: list[Point] = field(default_factory=list)
     requests: int = 0
+    delay_s: float = 0.0  # how long each request waits for its answer (a slow collector)
 
     def __post_init__(self) -> None:
         self._changed = threading.Condition()
@@ -87,6 +92,8 @@ class OtlpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)  # the collector's slowness is what a test looks at
                 if self.path == "/v1/traces":
                     receiver._add(ExportTraceServiceRequest.FromString(body))
                     reply = ExportTraceServiceResponse().SerializeToString()
@@ -125,9 +132,9 @@ class OtlpReceiver:
     def _add(self, request: Any) -> None:
         decoded = []
         for resource_spans in request.resource_spans:
-            service = next((_value(a.value) for a in resource_spans.resource.attributes if a.key == "service.name"), "")
+            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
             for scope_spans in resource_spans.scope_spans:
-                decoded += [_decode(span, service) for span in scope_spans.spans]
+                decoded += [_decode(span, resource) for span in scope_spans.spans]
         with self._changed:
             self.requests += 1
             self.spans.extend(decoded)
@@ -141,6 +148,10 @@ class OtlpReceiver:
                     for point in metric.histogram.data_points:
                         decoded.append(Point(metric.name, {a.key: _value(a.value) for a in point.attributes},
                                              point.count, point.sum))
+                    for point in metric.sum.data_points:  # a counter: its value is its count
+                        value = point.as_int if point.WhichOneof("value") == "as_int" else point.as_double
+                        decoded.append(Point(metric.name, {a.key: _value(a.value) for a in point.attributes},
+                                             int(value), value))
         with self._changed:
             self.points.extend(decoded)
             self._changed.notify_all()
@@ -156,6 +167,10 @@ class OtlpReceiver:
             if not self._changed.wait_for(lambda: done(list(self.spans)), timeout_s):
                 raise AssertionError(f"spans never arrived; got {[(s.name, s.parent_id) for s in self.spans]}")
             return list(self.spans)
+
+    def metric_names(self) -> set[str]:
+        with self._changed:
+            return {p.metric for p in self.points}
 
     def named(self, name: str) -> list[Span]:
         with self._changed:
@@ -179,6 +194,10 @@ class Tree:
 
     def children(self, span: Span, name: str | None = None) -> list[Span]:
         return [s for s in self.spans if s.parent_id == span.span_id and (name is None or s.name == name)]
+
+    def units_under(self, call: Span) -> list[Span]:
+        """The unit spans a tool call dispatched (each under its ``offload.delegation.dispatch``)."""
+        return [u for d in self.children(call, "offload.delegation.dispatch") for u in self.children(d, "offload.delegation")]
 
     @property
     def orphans(self) -> list[Span]:

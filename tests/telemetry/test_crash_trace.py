@@ -1,11 +1,13 @@
 """A crashed delegation's trace is whole (issue 32, item 1), seen by a loopback OTLP receiver: an
 `offload run` SIGKILLed mid-unit exports nothing of its unit span, so the process that recovers
 the unit emits it from what the ledger recorded at dispatch (its ids, parent, start time and
-attributes), with status ERROR and ``.recovered`` and ``.delivery`` under it."""
+attributes), with status ERROR and ``.recovered`` and ``.delivery`` under it; it ends when its owner was last
+seen alive and holds a ``child finished`` event for each child the row kept (issue 42, item 5)."""
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -20,7 +22,8 @@ pytestmark = pytest.mark.timeout(120)
 def test_recovery_emits_the_dead_owners_unit_span_with_recovered_and_delivery_under_it(receiver, tmp_path):
     env = cli_env(**receiver.env(OTEL_SERVICE_NAME="offload-owner"))
     # Killed once the quick child is recorded: its subagent span may have reached the receiver.
-    delegation_id = _killed_mid_run(env, ready=lambda row: row["children"][0]["status"] == "completed")
+    delegation_id = _killed_mid_run(env, ready=lambda row: row["children"][0]["state"] == "completed")
+    killed_by_ns = time.time_ns()  # SIGKILLed (and reaped) just before this
     state_db = cli_env()["HERMES_HOME"] + "/state.db"
     stored = open_ledger(state_db).get(delegation_id).task["trace_context"]
     _version, trace_id, unit_id, _flags = stored["traceparent"].split("-")
@@ -38,6 +41,10 @@ def test_recovery_emits_the_dead_owners_unit_span_with_recovered_and_delivery_un
     assert unit.attributes["offload.delegation_id"] == delegation_id and unit.attributes["offload.children"] == 2
     assert unit.start_ns == stored["start_ns"] and unit.start_ns < unit.end_ns
     recovered = tree.one("offload.delegation.recovered")
+    # it ends when its owner was last seen alive, not when another process recovered it
+    assert unit.end_ns <= killed_by_ns and unit.end_ns < recovered.start_ns
+    finished = [attrs for name, attrs in unit.events if name == "child finished"]
+    assert finished == [{"offload.task_index": 0, "offload.status": "completed"}]  # the child the row holds
     delivery = tree.one("offload.delegation.delivery")
     assert recovered.parent_id == delivery.parent_id == unit.span_id
     assert recovered.status == "error" and recovered.event_names == ["recovery"]

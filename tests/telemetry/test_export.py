@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from offload.telemetry import export
 from tests.e2e.conftest import cli_env
 
 pytestmark = pytest.mark.timeout(120)
@@ -22,8 +23,8 @@ from offload.telemetry import install_tracing_from_env
 assert install_tracing_from_env()
 from offload.engine import observers
 for i in range(20):
-    with observers.span("offload.model_call", model="m"):
-        pass
+    with observers.span("offload.model_call", model="m") as call:
+        call.set(prompt_tokens=3, completion_tokens=2)
 t0 = time.perf_counter()
 atexit._run_exitfuncs()
 print(json.dumps({"exit_s": time.perf_counter() - t0}))
@@ -60,3 +61,23 @@ def test_a_traced_run_against_a_dead_collector_finishes_with_one_warning_line(re
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if "WARNING" in line or "opentelemetry" in line]
     assert len(warnings) == 1 and "traces are not exported" in warnings[0], done.stderr
+
+
+def test_a_slow_collector_gets_the_spans_and_metrics_of_a_short_command_without_a_warning(receiver):
+    receiver.delay_s = 0.6  # each request answered after 0.6 s: slow, not dead
+    exit_s, stderr = _traced_exit(receiver.url)
+    assert stderr == "" and len(receiver.spans) == 20  # all in before the command ended
+    assert sum(p.count for p in receiver.points if p.metric == "gen_ai.client.operation.duration") == 20
+    assert exit_s < export.EXIT_WAIT_S + 0.5  # traces and metrics side by side, not one after the other
+
+
+def test_a_run_against_a_slow_collector_sends_spans_and_metrics_without_a_warning(receiver):
+    receiver.delay_s = 0.6
+    done = subprocess.run([sys.executable, "-m", "offload", "run", "--demo-model", "compare the formats"],
+                          capture_output=True, text=True, env=cli_env(**receiver.env()), timeout=90,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert "not exported" not in done.stderr and "dropped" not in done.stderr, done.stderr
+    chats = [s for s in receiver.spans if s.name.startswith("chat ")]
+    assert chats and sum(s.name == "offload.turn" for s in receiver.spans) >= 2
+    assert sum(p.count for p in receiver.points if p.metric == "gen_ai.client.operation.duration") == len(chats)

@@ -30,7 +30,7 @@ def test_a_run_traces_its_turns_links_delivery_turns_and_reports_genai_tokens(re
     assert first.parent_id is None  # a turn is the root of its trace
     tree = Tree(spans, first.trace_id)
     (call,) = [s for s in tree.children(first, "offload.tool_call") if s.attributes["offload.tool"] == "delegate_task"]
-    unit_spans = {s.attributes["offload.delegation_id"]: s for s in tree.children(call, "offload.delegation")}
+    unit_spans = {s.attributes["offload.delegation_id"]: s for s in tree.units_under(call)}
     assert set(unit_spans) == units
     delivery_turns = [t for t in turns if "offload.delivers" in t.attributes]
     assert sorted(d for t in delivery_turns for d in t.attributes["offload.delivers"]) == sorted(units)

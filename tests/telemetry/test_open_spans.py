@@ -4,6 +4,8 @@ each stayed open until the worker exited), and the contexts kept for later deliv
 bounded, so the worker's memory does not grow with the units it ran."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -36,16 +38,21 @@ def test_a_thousand_units_leave_no_span_open(runtime):
     provider = tracer_provider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracing.install(provider.get_tracer("test"))
+    finalized = threading.Event()  # told after tracing, which ends the unit span on the same notification
+    remove = observers.add_observer(lambda kind, _id, _fields: finalized.set() if kind == "finalized" else None)
     try:
         observer = tracing._active
         for i in range(UNITS):  # as a worker: run each unit, deliver none (the parent's host does)
+            finalized.clear()
             handle = runtime.engine.dispatch(batch_spec([f"unit {i}"], model="m", origin=Origin.capture("sess-long")),
                                              lambda: {"results": [{"task_index": 0, "status": "completed"}]}, 4)
             wait_event(handle["delegation_id"], bus=runtime.bus)
+            assert finalized.wait(10)  # the event is published just before the observers are told
             assert len(observer.open) + len(observer.deliveries) == 0, f"unit {i} left a span open"
         assert len(observer.finished) == tracing.RECENT_UNITS
-        assert exporter.ended == UNITS  # each unit span ended with its unit, none left to the exit
+        assert exporter.ended == 2 * UNITS  # each unit's dispatch span, and its unit span ended with it
     finally:
+        remove()
         tracing.uninstall()
         provider.shutdown()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from offload.telemetry.spans import MODEL_CALL, provider_of, start_kind
+from offload.telemetry.spans import MODEL_CALL, provider_of, redact_urls, start_kind
 
 
 @pytest.mark.parametrize(("base_url", "provider", "host", "port"), [
@@ -31,3 +31,10 @@ def test_a_model_call_span_carries_the_host_not_the_url():
     assert name == "chat m"
     assert attributes["gen_ai.provider.name"] == "openrouter" and attributes["server.address"] == "openrouter.ai"
     assert not any("secret" in str(v) or "base_url" in k for k, v in attributes.items())
+
+
+def test_urls_in_status_messages_and_events_are_cut_to_their_host():
+    said = ("HTTP 500 from https://user:pw@proxy.corp:8443/v1/tenant/abc?key=secret for model 'm'; "
+            "could not reach http://127.0.0.1:9/v1 (ConnectError) and (https://api.openai.com/v1).")
+    assert redact_urls(said) == ("HTTP 500 from proxy.corp:8443 for model 'm'; could not reach 127.0.0.1:9 "
+                                 "(ConnectError) and (api.openai.com).")
