@@ -186,7 +186,8 @@ class Offload(PublicApi):
         self.admission = self.delegate_tool.admission = Admission(
             tool=self.delegate_tool, ledger=self.ledger, config=self.delegate_tool.seams.load_config,
             parent=lambda: self._queue_parent(), owner_alive=self._owner_alive,
-            recover=lambda: self.deliveries.recover_abandoned())
+            recover=lambda: self.deliveries.recover_abandoned(resuming=True))
+        self.deliveries.resume = self._resume_task
         self._queue_parent_agent: Any = None
         self._close_lock = threading.Lock()
         self.closed = False
@@ -234,6 +235,18 @@ class Offload(PublicApi):
         offered = self.deliveries.maybe_sweep(target)
         self.admission.maybe_pump_foreign()
         return offered
+
+    def _resume_task(self, row: Any) -> tuple[dict[str, Any] | None, str | None]:
+        """What recovery does with a dead owner's unit (``offload.subagents.resume``): requeued
+        to resume here if this process adopts its session's work, left for another long-lived
+        process if not, settled ``unknown`` (with why) if it cannot be resumed."""
+        from offload.subagents.config import DelegationConfig
+        from offload.subagents.resume import resume_task
+
+        queued, why_not = resume_task(row, DelegationConfig.model_validate(self.delegate_tool.seams.load_config()))
+        if queued is not None and not self.admission.adopts(row):
+            return {}, None
+        return queued, why_not
 
     def _queue_parent(self) -> Any:
         """The agent whose credentials run a unit queued by a process that died (built once)."""

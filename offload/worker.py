@@ -111,7 +111,7 @@ class Worker:
             return
         self._next_recovery = time.monotonic() + max(1.0, self.cfg.ledger.lease_seconds / 2)
         try:
-            self.runtime.deliveries.recover_abandoned()
+            self.runtime.deliveries.recover_abandoned(resuming=True)  # long-lived: it resumes what it can
         except Exception:
             logger.debug("recovery pass failed", exc_info=True)
 

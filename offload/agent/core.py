@@ -14,6 +14,9 @@ interrupt flag, its liveness record and how a child agent is derived from it. In
   transcript stays valid for the next request.
 * a subagent built with ``allowed_tools`` (its role's list) is offered only those of the
   built-in tools, and a call to any tool it lacks is a tool error naming the list.
+* a background child with a ``step_log`` (``offload.agent.step_log``) writes each reply with
+  tool calls before any of them runs, a start mark before each side-effecting call and every
+  call's result after it; ``resume_conversation`` continues such a child from its replayed log.
 * ``interrupt`` may be called from any thread; it stops the stream at the next chunk, tells
   the running tool through ``ToolContext.interrupted`` and reaches every active child. The
   flag holds until the current (or, if none is running, the next) run returns.
@@ -36,6 +39,7 @@ from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
 from offload.engine.observers import span
 from offload.agent.run_state import UNKNOWN_TOTAL_KEYS, Run, Stamped, run_result
+from offload.agent.step_log import StepLog
 from offload.render.truncation import CUT_OFF_EXIT_REASON
 from offload.toolsets.child_tools import allowed_only, blocked_tool_message
 from offload.toolsets.toolspec import Tool, ToolContext
@@ -108,6 +112,8 @@ class AIAgent:
         self._tools: list[Tool] | None = None
         # A subagent's token budget (``offload.subagents.budget.DelegationBudget``: charge, exhausted).
         self.token_budget: Any = None
+        self.step_log: StepLog | None = None  # a background child's durable steps (None: not logged)
+        self.resume_from: Any = None  # a resumed child's ``step_log.Replayed`` (set by the subagents layer)
         # Session totals: this agent's runs plus what its subagents add (see add_usage).
         self.usage_totals: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
         self._usage_lock = threading.Lock()
@@ -191,13 +197,26 @@ class AIAgent:
 
     def run_conversation(self, user_message: str, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Run one user turn to an answer, the iteration budget, an interrupt or an error."""
-        run = Run(Stamped(self._opening_messages(user_message, history)))
+        return self._run(Run(Stamped(self._opening_messages(user_message, history))), [])
+
+    def resume_conversation(self, messages: list[dict[str, Any]], to_run: list[dict[str, str]]) -> dict[str, Any]:
+        """Continue a conversation a dead owner's step log left (``step_log.replay``): its last
+        reply's calls ``to_run`` first, then the loop, as ``run_conversation``."""
+        return self._run(Run(Stamped([dict(m) for m in messages])), to_run)
+
+    def opening_messages(self, user_message: str) -> list[dict[str, Any]]:
+        """The messages a run of ``user_message`` starts from (what a step log's replay starts from)."""
+        return self._opening_messages(user_message, None)
+
+    def _run(self, run: Run, to_run: list[dict[str, str]]) -> dict[str, Any]:
         self._messages = run.messages
         self._activity.begin_run()
         error: str | None = None
         error_kind: str | None = None  # "model" | "endpoint" | "internal": frontends map it to exit codes
         try:
-            exit_reason = self._loop(run)
+            if to_run:
+                self._run_tool_calls(run, to_run)
+            exit_reason = "interrupted" if self._interrupt_requested else self._loop(run)
         except LLMError as exc:
             exit_reason, error, run.failed_status = "error", str(exc), exc.status_code
             error_kind = "model" if isinstance(exc, ModelNotFoundError) else "endpoint"
@@ -238,6 +257,8 @@ class AIAgent:
             if not turn.tool_calls:
                 run.answer = turn.content if turn.content.strip() else None
                 return "completed"
+            if self.step_log is not None:  # durable before any of its tools runs
+                self._logged(lambda log: log.reply(run.messages[-1]))
             self._run_tool_calls(run, turn.tool_calls)
             if self._interrupt_requested:
                 return "interrupted"
@@ -304,9 +325,26 @@ class AIAgent:
                     traced.fail(output)
             else:
                 run.tool_counts[call["name"]] += 1
-                with span("offload.tool_call", tool=call["name"]) as traced:
-                    output = execute_tool_call(call, tools_by_name, ctx, self._activity, on_error=traced.fail)
+                tool = tools_by_name.get(call["name"])
+                if self.step_log is not None and not (tool is not None and tool.read_only):
+                    self._logged(lambda log: log.tool_started(call))
+                if self._interrupt_requested:  # the start mark found another owner: never run it
+                    output = INTERRUPTED_BEFORE_START
+                else:
+                    with span("offload.tool_call", tool=call["name"]) as traced:
+                        output = execute_tool_call(call, tools_by_name, ctx, self._activity, on_error=traced.fail)
+            if self.step_log is not None:
+                self._logged(lambda log: log.tool_finished(call, output))
             run.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+
+    def _logged(self, write: Callable[[StepLog], None]) -> None:
+        """One step-log write; a write the ledger refused (another owner has the unit) stops this run."""
+        log = self.step_log
+        if log is None or log.lost:
+            return
+        write(log)
+        if log.lost:
+            self.interrupt("Another offload process took this unit over; this one stopped its child.")
 
     def _clear_interrupt(self) -> None:
         self._interrupt_requested = False

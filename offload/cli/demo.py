@@ -59,7 +59,7 @@ def run_demo(keep: bool = False) -> int:
         ui.say(f"data: temporary HERMES_HOME {home} ({'kept' if keep else 'removed at the end'})", style="dim")
         write_config_file(home / "config.yaml", {
             "model": DEMO_MODEL, "base_url": server.url, "workspace": str(workspace),
-            "toolsets": ["terminal", "file", "delegation"], "delegation": {"independent_completions": True},
+            "toolsets": ["terminal", "file", "delegation"], "delegation": {"independent_completions": True, "resume": "auto"},
             "terminal": {"sandbox": _sandbox_mode(ui)}})
         with Offload(home=home) as off:
             _fan_out(ui, off)
@@ -130,7 +130,8 @@ def _crash_and_recover(ui: Ui, off: Offload, workspace: Path) -> None:
     crashed.wait(timeout=10)
     ui.say(f"killed pid {crashed.pid} with SIGKILL mid-fan-out: ledger row {row.delegation_id} still says "
            f"'running' with {len(row.result['results'])} of 2 children recorded", style="bold red")
-    ui.say("restarting: a new `offload run --resume` process recovers the row and delivers it", style="bold")
+    ui.say("restarting: a new `offload run --resume` process resumes the slow child from its last logged step "
+           "(its cut-off command is not run again) and delivers the result", style="bold")
     restarted = _spawn(["run", "--resume", row.parent_session_id or row.origin_session], ui, cwd=workspace)
     if restarted.wait(timeout=DRILL_DEADLINE_S) != 0:
         raise RuntimeError(f"the restarted process exited with {restarted.returncode}")
@@ -168,13 +169,15 @@ def _echo(stream: IO[str], pid: int, ui: Ui) -> None:
 
 
 def _wait_for_partial_row(off: Offload, proc: subprocess.Popen[str]):
-    """The drill's ledger row once its quick child is recorded (the slow one never finishes)."""
+    """The drill's ledger row once its quick child is recorded and the slow one's command has its
+    start mark in the step log (the command is still running then)."""
     deadline = time.monotonic() + DRILL_DEADLINE_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the crash-drill process exited early with {proc.returncode}")
         for row in running_rows(off.ledger()):
-            if row.owner_pid == proc.pid and (row.result or {}).get("results"):
+            if (row.owner_pid == proc.pid and (row.result or {}).get("results")
+                    and any(s.kind == "tool_start" for s in off.ledger().read_steps(row.delegation_id))):
                 return row
         time.sleep(0.05)
     proc.kill()

@@ -65,13 +65,22 @@ class Deliveries:
         self._offered: dict[tuple[str, str], float] = {}  # (ledger location, delegation id) -> last offer
         self._offer_lock = threading.Lock()  # a listener thread and a scan may look at one row at once
         self._listened: dict[tuple[str, str], queue.Queue] = {}  # the queue a listener/sweep last offered it to
+        # ``resume(row) -> (queued task | None, why not | None)``: a dead owner's unit this
+        # process hands back to the queue to be resumed (``offload.subagents.resume``), asked
+        # only by a consumer's restore and sweeps; an empty task: resumable, but by another
+        # process (left running); None: every abandoned row is settled.
+        self.resume: Callable[[LedgerRow], tuple[dict[str, Any] | None, str | None]] | None = None
+        self.requeued = 0  # units handed back to the queue to be resumed, by this instance so far
 
     # -- restart: recovery and replay ---------------------------------------------------------
-    def recover_abandoned(self, now: float | None = None) -> int:
-        """Settle ``running`` rows whose owner process died as ``unknown``; returns how many."""
-        return len(self._recover(time.time() if now is None else now))
+    def recover_abandoned(self, now: float | None = None, *, resuming: bool = False) -> int:
+        """Settle ``running`` rows whose owner process died as ``unknown``; returns how many.
+        ``resuming`` (a long-lived process): a row ``self.resume`` accepts goes back to the
+        queue to be resumed instead; a command that only looks leaves such a row running, for
+        the next long-lived process on the ledger."""
+        return len(self._recover(time.time() if now is None else now, resuming))
 
-    def _recover(self, now: float) -> list[str]:
+    def _recover(self, now: float, resuming: bool = False) -> list[str]:
         """``recover_abandoned``, returning the ids it settled."""
         ledger = self.ledger()
         if not ledger.exists():
@@ -81,10 +90,20 @@ class Deliveries:
         for row in ledger.running_rows():
             if not ledger.is_abandoned(row, self.owner_alive):
                 continue
+            queued, why_not = self.resume(row) if self.resume is not None else (None, None)
+            if queued is not None:
+                if resuming and queued and ledger.requeue_for_resume(row, queued, now):
+                    self.requeued += 1
+                    notify("resumable", row.delegation_id, row=row)
+                    logger.warning("Delegation %s lost its owner (pid %s) mid-run; queued to resume from its "
+                                   "children's last steps", row.delegation_id, row.owner_pid)
+                continue
             cwd = (row.task or {}).get("owner_cwd")
             if cwd not in hints:
                 hints[cwd] = git_state_hint(cwd)
             event, result = recovered_event(row, now, hints[cwd])
+            if why_not:
+                event["error"] = f"{event['error']} Not resumed: {why_not}."
             if ledger.settle_abandoned(row.delegation_id, event, result, now):
                 settled.append(row.delegation_id)
                 notify("recovered", row.delegation_id, row=row, event=event, ledger=self.ledger)
@@ -143,7 +162,7 @@ class Deliveries:
         next orphan sweep. The trigger a takeover of unfinished units hangs on, too."""
         ledger = self.ledger()
         try:
-            recovered = self._recover(now)
+            recovered = self._recover(now, resuming=True)
             rows = [row for row in (ledger.get(did) for did in recovered) if row is not None]
             return self._offer(ledger, target_queue, [r for r in rows if r.delivery_state == "pending"], now,
                                only_new=True)
@@ -160,7 +179,7 @@ class Deliveries:
             return 0  # replay never creates a ledger
         offered = 0
         try:
-            self.recover_abandoned(now)
+            self.recover_abandoned(now, resuming=True)
             pending = ledger.pending_rows()
             offered = self._offer(ledger, target_queue, pending, now, only_new)
             self._forget_settled(ledger, target_queue, {row.delegation_id for row in pending}, now)

@@ -180,6 +180,8 @@ class Delegations:
         task.update({k: record[k] for k in ("goals", "task_indexes", "task_transcripts", "group", "trace_context",
                                             "subagent_config", *IDENTITY_KEYS)
                      if record.get(k)})
+        if record.get("_durable"):
+            task["durable"] = record["_durable"]
         task["owner_cwd"] = os.getcwd()
         if record["slot_key"] != record["delegation_id"]:
             task["slot_key"] = record["slot_key"]  # a shared ledger counts the call's units as one slot
@@ -293,6 +295,22 @@ class Delegations:
             self.health.report(ledger, "recording a completion", exc, "The result is delivered in memory only.")
             return
         self.health.ok(ledger)
+        if record.get("_durable"):  # its result is recorded: its children's step log is not needed
+            try:
+                ledger.drop_steps(evt["delegation_id"])
+            except Exception:
+                logger.warning("could not drop the step log of %s; prune drops it with the row",
+                               evt["delegation_id"], exc_info=True)
+
+    def record_step(self, delegation_id: str, task_index: int, seq: int, kind: str, payload: dict[str, Any]) -> bool:
+        """Write one step of a background child durably (``offload.agent.step_log``); False only
+        when the ledger refused it because this process no longer owns the unit."""
+        with self.lock:
+            record = self.records.get(delegation_id)
+            ledger = None if record is None else record.get("_ledger")
+        if ledger is None:
+            return True  # nothing durable to fence against: the child goes on
+        return ledger.append_step(delegation_id, task_index, seq, kind, payload, current_owner(), time.time())
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any]) -> bool:
         """Record one finished child of a running unit, in memory and durably, right away."""

@@ -31,6 +31,8 @@ class UnitSpec:
     task_transcripts: dict[Any, Any] | None = None
     group: str | None = None
     subagent_config: dict[str, Any] | None = None  # the model-rejection notice's subject, stamped at dispatch
+    # A unit run by offload's own agent loop: what a new owner resumes it from (``subagents.resume``).
+    durable: dict[str, Any] | None = None
 
 
 def batch_spec(goals: list[Any] | None, task_indexes: list[int] | None = None, **fields: Any) -> UnitSpec:
@@ -70,6 +72,8 @@ def new_record(spec: UnitSpec, delegation_id: str) -> dict[str, Any]:
     }
     if spec.subagent_config:
         record["subagent_config"] = dict(spec.subagent_config)
+    if spec.durable:
+        record["_durable"] = spec.durable  # private: written to the ledger task as ``durable``
     if spec.is_batch:
         record.update(goals=list(spec.goals), slot_key=spec.slot_key or delegation_id)
         for key in ("task_indexes", "task_transcripts", "group"):

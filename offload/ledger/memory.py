@@ -22,6 +22,7 @@ from offload.ledger.memory_side import MemorySideTables, stop_reason_of
 from offload.ledger.tally import tallied_state
 from offload.ledger.approval_table import MemoryApprovals
 from offload.ledger.spend_table import MemorySpend
+from offload.ledger.step_table import MemorySteps
 from offload.ledger import browse as browse_sql
 from offload.ledger.browse import Browse
 from offload.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners
@@ -44,6 +45,7 @@ class MemoryStore:
         self.journal: list[Any] = []  # JournalEntry, in append order; see memory_side
         self.approvals: dict[str, dict[str, Any]] = {}  # request id -> request; see approval_table
         self.spend: dict[tuple[str, str, str], tuple[int, float, int]] = {}  # (day, session, call) -> spent
+        self.steps: dict[tuple[str, int, int], Any] = {}  # (id, task index, seq) -> step_table.Step
 
 
 _named: weakref.WeakValueDictionary[str, MemoryStore] = weakref.WeakValueDictionary()
@@ -73,7 +75,7 @@ def _new_row(row: DispatchRow, state: str, completed_at: float | None, now: floa
             "delivery_claim_pid": None, "delivery_claim_started_at": None, "delivery_progress": 0, "drop_reason": None}
 
 
-class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, SingleHostOwners):
+class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, MemorySteps, SingleHostOwners):
     """The ledger in a ``MemoryStore``. Thread-safe."""
 
     def __init__(self, store: MemoryStore | None = None) -> None:

@@ -75,6 +75,8 @@ class MemorySideTables:
         """Under the store's lock, after a prune: journal entries and approval requests of rows
         that are gone go too."""
         self.store.journal[:] = [e for e in self.store.journal if e.delegation_id in self.store.rows]
+        for key in [k for k in self.store.steps if k[0] not in self.store.rows]:
+            del self.store.steps[key]
         for request_id in [i for i, r in self.store.approvals.items() if r.get("delegation_id") not in self.store.rows]:
             del self.store.approvals[request_id]
 

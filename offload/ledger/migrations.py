@@ -22,6 +22,9 @@ same step on both (the last may be one backend's only):
 7. PostgreSQL only: the functions a unit's dispatch and completion call (``offload_dispatch``,
    ``offload_complete``: ``offload.ledger.postgres_functions``). SQLite stays at 6 (it has no
    such step), so an older offload still opens a home's ``state.db``.
+8. ``async_delegation_steps``: background children's durable step logs
+   (``offload.ledger.step_table``); created empty. SQLite passes step 7 (nothing to do there) on
+   its way, so a number stays one step on both.
 
 Invariant: every step is idempotent and runs inside the migration's one transaction.
 """
@@ -36,7 +39,7 @@ from offload.ledger.approval_table import INDEX as _APPROVALS_INDEX, POSTGRES_TA
 from offload.ledger.approval_table import SQLITE_TABLE as _SQLITE_APPROVALS
 from offload.ledger.protocol import parse_json
 from offload.ledger.sqlite_side import SIDE_TABLES as SQLITE_SIDE_TABLES
-from offload.ledger import spend_table
+from offload.ledger import spend_table, step_table
 from offload.ledger.sqlite_rows import _COLUMNS as _SQLITE_COLUMNS, _SCHEMA as _SQLITE_SCHEMA
 from offload.ledger.versions import Component
 
@@ -95,8 +98,16 @@ def _sqlite_spend(conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE subagent_spend")
 
 
+def _sqlite_no_functions(conn: sqlite3.Connection) -> None:
+    """Step 7 is PostgreSQL's server-side functions; SQLite has none."""
+
+
+def _sqlite_steps(conn: sqlite3.Connection) -> None:
+    conn.execute(step_table.SQLITE_TABLE)
+
+
 SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_delivery_columns, _sqlite_side_tables,
-                                     _sqlite_approvals, _sqlite_spend))
+                                     _sqlite_approvals, _sqlite_spend, _sqlite_no_functions, _sqlite_steps))
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -142,6 +153,10 @@ def _postgres_functions(conn: Any) -> None:
         conn.execute(statement)
 
 
+def _postgres_steps(conn: Any) -> None:
+    conn.execute(step_table.POSTGRES_TABLE)
+
+
 POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states, _postgres_delivery_columns,
                                        _postgres_side_tables, _postgres_approvals, _postgres_spend,
-                                       _postgres_functions))
+                                       _postgres_functions, _postgres_steps))

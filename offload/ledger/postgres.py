@@ -39,6 +39,7 @@ from offload.ledger.postgres_connections import MISSING as _MISSING, PostgresCon
 from offload.ledger.postgres_side import PostgresSideTables
 from offload.ledger.approval_table import PostgresApprovals
 from offload.ledger.spend_table import PostgresSpend
+from offload.ledger.step_table import PostgresSteps
 from offload.ledger.postgres_work_queue import PostgresWorkQueue
 from offload.ledger.postgres_delivery import PostgresDeliveryClaims
 from offload.ledger.postgres_outbox import WriteOutbox, no_payload
@@ -61,7 +62,8 @@ _T = TypeVar("_T")
 LISTEN_WAIT_S = 2.0
 
 
-class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals, PostgresSpend, BrowseReads,
+class PostgresLedger(PostgresConnections, PostgresSideTables, PostgresApprovals, PostgresSpend, PostgresSteps,
+                     BrowseReads,
                      PostgresWorkQueue, PostgresDeliveryClaims):
     """The ledger in one PostgreSQL schema. Thread-safe; one instance per process and URL."""
 

@@ -32,7 +32,7 @@ SIDE_TABLES = (
 # Journal entries and approval requests whose row is gone: run with the prune, in its transaction.
 _PRUNE_SIDE_RECORDS = {table: f"DELETE FROM {table} s WHERE NOT EXISTS (SELECT 1 FROM async_delegations d"
                               " WHERE d.delegation_id = s.delegation_id)"
-                       for table in ("async_delegation_journal", "async_delegation_approvals")}
+                       for table in ("async_delegation_journal", "async_delegation_approvals", "async_delegation_steps")}
 _UPSERT_CONTROL = ("INSERT INTO async_delegation_controls VALUES (%s,%s,%s,%s) ON CONFLICT (delegation_id)"
                    " DO UPDATE SET action=excluded.action, requested_at=excluded.requested_at,"
                    " expires_at=excluded.expires_at")

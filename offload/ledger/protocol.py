@@ -315,6 +315,22 @@ class DelegationLedger(Protocol):
     def read_journal(self, delegation_id: str) -> list[JournalEntry]:
         """The unit's entries in the order they were appended; empty for a ledger without any."""
 
+    # -- background children's step logs (``offload.ledger.step_table``) -----------------------
+    def append_step(self, delegation_id: str, task_index: int, seq: int, kind: str, payload: dict[str, Any],
+                    owner: tuple[int, int | None], now: float) -> bool:
+        """Write one step of a running unit's child, fenced by its ownership; False (nothing
+        written) when the unit is not running under this writer."""
+
+    def read_steps(self, delegation_id: str) -> list[Any]:
+        """The unit's steps (``step_table.Step``), by child then ``seq``."""
+
+    def drop_steps(self, delegation_id: str) -> None:
+        """Forget the unit's steps (its result is recorded)."""
+
+    def requeue_for_resume(self, row: LedgerRow, task: dict[str, Any], now: float) -> bool:
+        """Turn ``row`` (running under a dead owner) back into a queued row with ``task``, only
+        if it still runs under that owner; whether it did."""
+
     def close(self) -> None: ...
 
 

@@ -31,6 +31,7 @@ from offload.ledger.sqlite_files import classify_error, open_connection
 from offload.ledger.sqlite_side import SqliteSideTables
 from offload.ledger.approval_table import SqliteApprovals
 from offload.ledger.spend_table import SqliteSpend
+from offload.ledger.step_table import SqliteSteps
 from offload.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
     _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
     _row_values, dumps,
@@ -48,7 +49,7 @@ _DB_ERRORS = (sqlite3.Error, OSError, ValueError, OverflowError)
 _T = TypeVar("_T")
 
 
-class SqliteLedger(SqliteSideTables, SqliteApprovals, SqliteSpend, BrowseReads, SingleHostOwners):
+class SqliteLedger(SqliteSideTables, SqliteApprovals, SqliteSpend, SqliteSteps, BrowseReads, SingleHostOwners):
     """The ledger in one ``state.db``. Thread-safe; one instance per process and file."""
 
     _dialect = SQLITE

@@ -41,7 +41,8 @@ SIDE_TABLES = (
 # Journal entries and approval requests whose row is gone (pruned, forgotten): run with the
 # prune, in its transaction.
 PRUNE_SIDE_RECORDS = tuple(f"DELETE FROM {table} WHERE delegation_id NOT IN (SELECT delegation_id FROM async_delegations)"
-                           for table in ("async_delegation_journal", "async_delegation_approvals"))
+                           for table in ("async_delegation_journal", "async_delegation_approvals",
+                                         "async_delegation_steps"))
 
 _DELETE_ORPHANS = ("DELETE FROM async_delegation_activity WHERE delegation_id NOT IN"
                    " (SELECT delegation_id FROM async_delegations WHERE state='running')")

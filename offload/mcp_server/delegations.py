@@ -105,7 +105,15 @@ class McpDelegations:
         # Nobody else reads this process's completion bus: each event only wakes the waiters
         # (what they hand over is read from the ledger, where the event was recorded first).
         self.watcher = Watcher(self._fingerprint, off.bus.completion_queue).start(off.ledger())
-        off.deliveries.recover_abandoned()  # rows a killed server left running
+        self._recover()  # rows a killed server left running
+
+    def _recover(self) -> None:
+        """Settle what dead owners left; a long-lived server resumes their resumable units
+        (``delegation.resume: auto``: requeued, then started here like any queued unit)."""
+        before = self.off.deliveries.requeued
+        self.off.deliveries.recover_abandoned(resuming=True)
+        if self.off.deliveries.requeued != before:
+            self.off.admission.pump(foreign=True)
 
     # -- what a wait watches ----------------------------------------------------------------------
     def _fingerprint(self) -> tuple[Any, ...]:
@@ -180,7 +188,7 @@ class McpDelegations:
             raise McpInputError(str(exc)) from None
         row = self.view.get(full_id)
         if row is not None and row.state == "running" and control_requests.owner_gone(self.off.ledger(), row):
-            self.off.deliveries.recover_abandoned()
+            self._recover()
             row = self.view.get(full_id)
         if row is None:
             raise McpInputError(f"delegation {full_id} vanished from the ledger (pruned?); list_delegations lists "

@@ -49,8 +49,12 @@ def run_single_child(task_index: int, goal: str, child: Any = None, parent_agent
                      context: str | None = None, **_: Any) -> dict[str, Any]:
     """Run one child to the end and describe the outcome as a result entry."""
     started = time.monotonic()
+    replayed = getattr(child, "resume_from", None)  # a resumed child (``subagents.resume``)
     try:
-        out = child.run_conversation(child_prompt(goal, context))
+        if replayed is not None:
+            out = child.resume_conversation(replayed.messages, replayed.to_run)
+        else:
+            out = child.run_conversation(child_prompt(goal, context))
     except Exception as exc:  # raised, as opposed to ran and failed: status "error"
         return fabricated_entry(task_index, "error", f"{type(exc).__name__}: {exc}", child, started)
     summary = out.get("final_response")
@@ -137,6 +141,12 @@ class Batch:
     lineage: Any = None  # the ``subagents.lineage.Lineage`` its children inherit (None: not counted)
     approvals: Any = None  # the call's ``subagents.approvals.ApprovalGate``; each child gets its own copy
     delegation_id: str | None = None  # the unit's id once dispatched (None: inline)
+    # A background unit of offload's own loop (``subagents.resume``): where its children's steps
+    # go, and when resumed, the finished entries it keeps and each unfinished child's steps.
+    step_writer: Callable[..., bool] | None = None
+    recorded: dict[int, dict[str, Any]] = field(default_factory=dict)
+    resume_steps: dict[int, list[Any]] = field(default_factory=dict)
+    resumed: dict[str, Any] | None = None
     # The unit's seams (``subagents.tool.Seams``): the hermes adapter passes ones that look its
     # patchable names up at call time.
     build_child: Callable[..., Any] = build_child_agent

@@ -12,6 +12,7 @@ back when it ends. Invariant: every task of the unit yields exactly one entry: r
 from __future__ import annotations
 
 import contextvars
+import functools
 import queue
 import threading
 import time
@@ -20,7 +21,8 @@ from typing import Any, Callable
 from offload.engine.observers import span
 from offload.engine.states import COMPLETED, child_state
 from offload.subagents.approvals import GATE_SETTING
-from offload.subagents.child import Batch, fabricated_entry
+from offload.subagents.child import Batch, child_prompt, fabricated_entry
+from offload.subagents.resume import resumed_entry
 from offload.subagents.lineage import adopt
 
 UNWIND_S = 10.0  # after a parent interrupt, children get this long to return their partial work
@@ -70,7 +72,9 @@ def _build_and_run(unit: Batch, pos: int, index: int, attach: bool) -> dict[str,
     started = time.monotonic()
     child = None
     try:
-        if unit.cancelled.is_set():
+        if index in unit.recorded:  # finished before its owner died: kept, never run again
+            entry = unit.recorded[index]
+        elif unit.cancelled.is_set():
             entry = fabricated_entry(index, "interrupted", "stopped before the subagent was built", None, started)
         else:
             child = _build(unit, pos, index, attach)
@@ -80,6 +84,8 @@ def _build_and_run(unit: Batch, pos: int, index: int, attach: bool) -> dict[str,
             else:
                 entry = unit.run_child(index, task.goal, child=child, parent_agent=unit.parent,
                                        context=task.context or unit.context)
+                if unit.resumed is not None:
+                    entry = resumed_entry(entry, getattr(child, "resume_from", None), unit)
     except BaseException as exc:  # a build or run that raised is an "error" task, not a dead unit
         what = "running" if child is not None else "building"
         entry = fabricated_entry(index, "error", f"{type(exc).__name__}: {exc}", child, started)
@@ -99,10 +105,28 @@ def _build(unit: Batch, pos: int, index: int, attach: bool) -> Any:
     settings = settings_of(child)
     if unit.approvals is not None and settings is not None:  # its run_command asks this gate
         settings[GATE_SETTING] = unit.approvals.for_child(unit.delegation_id, index)
+    if unit.step_writer is not None:
+        _log_steps(unit, index, child)
     unit.children[pos] = child
     if attach:
         _with_children_list(unit.parent, lambda kids: kids.append(child))
     return child
+
+
+def _log_steps(unit: Batch, index: int, child: Any) -> None:
+    """A child of offload's own loop writes its steps; a resumed one continues from its replay."""
+    from offload.agent.core import AIAgent
+    from offload.agent.step_log import StepLog, replay
+
+    if not isinstance(child, AIAgent):
+        return
+    task = unit.tasks[index]
+    replayed = None
+    if unit.resume_steps.get(index):
+        replayed = replay(child.opening_messages(child_prompt(task.goal, task.context or unit.context)),
+                          unit.resume_steps[index])
+        child.resume_from = replayed
+    child.step_log = StepLog(functools.partial(unit.step_writer, index), replayed.next_seq if replayed else 0)
 
 
 def settings_of(child: Any) -> dict[str, Any] | None:

@@ -64,6 +64,12 @@ class DelegationConfig(BaseModel):
         "stream_idle_timeout_s"))
     fallback_providers: list[Any] = Field(default_factory=list)
     max_async_children: int | None = Field(None, description="deprecated and ignored")
+    resume: Literal["auto", "never"] = Field("never", description=(
+        "auto: a background child of offload's own agent loop logs its steps and, if its process dies, continues "
+        "from its last step in the next long-lived offload process on its ledger; never: no step log, and it is "
+        "reported unknown"))
+    max_resumes: int = Field(3, ge=0, le=100, description="times one unit may be resumed after its owner died; "
+                             "then it is reported unknown with that reason")
     run_on: Literal["local", "workers"] = Field("local", description="local: background units run in this process; "
                                                 "workers: queued in the PostgreSQL ledger for `offload worker`")
     at_capacity: Literal["queue", "refuse", "inline"] = Field("queue", description=(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from offload.engine.units import batch_spec
 from offload.origin import Origin
 from offload.subagents import children as kids
+from offload.subagents import resume
 from offload.subagents.child import Batch, str_attr, unit_stamp
 from offload.subagents.usage import roll_up, sum_usage
 
@@ -141,9 +142,12 @@ def dispatch_unit(engine: Delegations, unit: Batch, unit_id: str, origin: Origin
     if unit.approvals is not None:  # its requests are listed under the session the result goes to
         unit.approvals = replace(unit.approvals, session_key=origin.parent_session_id or origin.session_key
                                  or unit.approvals.session_key)
+    durable = resume.durable_mark(unit, origin, (unit.resumed or {}).get("resumes", 0))
+    if durable is not None:
+        unit.step_writer = resume.step_writer(engine, unit_id)
     spec = batch_spec(unit.goals, None if whole_call else unit.indexes, context=unit.context, role=unit.role,
                       model=unit.creds.get("model"), delegation_id=unit_id, slot_key=slot_key, group=unit.group,
-                      subagent_config=subagent_config or unit_stamp(unit), origin=origin)
+                      subagent_config=subagent_config or unit_stamp(unit), origin=origin, durable=durable)
     return engine.dispatch(spec, _unit_runner(engine, unit, unit_id), cap, interrupt_fn=lambda: kids.stop(unit),
                            progress_fn=kids.progress_token(unit.children), transcript_fn=kids.transcript_reader(unit),
                            hold_slot=hold_slot)

@@ -14,7 +14,7 @@ from typing import Any
 from offload.engine.observers import continuing
 from offload.engine.units import batch_spec
 from offload.ledger import LedgerRow
-from offload.subagents import lineage
+from offload.subagents import lineage, resume
 from offload.subagents.args import TaskArgs
 from offload.subagents.budget import budget_from_spec
 from offload.subagents.child import Batch
@@ -34,6 +34,7 @@ def start_claimed(tool: DelegateTool, row: LedgerRow, parent: Any, cfg: Delegati
     origin = queued_origin(row)
     try:
         unit = _rebuild(tool, spec, parent, cfg)
+        resume.prepare(unit, row, tool.ledger())
     except Exception as exc:  # a spec this worker cannot run still ends as a reported result
         return _report_unrunnable(tool, row, spec, origin, f"{type(exc).__name__}: {exc}", max_here)
     with continuing(spec.get("trace_parent")):  # the unit span joins the dispatcher's trace

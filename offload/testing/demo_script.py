@@ -6,14 +6,16 @@ the last user/tool message. ``request_role`` and ``subagent_goal`` are also used
 end-to-end tests to script parents and children separately.
 
 Invariant: replies are deterministic; timing comes only from ``chunk_delay_s`` (streamed
-children take ~1–2 s) and ``hang_reply`` (the child the crash drill leaves unfinished).
+children take ~1–2 s) and the crash drill's slow child, whose survey command is still running
+when its process is killed; resumed in the next process, it is told the host died while the
+command ran (``offload.agent.step_log.HOST_DIED``) and finishes without running it again.
 """
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from offload.testing.model_server import Reply, hang_reply, last_message_text, text_reply, tool_call_reply
+from offload.testing.model_server import Reply, last_message_text, text_reply, tool_call_reply
 
 DEMO_MODEL = "demo-model"
 DEMO_MODEL_LABEL = "demo-model (scripted, offline — not a real model)"
@@ -29,9 +31,10 @@ DEMO_TASKS = [
     {"goal": f"Run `{TERMINAL_COMMAND}` in the workspace and report the Python version and the files.",
      "toolsets": ["terminal"]},
 ]
+SLOW_COMMAND = "sleep 30  # survey every file"  # still running when the drill kills its process
 CRASH_TASKS = [
     {"goal": "Quick task: count the files in the workspace.", "group": "drill"},
-    {"goal": "Slow task: survey every file in depth.", "group": "drill"},
+    {"goal": "Slow task: survey every file in depth.", "group": "drill", "toolsets": ["terminal"]},
 ]
 
 
@@ -81,6 +84,9 @@ def _follow_up(notification: str) -> str:
     """An answer that says what the result holds: the crash drill's recovery, tasks that did not
     complete (stopped, failed), the comparisons and the terminal check, whichever are in it."""
     statuses = {a or b for a, b in _STATUS.findall(notification)}
+    if "Resumed after the crash" in notification:
+        return ("Recovered after the crash: the quick task's real result survived in the ledger, and the slow "
+                "task resumed from its last step in the new process; its cut-off command was not run again.")
     if "unknown" in statuses or "owner exited" in notification:
         return ("Recovered after the crash: the quick task's real result survived in the ledger; the slow "
                 "task's outcome is unknown because its process died. I can re-dispatch it if you want.")
@@ -115,5 +121,10 @@ def _subagent(request: dict[str, Any]) -> Reply:
     if goal.startswith("Quick task"):
         return text_reply("Counted the workspace: 3 files (notes.md, settings.yaml, settings.toml).")
     if goal.startswith("Slow task"):
-        return hang_reply("Surveying file 1 of many…")
+        if "host running this tool call died" in last_message_text(request):
+            return text_reply("Resumed after the crash: the survey command was cut off when its host died, so I "
+                              "checked the workspace instead of running it again: 3 files, all surveyed.")
+        if last_role(request) == "tool":  # the command ended (no crash came): never asked twice
+            return text_reply("Surveyed every file: 3 files, nothing unusual.")
+        return tool_call_reply("run_command", {"command": SLOW_COMMAND, "timeout_s": 60})
     return text_reply("(scripted demo subagent: no rule for this task)")

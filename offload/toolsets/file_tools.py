@@ -244,6 +244,7 @@ read_file = Tool(
         "additionalProperties": False,
     },
     handler=read_file_handler,
+    read_only=True,
 )
 
 write_file = Tool(
@@ -299,6 +300,7 @@ search_files = Tool(
         "additionalProperties": False,
     },
     handler=search_files_handler,
+    read_only=True,
 )
 
 list_files = Tool(
@@ -314,6 +316,7 @@ list_files = Tool(
         "additionalProperties": False,
     },
     handler=list_files_handler,
+    read_only=True,
 )
 
 TOOLS = [read_file, write_file, patch_file, search_files, list_files]

@@ -36,6 +36,9 @@ class Tool:
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
     handler: Callable[[dict[str, Any], ToolContext], str]
+    # Only looks (reads files, fetches a page): a background child's step log marks no start for
+    # it, and a new owner may run it again. Every other tool is side-effecting (delegate_task too).
+    read_only: bool = False
 
     def schema(self) -> dict[str, Any]:
         """The Chat Completions ``tools`` entry for this tool."""

@@ -238,6 +238,7 @@ fetch_url = Tool(
         "additionalProperties": False,
     },
     handler=fetch_url_handler,
+    read_only=True,
 )
 
 TOOLS = [fetch_url]

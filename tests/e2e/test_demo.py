@@ -55,9 +55,10 @@ def test_demo_runs_offline_and_tells_the_whole_story(tmp_path, _isolated_hermes_
     ]
     crash_in_order = [  # part 2
         "killed pid",                                         # SIGKILL mid-fan-out
-        "landed (replayed from the ledger)",                  # the restart recovered the unit
+        "queued to resume from its children's last steps",    # the restart took the dead owner's unit over
+        "landed: Subagent Tasks Completed: drill (2 tasks)",  # ... and finished it
         "Counted the workspace: 3 files",                     # the finished child's real result
-        "Slow task: survey every file in depth. (unknown)",   # the unfinished one
+        "Resumed after the crash: the survey command was cut off",  # the unfinished one, resumed
         "agent> Recovered after the crash",
         "delivery 'delivered'",
         "demo finished in",

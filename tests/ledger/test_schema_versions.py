@@ -93,7 +93,7 @@ def test_a_state_db_of_the_previous_layout_is_migrated_and_every_row_stays_reada
     finally:
         ledger.close()
     assert _versions(db) == {"sessions": SESSIONS.version, "ledger": SQLITE_LEDGER.version} == {"sessions": 1,
-                                                                                                 "ledger": 6}
+                                                                                                 "ledger": 8}
 
 
 def test_the_cli_lists_a_migrated_row_in_todays_words():

@@ -1,0 +1,101 @@
+"""Resume, not restart: a background unit run by offload's own agent loop continues from its
+children's last logged steps after its owner died (issue 44).
+
+Three moments:
+
+- dispatch (``durable_mark``): with ``delegation.resume: auto``, a unit whose children are built
+  and run by offload's defaults (no injected ``run_child`` / ``build_child``: the compat
+  adapter's, ``hooks.run_child``, a patched runner; a parent that is offload's ``AIAgent``) carries the ``durable`` mark in its ledger task: its queue form
+  (``queue.unit_spec``: goals, tasks, settings, no credentials) and how often it was resumed.
+  Its children write their steps (``offload.agent.step_log``) through ``step_writer``.
+- recovery (``resume_task``): a long-lived process that finds the unit's owner dead asks here
+  what to do. With the mark, ``delegation.resume: auto`` and fewer than ``max_resumes``
+  resumes, the unit goes back to the admission queue (``requeue_for_resume``) with what the
+  next owner needs: each finished child's entry (kept, never re-run), the dead owner, the
+  resume count. Else it is settled ``unknown`` as before, its reason in the event.
+- start (``prepare``): the admission queue adopts the row like any queued row of a dead owner
+  (``workers.start_claimed``, with the taker's own credentials); the rebuilt unit gets the
+  finished entries and each unfinished child's steps, and each child continues from its replay.
+
+Invariant: a side-effecting call with a start mark and no result is never run again (the
+replay answers it with ``step_log.HOST_DIED``); a model call in flight at the death is issued
+again; rows without the mark are never touched here.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from offload.ledger import LedgerRow
+from offload.origin import Origin
+
+MARK = "durable"
+
+
+def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] | None:
+    """The ledger task's ``durable`` value for ``unit`` (None: its children are not run by offload's
+    own loop: an injected runner or builder, or a parent that is not an ``AIAgent``, whose
+    ``build_child`` may make anything)."""
+    from offload.agent.core import AIAgent
+    from offload.subagents.child import build_child_agent, run_single_child
+    from offload.subagents.queue import unit_spec
+
+    if (unit.run_child is not run_single_child or unit.build_child is not build_child_agent
+            or not isinstance(unit.parent, AIAgent) or getattr(unit.cfg, "resume", "never") != "auto"):
+        return None  # (with ``delegation.resume: never`` no step is logged at all)
+    workspace = getattr(unit.parent, "workspace", None)
+    return {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
+
+
+def step_writer(engine: Any, unit_id: str) -> Any:
+    """``writer(task_index, seq, kind, payload)`` for the unit's children."""
+    return functools.partial(engine.record_step, unit_id)
+
+
+def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """``(queued task, None)`` to resume ``row``; ``(None, why not)`` for a marked row that is
+    settled ``unknown`` instead; ``(None, None)`` for a row without the mark (recovered as before)."""
+    task = row.task if isinstance(row.task, dict) else {}
+    mark = task.get(MARK)
+    if not isinstance(mark, dict) or not isinstance(mark.get("spec"), dict):
+        return None, None
+    if cfg.resume == "never":
+        return None, "delegation.resume is `never`, so a unit whose owner died is not resumed"
+    resumes = int(mark.get("resumes") or 0)
+    if resumes >= cfg.max_resumes:
+        return None, (f"it was resumed {resumes} time(s), delegation.max_resumes is {cfg.max_resumes}; raise it "
+                      "to let it continue again")
+    recorded = [r for r in ((row.result or {}).get("results") or []) if isinstance(r, dict)]
+    after = {"pid": row.owner_pid, "last_write_at": row.updated_at}
+    queued = {**mark["spec"], "run_on": "local", "owner_cwd": task.get("owner_cwd"),
+              MARK: {**mark, "resumes": resumes + 1, "recorded": recorded, "after": after}}
+    if task.get("slot_key"):
+        queued["slot_key"] = task["slot_key"]
+    return queued, None
+
+
+def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
+    """Give a unit rebuilt from a resumed row what its children continue from."""
+    mark = (row.task or {}).get(MARK) if isinstance(row.task, dict) else None
+    if not isinstance(mark, dict) or "recorded" not in mark:
+        return  # a fresh queued unit, not a resumed one
+    ran_in, here = mark.get("workspace"), getattr(unit.parent, "workspace", None)
+    if ran_in and here is not None and str(here) != ran_in:
+        raise RuntimeError(f"its children worked in {ran_in} and this process works in {here}; resume it from "
+                           f"an offload process started in {ran_in}")
+    unit.recorded = {int(e["task_index"]): {**e, "resumed": True} for e in mark.get("recorded") or []
+                     if isinstance(e.get("task_index"), int)}
+    steps: dict[int, list[Any]] = {}
+    for step in ledger.read_steps(row.delegation_id):
+        steps.setdefault(step.task_index, []).append(step)
+    unit.resume_steps = steps
+    unit.resumed = {"resumes": int(mark.get("resumes") or 1), "after": mark.get("after") or {}}
+
+
+def resumed_entry(entry: dict[str, Any], replayed: Any, unit: Any) -> dict[str, Any]:
+    """A resumed child's result entry says so: from which step, what was answered for it."""
+    info = dict(getattr(unit, "resumed", None) or {})
+    if replayed is not None:
+        info.update(from_step=replayed.next_seq, replies_kept=replayed.replies,
+                    unknown_calls=list(replayed.unknown_calls), calls_rerun=len(replayed.to_run))
+    return {**entry, "resumed": info}

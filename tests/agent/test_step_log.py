@@ -1,0 +1,119 @@
+"""A background child's step log as the agent loop writes it (``AIAgent.step_log``) and as a new
+owner replays it (``step_log.replay``), with a scripted fake LLM: the reply is logged before its
+tools run, side-effecting calls get a start mark, read-only ones do not, a refused write stops
+the child before its next side effect, and a replay never runs a started call again."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from offload.agent.step_log import HOST_DIED, StepLog, replay
+from offload.agent.toolsets import register_toolset, unregister_toolset
+from offload.toolsets.toolspec import Tool
+from test_core import ScriptedLLM, answer, call, make_agent, tool_turn
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@dataclass
+class Step:  # what the ledger hands back (``step_table.Step``'s fields the replay reads)
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+
+
+@pytest.fixture
+def effects(tmp_path):
+    """Toolset "fx": ``poke`` (side-effecting: counts its runs in ``ran``) and ``look`` (read-only)."""
+    ran: list[str] = []
+
+    def poke(args, ctx):
+        ran.append("poke")
+        return "poked"
+    register_toolset("fx", lambda: [Tool("poke", "fx", "poke", {"type": "object"}, poke),
+                                    Tool("look", "fx", "look", {"type": "object"}, lambda a, c: "seen", read_only=True)])
+    yield ran
+    unregister_toolset("fx")
+
+
+def _logged(agent, accept=lambda seq, kind: True) -> list[Step]:
+    steps: list[Step] = []
+
+    def write(seq, kind, payload):
+        steps.append(Step(seq, kind, payload))
+        return accept(seq, kind)
+    agent.step_log = StepLog(write)
+    return steps
+
+
+def test_the_reply_is_logged_before_its_tools_and_only_side_effects_get_a_start_mark(effects, tmp_path):
+    agent = make_agent(ScriptedLLM(tool_turn(call("c1", "look", {}), call("c2", "poke", {})), answer("done")),
+                       tmp_path, toolsets=["fx"])
+    steps = _logged(agent)
+    agent.tools  # noqa: B018 - resolved now, so the handlers below can see the log as it grows
+    result = agent.run_conversation("go")
+    assert result["final_response"] == "done" and effects == ["poke"]
+    assert [(s.seq, s.kind) for s in steps] == [(0, "reply"), (1, "tool_result"), (2, "tool_start"),
+                                                (3, "tool_result")]
+    assert [c["id"] for c in steps[0].payload["message"]["tool_calls"]] == ["c1", "c2"]
+    assert steps[3].payload == {"call_id": "c2", "name": "poke", "content": "poked"}
+
+
+def test_a_refused_write_stops_the_child_before_its_side_effect(effects, tmp_path):
+    agent = make_agent(ScriptedLLM(tool_turn(call("c1", "poke", {}))), tmp_path, toolsets=["fx"])
+    _logged(agent, accept=lambda seq, kind: kind != "tool_start")  # another owner took the unit
+    result = agent.run_conversation("go")
+    assert effects == [] and result["exit_reason"] == "interrupted"
+
+
+def test_a_ledger_that_fails_does_not_stop_the_child(effects, tmp_path):
+    agent = make_agent(ScriptedLLM(tool_turn(call("c1", "poke", {})), answer("done")), tmp_path, toolsets=["fx"])
+
+    def broken(seq, kind, payload):
+        raise OSError("disk full")
+    agent.step_log = StepLog(broken)
+    assert agent.run_conversation("go")["final_response"] == "done" and effects == ["poke"]
+
+
+def _reply(*calls: tuple[str, str]) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}} for i, n in calls]}
+
+
+def test_replay_answers_a_started_call_and_runs_only_those_never_started():
+    opening = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
+    steps = [Step(0, "reply", {"message": _reply(("a", "poke"))}),
+             Step(1, "tool_start", {"call_id": "a", "name": "poke"}),
+             Step(2, "tool_result", {"call_id": "a", "name": "poke", "content": "poked"}),
+             Step(3, "reply", {"message": _reply(("b", "poke"), ("c", "look"), ("d", "poke"))}),
+             Step(4, "tool_start", {"call_id": "b", "name": "poke"})]
+    out = replay(opening, steps)
+    assert out.next_seq == 5 and out.replies == 2 and out.unknown_calls == ["poke"]
+    assert [m["role"] for m in out.messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert out.messages[-1] == {"role": "tool", "tool_call_id": "b", "content": HOST_DIED}
+    assert [c["id"] for c in out.to_run] == ["c", "d"]  # read-only, and a side effect never started
+
+
+def test_a_resumed_agent_runs_the_calls_left_then_asks_the_model(effects, tmp_path):
+    opening = [{"role": "user", "content": "go"}]
+    out = replay(opening, [Step(0, "reply", {"message": _reply(("b", "poke"), ("c", "poke"))}),
+                           Step(1, "tool_start", {"call_id": "b", "name": "poke"})])
+    llm = ScriptedLLM(answer("checked"))
+    agent = make_agent(llm, tmp_path, toolsets=["fx"])
+    steps = _logged(agent)
+    agent.step_log.seq = out.next_seq
+    result = agent.resume_conversation(out.messages, out.to_run)
+    assert result["final_response"] == "checked" and effects == ["poke"]  # c ran; b (started) never again
+    sent = llm.requests[0][0]
+    assert [m.get("tool_call_id") for m in sent if m["role"] == "tool"] == ["b", "c"]
+    assert [(s.seq, s.kind) for s in steps] == [(2, "tool_start"), (3, "tool_result")]
+
+
+def test_a_compression_step_starts_the_conversation_over():
+    kept = [{"role": "user", "content": "[summary]"}]
+    out = replay([{"role": "user", "content": "go"}], [
+        Step(0, "reply", {"message": _reply(("a", "poke"))}),
+        Step(1, "compression", {"messages": kept})])
+    assert out.messages == kept and out.to_run == [] and out.unknown_calls == []

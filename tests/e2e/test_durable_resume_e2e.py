@@ -1,0 +1,130 @@
+"""Resume, not restart (issue 44): an ``offload run`` owner killed with SIGKILL mid-child, and a
+new ``offload run --resume`` that continues the child from its last logged step.
+
+The child's one side-effecting tool is a marker command that appends a line to a file in the
+workspace each time it runs, so the file counts its executions. Checked: no result lost, the
+side-effecting call never executed twice (the model is told the host died while it ran), at
+most one model call issued again per death, and the result says it was resumed.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from offload.agent.step_log import HOST_DIED
+from offload.testing.demo_script import request_role
+from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, scripted_parent, until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+MARKER = "echo ran >> marker.txt && sleep 300"
+
+
+@pytest.fixture
+def write_config(write_config, _isolated_hermes_home):
+    """As the harness's with ``delegation.resume: auto`` (the default is ``never``), plus the test's
+    PostgreSQL ledger (``OFFLOAD_TEST_LEDGER=postgresql``): the CLI's environment drops ``OFFLOAD_LEDGER_URL``, so it goes in config.yaml, with a short
+    lease so a dead owner on this host is recovered within seconds."""
+    def write(server, **delegation):
+        data = write_config(server, **{"resume": "auto", **delegation})
+        if os.environ.get("OFFLOAD_LEDGER_URL"):
+            data["ledger"] = {"url": os.environ["OFFLOAD_LEDGER_URL"], "lease_seconds": 4, "heartbeat_seconds": 1}
+            (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+        return data
+    return write
+
+
+def _child_requests(server) -> list[dict]:
+    return [r for r in server.requests if request_role(r) == "subagent"]
+
+
+def _start_and_kill(cli, ready) -> tuple[str, str, str]:
+    """``offload run`` until ``ready()``, then SIGKILL; its session, delegation id and output."""
+    run = cli("run", "do the marked thing")
+    did = run.wait_for(HANDLE_RE).group(1)
+    until(ready, "the child reached the point where the owner is killed")
+    run.kill()
+    return run.wait_for(SESSION_RE).group(1), did, run.output
+
+
+def _resume(cli, sid: str, code: int = 0):
+    again = cli("run", "--resume", sid)
+    assert again.finish(timeout_s=90) == code, again.output
+    return again
+
+
+def test_a_side_effecting_call_cut_by_the_death_is_never_run_again(cli, model_server, write_config, runtime,
+                                                                    workspace):
+    def child(request):
+        last = last_message_text(request)
+        if HOST_DIED in last:
+            return text_reply("Checked marker.txt: the command ran once. Done.")
+        return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 600})
+
+    server = model_server(scripted_parent(child=child, delegate={"goal": "mark once"},
+                                          on_result=text_reply("The resumed child is done.")))
+    write_config(server)
+    marker = workspace / "marker.txt"
+    sid, did, said = _start_and_kill(cli, lambda: marker.exists())
+    steps = runtime.ledger().read_steps(did)
+    assert [s.kind for s in steps] == ["reply", "tool_start"], said  # the reply, then the start mark, no result
+    again = _resume(cli, sid)
+    assert marker.read_text().splitlines() == ["ran"]  # executed exactly once
+    row = runtime.ledger().get(did)
+    entry = row.result["results"][0]
+    assert row.state == "completed" and entry["status"] == "completed", row.result
+    assert entry["resumed"]["unknown_calls"] == ["run_command"] and entry["resumed"]["calls_rerun"] == 0
+    assert entry["resumed"]["replies_kept"] == 1
+    assert len(_child_requests(server)) == 2  # the first reply was kept: one new model call only
+    assert "The resumed child is done." in again.output
+    assert runtime.ledger().read_steps(did) == []  # dropped once the result was recorded
+
+
+def test_a_model_call_in_flight_at_the_death_is_issued_once_more(cli, model_server, write_config, runtime):
+    def child(request):
+        if len(_child_requests(server)) == 1:
+            return hang_reply("thinking")  # the first call streams until the owner dies
+        return text_reply("Answered on the second try.")
+
+    server = model_server(scripted_parent(child=child, delegate={"goal": "answer"},
+                                          on_result=text_reply("Got it.")))
+    write_config(server)
+    sid, did, said = _start_and_kill(cli, lambda: _child_requests(server))
+    assert runtime.ledger().read_steps(did) == []  # nothing logged: the reply never arrived
+    assert cli("inbox").finish() == 0  # a command that only looks adopts nothing, settles nothing
+    assert runtime.ledger().get(did).state == "running" and len(_child_requests(server)) == 1
+    _resume(cli, sid)
+    row = runtime.ledger().get(did)
+    assert row.state == "completed" and row.result["results"][0]["summary"] == "Answered on the second try."
+    assert len(_child_requests(server)) == 2  # issued again exactly once
+    assert row.result["results"][0]["resumed"]["resumes"] == 1
+
+
+def test_a_taker_with_resume_never_reports_the_child_unknown_with_the_reason(cli, model_server, write_config,
+                                                                             runtime):
+    server = model_server(scripted_parent(child=lambda r: hang_reply("thinking"), delegate={"goal": "answer"},
+                                          on_result=text_reply("Noted.")))
+    write_config(server)  # dispatched with resume: auto (its steps logged) ...
+    sid, did, said = _start_and_kill(cli, lambda: _child_requests(server))
+    write_config(server, resume="never")  # ... taken over by a process configured with never
+    _resume(cli, sid, code=6)  # no subagent completed
+    row = runtime.ledger().get(did)
+    assert row.state == "unknown" and "delegation.resume is `never`" in row.event["error"]
+    assert len(_child_requests(server)) == 1
+
+
+def test_by_default_nothing_is_logged_and_a_killed_child_is_unknown_as_before(cli, model_server, runtime, workspace,
+                                                                              _isolated_hermes_home):
+    server = model_server(scripted_parent(child=lambda r: tool_call_reply("run_command", {"command": MARKER}),
+                                          delegate={"goal": "mark once"}, on_result=text_reply("Noted.")))
+    data = {"model": "demo-model", "base_url": server.url, "workspace": str(workspace),
+            "toolsets": ["terminal", "file", "delegation"]}  # no delegation.resume: the default, never
+    if os.environ.get("OFFLOAD_LEDGER_URL"):
+        data["ledger"] = {"url": os.environ["OFFLOAD_LEDGER_URL"], "lease_seconds": 4, "heartbeat_seconds": 1}
+    (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    sid, did, said = _start_and_kill(cli, lambda: (workspace / "marker.txt").exists())
+    assert runtime.ledger().read_steps(did) == [] and "durable" not in runtime.ledger().get(did).task
+    _resume(cli, sid, code=6)
+    assert runtime.ledger().get(did).state == "unknown"
