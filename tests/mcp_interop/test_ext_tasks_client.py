@@ -24,9 +24,9 @@ def test_stdio(tmp_path, model):
 
 
 def test_http(tmp_path, model):
-    server = HttpServer(tmp_path, "--token", "interop-token", "--workspace", str(tmp_path), model=model)
+    server = HttpServer(tmp_path, "--workspace", str(tmp_path), model=model)  # the home's token store
     try:
-        _assert_report(run_client("ext_tasks_client.mjs", "--http", server.url, "--token", "interop-token"))
+        _assert_report(run_client("ext_tasks_client.mjs", "--http", server.url, "--token", server.token))
     finally:
         model.gate.set()  # the cancelled HOLD delegation's child may still wait on the model
         server.stop()

@@ -10,7 +10,6 @@ from tests.mcp_interop.node_clients import run_client
 from tests.mcp_server.mcp_support import OFFLOAD, HttpServer, server_env
 
 pytestmark = pytest.mark.timeout(240)
-TOKEN = "interop-token"
 TOOLS = ["delegate_task", "delegation_result", "delegation_status", "list_delegations", "stop_delegation"]
 
 
@@ -24,9 +23,10 @@ def test_stdio(tmp_path, model, tasks):
 
 @pytest.mark.parametrize("tasks", [False, True], ids=["plain", "tasks"])
 def test_http(tmp_path, model, tasks):
-    server = HttpServer(tmp_path, "--token", TOKEN, "--workspace", str(tmp_path), model=model)
+    server = HttpServer(tmp_path, "--workspace", str(tmp_path), model=model)  # the home's token store
     try:
-        report = run_client("sdk_client.mjs", "--http", server.url, "--token", TOKEN, *(["--tasks"] if tasks else []))
+        report = run_client("sdk_client.mjs", "--http", server.url, "--token", server.token,
+                            *(["--tasks"] if tasks else []))
     finally:
         server.stop()
     assert report["protocol"] == "2025-11-25" and report["tools"] == TOOLS
