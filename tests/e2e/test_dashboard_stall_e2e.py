@@ -56,9 +56,9 @@ def test_the_overview_counts_a_stall_as_stalled_and_a_users_stop_as_no_failure(
     assert offload("stop", did).returncode == 0
     assert stopped.finish(timeout_s=60) == 7, stopped.output
 
-    board = cli("dashboard", "--port", "0")
-    url = board.wait_for(r"offload dashboard on (http://\S+)/ ").group(1)
-    browser.get(f"{url}/")
+    board = open_dashboard(cli)
+    sign_in(browser, board.login_url)  # as a person opens the address it printed
+    browser.get(f"{board.url}/")
     counter = {key: browser.find_element(By.ID, f"counter-{key}") for key in ("stalled", "failed")}
     assert counter["stalled"].get_attribute("data-value") == "1"
     assert counter["failed"].get_attribute("data-value") == "0"
