@@ -57,6 +57,7 @@ class _Tracing:
         self.tracer, self.capture_content = tracer, capture_content
         self.open: dict[str, Span] = {}  # running units
         self.deliveries: dict[str, Span] = {}  # delivery attempts in flight
+        self.working: dict[int, Span] = {}  # spans of ``span()`` still open (a subagent, its model calls)
         self.finished: OrderedDict[str, SpanContext] = OrderedDict()
         self.lock = threading.Lock()
 
@@ -182,11 +183,13 @@ class _Tracing:
 
     def end_all(self, reason: str, units: bool = True) -> None:
         """End what is still open (the process exits mid-unit or mid-delivery), so it is exported;
-        ``units=False``: the delivery spans only (the unit spans of a process that dies are
-        emitted by the process that recovers its units)."""
+        ``units=False``: the delivery spans and the working spans (a subagent, its calls) only (the
+        unit spans of a process that dies are emitted by the process that recovers its units)."""
         with self.lock:
-            spans = [*(self.open.values() if units else ()), *self.deliveries.values()]
-            self.deliveries = {}
+            # A running child's span and its open calls end too: its finished model calls were
+            # exported already, and without their subagent span they would hang from nothing.
+            spans = [*(self.open.values() if units else ()), *self.deliveries.values(), *self.working.values()]
+            self.deliveries, self.working = {}, {}
             if units:
                 self.open = {}
         for span in spans:
@@ -204,11 +207,16 @@ class _Tracing:
         with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes, links=links,
                                                record_exception=False, set_status_on_exception=False) as span:
             handle = sp.Handle(span, genai=kind is trace.SpanKind.CLIENT)
+            with self.lock:
+                self.working[id(span)] = span
             try:
                 yield handle
             except Exception as exc:  # the SDK's own record would carry the message's URLs
                 handle.raised(exc)
                 raise
+            finally:
+                with self.lock:
+                    self.working.pop(id(span), None)
 
     def _unit_context(self, delegation_id: str) -> SpanContext | None:
         """The unit span of a delegation whose result this process is delivering (its delivery
