@@ -146,6 +146,9 @@ def render(payload: dict[str, Any], console: Console | None = None) -> None:
         if case.get("metrics"):
             console.print(metrics_table(case))
     console.print(headline_table(cases))
+    for case in cases:
+        for note in case.get("notes") or []:  # a side of a case that could not run here, and why
+            console.print(f"case {case['case']}: {note}")
     machine = payload["machine"]
     console.print(f"machine: {machine['nproc']} cores, {machine['cpu_model']}, Python {machine['python']}, "
                   f"SQLite {machine['sqlite']}; load average {payload['load_average_1m']}; "
