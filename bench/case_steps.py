@@ -6,9 +6,9 @@ Side by side in each round, the order rotating:
 
 - ``offload_never``: the child run as a background unit on offload's engine (its ledger row
   dispatched and completed) with no step log, as ``delegation.resume: never`` runs it;
-- ``offload_log``: the same with the step log (``delegation.resume: auto``): per step the reply,
-  the tool call's start mark and its result, each one fenced ledger write, and the log dropped
-  once the unit's result is recorded;
+- ``offload_log``: the same with the step log (``delegation.resume: auto``): per step the reply
+  with the tool call's start mark (one fenced ledger write) and the call's result (another),
+  and the log dropped once the unit's result is recorded;
 - ``dbos_bare`` / ``dbos_steps``: the same loop as a DBOS workflow on a SQLite system database,
   without steps and with each model call and each tool call a DBOS step (``bench.dbos_rig``);
   skipped with a note when dbos is not installed (it is in the bench extra only);
@@ -47,7 +47,7 @@ def _run_units(children: int, steps: int, root: Path, log: bool) -> tuple[float,
 
     def one(index: int) -> None:
         did = engine.new_id()
-        writer = StepLog(functools.partial(engine.record_step, did, 0)) if log else None
+        writer = StepLog(write_many=functools.partial(engine.record_steps, did, 0)) if log else None  # as a child's
         spec = UnitSpec(f"u{index}", role="leaf", model="bench-model", origin=harness.BENCH_ORIGIN, delegation_id=did,
                         durable={"bench": "case 7"} if log else None)
         handle = engine.dispatch(spec, lambda: step_loop.run_child(steps, root, writer), children + 2)

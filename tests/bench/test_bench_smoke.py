@@ -111,16 +111,17 @@ def test_step_log_case_compares_offload_with_and_without_its_log_and_dbos(tmp_pa
 
 
 def test_the_step_log_case_writes_every_step_durably(tmp_path, monkeypatch):
-    """The figure is worth something only if each step really reached the ledger, fenced."""
-    written: list[tuple[str, bool]] = []
-    real = offload_engine.Delegations.record_step
+    """The figure is worth something only if each step really reached the ledger, fenced: per
+    step the reply with its call's start mark in one write, the call's result in another."""
+    written: list[tuple[list[str], bool]] = []
+    real = offload_engine.Delegations.record_steps
 
-    def spy(self, delegation_id, task_index, seq, kind, payload):
-        kept = real(self, delegation_id, task_index, seq, kind, payload)
-        written.append((kind, kept))
+    def spy(self, delegation_id, task_index, steps):
+        kept = real(self, delegation_id, task_index, steps)
+        written.append(([kind for _, kind, _ in steps], kept))
         return kept
-    monkeypatch.setattr(offload_engine.Delegations, "record_step", spy)
+    monkeypatch.setattr(offload_engine.Delegations, "record_steps", spy)
     harness.new_home(tmp_path, "steps")
     case_steps._run_units(2, 3, tmp_path, log=True)
-    assert [kind for kind, _ in written] == ["reply", "tool_start", "tool_result"] * 3 * 3  # 1 untimed + 2 units
+    assert [kinds for kinds, _ in written] == [["reply", "tool_start"], ["tool_result"]] * 3 * 3  # 1 untimed + 2
     assert all(kept for _, kept in written)
