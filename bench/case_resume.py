@@ -140,6 +140,10 @@ def postgres_trial(base: str, root: Path) -> dict[str, float]:
 
 
 def run(rounds: int, root: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    from importlib.util import find_spec
+
+    if find_spec("mcp") is None:  # the SQLite side's long-lived process is `offload mcp`
+        return {**not_quick(), "skipped": "needs the MCP SDK: pip install -e '.[bench,mcp]'"}
     base = case_postgres.dsn()
     per_round: list[dict[str, float]] = []
     for r in range(rounds):

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from bench import __main__ as bench_main
-from bench import case_cost, case_fanout, case_growth, case_scale, case_steps, dbos_rig, harness, readme_table
+from bench import case_cost, case_fanout, case_growth, case_resume, case_scale, case_steps, dbos_rig, harness, readme_table
 from offload.engine import engine as offload_engine
 from tools import async_delegation as ad
 
@@ -125,3 +125,15 @@ def test_the_step_log_case_writes_every_step_durably(tmp_path, monkeypatch):
     case_steps._run_units(2, 3, tmp_path, log=True)
     assert [kinds for kinds, _ in written] == [["reply", "tool_start"], ["tool_result"]] * 3 * 3  # 1 untimed + 2
     assert all(kept for _, kept in written)
+
+
+@pytest.mark.timeout(120)
+def test_resume_case_times_a_killed_owners_child_resumed_by_offload_mcp(tmp_path, monkeypatch):
+    monkeypatch.delenv("OFFLOAD_BENCH_POSTGRES_DSN", raising=False)
+    monkeypatch.delenv("OFFLOAD_TEST_POSTGRES_DSN", raising=False)
+    result = case_resume.run(1, tmp_path, log=_quiet)
+    assert result["case"] == 8 and result["skipped"] is None, result.get("skipped")
+    resumed_s = result["metrics"]["sqlite_resume_s"]["median"]
+    assert 0 < resumed_s < case_resume.DEADLINE_S and result["checks"][0]["unit"] == "s"
+    assert "PostgreSQL side skipped" in " ".join(result["notes"])
+    assert bench_main.case_plan(bench_main.QUICK, 1, tmp_path, _quiet)[8]()["skipped"]  # full run only
