@@ -8,7 +8,8 @@ import math
 import pytest
 
 from bench import __main__ as bench_main
-from bench import case_cost, case_fanout, case_growth, case_resume, case_scale, case_steps, dbos_rig, harness, readme_table
+from bench import (case_cost, case_fanout, case_growth, case_resume, case_scale, case_steps, dbos_rig, harness,
+                   readme_table)
 from offload.engine import engine as offload_engine
 from tools import async_delegation as ad
 
