@@ -44,14 +44,18 @@ def child_resumed(value: Any) -> dict[str, Any] | None:
 
 
 def unit_resumed(task: Any, children: list[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """A unit's ``resumed`` (``{"resumes", "after"}``): from its ledger task's ``durable`` mark once
-    a new owner took it over (so a unit still running says it too), else from its first resumed
-    child (a document made from an event alone)."""
+    """A unit's ``resumed`` (``{"resumes", "after", "at", "first_dispatched_at"}``): from its ledger
+    task's ``durable`` mark once a new owner took it over (so a unit still running says it too),
+    else from its first resumed child (a document made from an event alone, which does not know
+    when the unit was first dispatched: null). A resumed unit's own ``dispatched_at`` is when the
+    new owner dispatched it again; ``first_dispatched_at`` is when it was first."""
     mark = task.get("durable") if isinstance(task, Mapping) else None
-    if isinstance(mark, Mapping) and "recorded" in mark:
-        return {"resumes": _count(mark.get("resumes")) or 1, "after": owner_after(mark.get("after"))}
+    if isinstance(mark, Mapping) and isinstance(mark.get("after"), Mapping):
+        return {"resumes": _count(mark.get("resumes")) or 1, "after": owner_after(mark.get("after")),
+                "at": _number(mark.get("at")), "first_dispatched_at": _number(mark.get("first_dispatched_at"))}
     first = next((c for c in children if c), None)
-    return {"resumes": first["resumes"], "after": first["after"]} if first else None
+    return ({"resumes": first["resumes"], "after": first["after"], "at": first["at"], "first_dispatched_at": None}
+            if first else None)
 
 
 def _plural(n: int, word: str) -> str:

@@ -46,7 +46,10 @@ def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] 
             or not isinstance(unit.parent, AIAgent) or getattr(unit.cfg, "resume", "never") != "auto"):
         return None  # (with ``delegation.resume: never`` no step is logged at all)
     workspace = getattr(unit.parent, "workspace", None)
-    return {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
+    mark = {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
+    if unit.resumed:  # a resumed unit's row keeps saying so while it runs (``render.resumed.unit_resumed``)
+        mark.update({k: unit.resumed.get(k) for k in ("after", "first_dispatched_at", "at")})
+    return mark
 
 
 def step_writer(engine: Any, unit_id: str) -> Any:
@@ -72,8 +75,10 @@ def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | 
     # all ran here) and its last write to the row (its last step's may be later: ``prepare``).
     after = {"pid": row.owner_pid, "host": (row.extra or {}).get("owner_host") or local_host(),
              "last_write_at": row.updated_at}
+    first = mark.get("first_dispatched_at") or row.dispatched_at  # a new owner's dispatch writes its own
     queued = {**mark["spec"], "run_on": "local", "owner_cwd": task.get("owner_cwd"),
-              MARK: {**mark, "resumes": resumes + 1, "recorded": recorded, "after": after}}
+              MARK: {**mark, "resumes": resumes + 1, "recorded": recorded, "after": after,
+                     "first_dispatched_at": first}}
     if task.get("slot_key"):
         queued["slot_key"] = task["slot_key"]
     return queued, None
@@ -98,7 +103,8 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
     after = dict(mark.get("after") or {})
     last = [s.written_at for kept in steps.values() for s in kept] + [after.get("last_write_at") or 0.0]
     after["last_write_at"] = max(last) or None  # the dead owner's last sign of life in the ledger
-    unit.resumed = {"resumes": int(mark.get("resumes") or 1), "after": after, "at": time.time()}
+    unit.resumed = {"resumes": int(mark.get("resumes") or 1), "after": after, "at": time.time(),
+                    "first_dispatched_at": mark.get("first_dispatched_at") or row.dispatched_at}
 
 
 def resumed_info(replayed: Any, unit: Any) -> dict[str, Any]:
@@ -107,6 +113,7 @@ def resumed_info(replayed: Any, unit: Any) -> dict[str, Any]:
     it. ``replayed`` is None for a child that had logged no step: it was in its first model call
     (or about to make it), so it starts over from step 0."""
     info = dict(getattr(unit, "resumed", None) or {})
+    info.pop("first_dispatched_at", None)  # the unit's, not the child's
     if replayed is not None:
         info.update(from_step=replayed.next_seq, replies_kept=replayed.replies,
                     unknown_calls=list(replayed.unknown_calls), calls_rerun=len(replayed.to_run))

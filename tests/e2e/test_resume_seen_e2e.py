@@ -66,7 +66,9 @@ def test_a_resume_after_a_side_effect_is_seen_in_every_view(cli, model_server, w
     assert resumed["unknown_calls"] == ["run_command"] and resumed["calls_rerun"] == 0
     assert resumed["model_calls_reissued"] == 0 and len(_child_requests(server)) == 2
     assert resumed["after"]["last_write_at"] <= resumed["at"] <= document["completed_at"]
-    assert document["resumed"] == {"resumes": 1, "after": resumed["after"]}
+    unit = document["resumed"]  # the unit's: it says so from its row while it runs, too
+    assert {k: unit[k] for k in ("resumes", "after", "at")} == {"resumes": 1, "after": resumed["after"], "at": resumed["at"]}
+    assert unit["first_dispatched_at"] <= resumed["after"]["last_write_at"] < document["dispatched_at"]
 
     listed = _json(cli, "agents", "--json")  # what `agents --json` lists: the same words
     (record,) = [r for r in listed["recent"] if r["id"] == did]
