@@ -6,6 +6,9 @@ side-effecting command ran, then continued by ``offload run --resume``."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -38,9 +41,10 @@ def _json(*args: str, home) -> dict:
     return json.loads(offload(*args, HERMES_HOME=str(home)).stdout)
 
 
-@pytest.fixture
-def resumed_unit(tmp_path, model_server):
-    """A home holding one unit resumed after its owner was killed, the owner's pid, and its dashboard."""
+def killed_and_resumed(tmp_path, model_server, **env: str) -> tuple[Path, str, int]:
+    """A home holding one unit resumed after its owner was killed: ``offload run`` SIGKILLed while
+    its child's side-effecting command ran, then ``offload run --resume`` (with ``env`` added) to
+    the end. The home, the delegation and the killed owner's pid."""
     home, workspace = tmp_path / "home", tmp_path / "workspace"
     home.mkdir()
     workspace.mkdir()
@@ -56,8 +60,17 @@ def resumed_unit(tmp_path, model_server):
         [owner] = [r["owner_pid"] for r in _json("agents", "--json", home=home)["running"] if r["id"] == did]
     finally:
         run.kill()
-    again = Cli(("run", "--resume", run.wait_for(SESSION_RE).group(1)), home, workspace)
-    assert again.finish(timeout_s=90) == 0, again.output
+    again = subprocess.run([sys.executable, "-m", "offload", "run", "--resume", run.wait_for(SESSION_RE).group(1)],
+                           cwd=workspace, env=cli_env(HERMES_HOME=str(home), **env), capture_output=True, text=True,
+                           timeout=90, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0, again.stdout + again.stderr
+    return home, did, owner
+
+
+@pytest.fixture
+def resumed_unit(tmp_path, model_server):
+    """``killed_and_resumed``'s unit and its dashboard."""
+    home, did, owner = killed_and_resumed(tmp_path, model_server)
     for served in serve_cli_dashboard(env=cli_env(HERMES_HOME=str(home))):
         yield served, did, owner
 
