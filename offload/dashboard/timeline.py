@@ -108,8 +108,8 @@ def _child_end(child: dict[str, Any], entries: list[JournalEntry], t0: float, fi
     ended = [e.at for e in entries if e.kind == "child_end" and e.child == child["index"]]
     if ended:
         return ended[-1]
-    if isinstance(child.get("duration_s"), (int, float)):
-        return t0 + float(child["duration_s"])
+    if isinstance(child.get("duration_s"), (int, float)):  # a resumed child's counts from its resume
+        return ((child.get("resumed") or {}).get("at") or t0) + float(child["duration_s"])
     return finished_at
 
 
