@@ -85,3 +85,24 @@ def test_a_model_call_is_counted_twice_only_when_the_log_ends_before_one():
     attrs = span_attributes(counted)
     assert attrs["resumed"] is True and attrs["resume.after_pid"] == 4242 and attrs["resume.from_step"] == 3
     assert span_attributes(None) == {}
+
+
+def test_the_text_views_make_the_ledgers_words_inert():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from offload.cli.result_summary import task_lines
+    from offload.cli.views import ledger_finished
+
+    hostile = {**ENTRY, "after": {**AFTER, "host": "box\x1b[2J"}, "unknown_calls": ["run\u202ecommand"]}
+    event = {"type": "async_delegation", "delegation_id": "deleg_3", "status": "completed", "goal": "g",
+             "results": [{"task_index": 0, "status": "completed", "summary": "ok", "resumed": hostile}]}
+    row = LedgerRow("deleg_3", "s", "completed", 1.0, completed_at=2.0, task={"goal": "g"}, event=event,
+                    result={"results": event["results"]})
+    out = StringIO()
+    Console(file=out, width=400, color_system=None).print(ledger_finished([row], "recent", now=3.0))
+    shown = out.getvalue()
+    assert "\x1b" not in shown and "\u202e" not in shown, shown
+    assert "on host box\\x1b[2J died" in shown and "answered as unknown: run\\u202ecommand" in shown
+    assert any(line.startswith("  ↻ resumed from step 7") for line in task_lines(event))  # Ui.result makes it inert
