@@ -8,13 +8,13 @@ Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``s
 ``claimed_by`` (``{"consumer", "pid", "host", "since"}`` of the consumer delivering a pending
 result right now, else null), ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
 ``children``: one ``{"task", "goal", "state", "duration_s", "truncated", "resumed"}`` per task
-(the keys of the result document, ``offload.result/1``), ``task`` counting from 1, ``state`` ``running`` until
-that child has finished (``queued`` while its unit waits to start), ``truncated`` true for a
+(the keys of the result document, ``offload.result/1``), ``task`` counting from 1, ``state``
+``running`` until that child has finished (``queued`` while its unit waits to start), ``truncated`` true for a
 child that stopped unfinished (its answer cut off, or its iteration budget used up:
 ``offload.render.truncation.is_truncated``); ``resumed`` (the unit's and each child's, as in the
 result document: ``offload.render.resumed``) says a new owner continued it after its owner
-died. ``state`` is a unit state and each child's ``state`` a child state of ``offload.engine.states`` (``row_state``: also for a row an older
-version wrote). ``stop_reason`` / ``stall_quiet_s``: why a finished unit stopped early and, for
+died. ``state`` is a unit state and each child's ``state`` a child state of
+``offload.engine.states`` (``row_state``: also for a row an older version wrote). ``stop_reason`` / ``stall_quiet_s``: why a finished unit stopped early and, for
 a stall, after how long without progress (the result document's keys). ``owner_host``: the
 owner's host on a shared ledger, else null. ``activity_age_s`` (how old the snapshot is) and
 ``stall_clock_s``, and on each child of a running row ``api_calls``, ``current_tool``,
