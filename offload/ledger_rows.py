@@ -7,13 +7,14 @@ Keys (never renamed; new keys may be added): ``id``, ``session``, ``label``, ``s
 ``delivery_attempts``, ``drop_reason`` (why a dropped result was dropped, else null),
 ``claimed_by`` (``{"consumer", "pid", "host", "since"}`` of the consumer delivering a pending
 result right now, else null), ``owner_pid``, ``owner`` (``running`` | ``exited`` | null), and
-``children``: one ``{"task", "goal", "state", "duration_s", "truncated"}`` per task (the keys of
-the result document, ``offload.result/1``), ``task`` counting from 1, ``state`` ``running`` until
-that child has finished (``queued`` while its unit waits to start), ``truncated`` true for a
+``children``: one ``{"task", "goal", "state", "duration_s", "truncated", "resumed"}`` per task
+(the keys of the result document, ``offload.result/1``), ``task`` counting from 1, ``state``
+``running`` until that child has finished (``queued`` while its unit waits to start), ``truncated`` true for a
 child that stopped unfinished (its answer cut off, or its iteration budget used up:
-``offload.render.truncation.is_truncated``). ``state`` is a unit state and each child's
-``state`` a child state of ``offload.engine.states`` (``row_state``: also for a row an older
-version wrote). ``stop_reason`` / ``stall_quiet_s``: why a finished unit stopped early and, for
+``offload.render.truncation.is_truncated``); ``resumed`` (the unit's and each child's, as in the
+result document: ``offload.render.resumed``) says a new owner continued it after its owner
+died. ``state`` is a unit state and each child's ``state`` a child state of
+``offload.engine.states`` (``row_state``: also for a row an older version wrote). ``stop_reason`` / ``stall_quiet_s``: why a finished unit stopped early and, for
 a stall, after how long without progress (the result document's keys). ``owner_host``: the
 owner's host on a shared ledger, else null. ``activity_age_s`` (how old the snapshot is) and
 ``stall_clock_s``, and on each child of a running row ``api_calls``, ``current_tool``,
@@ -27,6 +28,7 @@ from typing import Any
 
 from offload.ledger import DelegationLedger, LedgerRow
 from offload.engine.liveness import owner_alive
+from offload.render.resumed import child_resumed, unit_resumed
 from offload.render.truncation import is_truncated
 from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, stop_reason, unit_state
 
@@ -66,6 +68,7 @@ def children(row: LedgerRow) -> list[dict[str, Any]]:
         out.append({"task": index + 1, "goal": str(goals[index] if index < len(goals) else ""), "state": status,
                     "duration_s": _number(entry.get("duration_seconds")) if entry else None})
         out[-1]["truncated"] = bool(entry) and is_truncated(entry)  # the flag `offload run` reads; no new state
+        out[-1]["resumed"] = child_resumed(entry.get("resumed")) if entry else None
     return out
 
 
@@ -108,6 +111,7 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None, ledger: Delegatio
     """``live``: the owner's published activity for this row (``offload.activity.live_view``);
     ``ledger``: the one the row was read from (it judges whether the owner is alive)."""
     live = live if row.state == "running" else None
+    kids = children(row)
     return {"id": row.delegation_id, "session": row.parent_session_id or row.origin_session or None,
             "label": label(row), "state": row_state(row), "dispatched_at": row.dispatched_at,
             "completed_at": row.completed_at, "delivery_state": row.delivery_state,
@@ -117,8 +121,9 @@ def record(row: LedgerRow, live: dict[str, Any] | None = None, ledger: Delegatio
             "activity_age_s": (live or {}).get("snapshot_age_s"), "stall_clock_s": (live or {}).get("seconds_since_progress"),
             "stop_reason": stop_reason(row.event) if row.state not in UNFINISHED else None,
             "stall_quiet_s": (row.event or {}).get("stalled_after_quiet_seconds") if row.state not in UNFINISHED else None,
-            "children": (_with_activity(children(row), (live or {}).get("children_activity") or [])
-                         if row.state == "running" else children(row))}
+            "resumed": unit_resumed(row.task, [kid["resumed"] for kid in kids]),
+            "children": (_with_activity(kids, (live or {}).get("children_activity") or [])
+                         if row.state == "running" else kids)}
 
 
 def _with_activity(kids: list[dict[str, Any]], activity: list[Any]) -> list[dict[str, Any]]:

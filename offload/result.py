@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from offload.engine.states import QUEUED, RUNNING, UNFINISHED, UNKNOWN, child_state, event_state, stop_reason, unit_state
 from offload.ledger import LedgerRow
+from offload.render.resumed import child_resumed, unit_resumed
 from offload.render.truncation import is_truncated
 from offload.render.notification import format_event
 
@@ -63,6 +64,7 @@ class ChildResult:
     exit_reason: str | None = None
     tool_trace: tuple[ToolStep, ...] | None = None  # its tool calls (null: none recorded, e.g. an older result)
     tool_trace_dropped: int = 0  # earlier tool calls not kept in the trace
+    resumed: dict[str, Any] | None = None  # it continued after its owner died (``render.resumed``); else null
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class DelegationResult:
     delivered_at: float | None = None
     stop_reason: str | None = None  # why it stopped early: "stall" (no progress), "user" (stopped); else null
     stall_quiet_s: float | None = None  # with "stall": how long it had made no progress
+    resumed: dict[str, Any] | None = None  # a new owner took it over after its owner died: how often, after whom
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict[str, Any]:
@@ -101,10 +104,11 @@ def from_event(evt: Mapping[str, Any], render: Render = format_event) -> Delegat
     the agent read for an event older versions stored passes ``format_process_notification``."""
     evt = dict(evt)
     state = event_state(evt)
+    children = _children(evt, evt, None, live=_waiting(state))
     return DelegationResult(
         id=str(evt.get("delegation_id") or ""), session=evt.get("parent_session_id") or evt.get("session_key") or None,
-        label=_label(evt, evt), group=_text(evt.get("group")), state=state,
-        children=_children(evt, evt, None, live=_waiting(state)), text=render(evt), error=_text(evt.get("error")),
+        label=_label(evt, evt), group=_text(evt.get("group")), state=state, resumed=_unit_resumed({}, children),
+        children=children, text=render(evt), error=_text(evt.get("error")),
         dispatched_at=_number(evt.get("dispatched_at")), completed_at=_number(evt.get("completed_at")),
         stop_reason=stop_reason(evt), stall_quiet_s=_number(evt.get("stalled_after_quiet_seconds")))
 
@@ -116,10 +120,11 @@ def from_row(row: LedgerRow, render: Render = format_event) -> DelegationResult:
     finished = row.state not in UNFINISHED and bool(event)
     state = event_state({**event, "status": row.state}) if finished else unit_state(row.state)
     partial = (row.result or {}).get("results") if isinstance(row.result, dict) else None
+    children = _children(task, event, partial, live=_waiting(state))
     return DelegationResult(
         id=row.delegation_id, session=row.parent_session_id or row.origin_session or None,
         label=_label(task, event), group=_text(task.get("group") or event.get("group")), state=state,
-        children=_children(task, event, partial, live=_waiting(state)),
+        children=children, resumed=_unit_resumed(task, children),
         text=render(event) if finished else None, error=_text(event.get("error")),
         dispatched_at=row.dispatched_at, completed_at=row.completed_at, delivery_state=row.delivery_state,
         delivery_attempts=row.delivery_attempts, delivered_at=row.delivered_at,
@@ -162,7 +167,11 @@ def _child(index: int, goal: Any, entry: Mapping[str, Any], live: str | None) ->
         tokens=_tokens(tokens) if tokens else None,
         cost_usd=_number(entry.get("cost_usd")), truncated=is_truncated(dict(entry)),
         exit_reason=_text(entry.get("exit_reason")), tool_trace=_trace(entry.get("tool_trace")),
-        tool_trace_dropped=_count(entry.get("tool_trace_dropped")) or 0)
+        tool_trace_dropped=_count(entry.get("tool_trace_dropped")) or 0, resumed=child_resumed(entry.get("resumed")))
+
+
+def _unit_resumed(task: Mapping[str, Any], children: tuple[ChildResult, ...]) -> dict[str, Any] | None:
+    return unit_resumed(task, [child.resumed for child in children])
 
 
 def _tokens(tokens: Mapping[str, Any]) -> Tokens:

@@ -12,7 +12,8 @@ goes on: the step log then says less, never something false.
 Reading (``replay``): the conversation a new owner continues from, rebuilt from the child's
 opening messages and its steps: every logged reply and result in order; for the last reply,
 the calls with no result are either ``to_run`` (never started: read-only, or side-effecting
-with no start mark) or answered with ``HOST_DIED`` (started, outcome unknown: never run again).
+with no start mark) or answered with ``HOST_DIED`` (started, outcome unknown: never run again);
+with neither, a model call was in flight at the death (``model_call_in_flight``) and is issued again.
 Pure: no I/O, no clock.
 """
 from __future__ import annotations
@@ -88,6 +89,15 @@ class Replayed:
     next_seq: int = 0
     replies: int = 0
     unknown_calls: list[str] = field(default_factory=list)  # names of calls answered with HOST_DIED
+
+    @property
+    def model_call_in_flight(self) -> bool:
+        """Whether the log ends where the next thing the child does is a model call (its last
+        reply's calls all have results, or it has no reply yet): the dead owner was waiting on
+        the model, so the resumed child's first model call issues that one again. A final answer
+        is never logged (it ends the child), so one that arrived before the death is issued again
+        too."""
+        return not self.to_run and not self.unknown_calls
 
 
 def replay(opening: list[dict[str, Any]], steps: Iterable[Any]) -> Replayed:

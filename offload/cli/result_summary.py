@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from offload.engine.states import COMPLETED, child_state
+from offload.render.resumed import child_resumed, resume_note
 from offload.render.state_style import child_mark
 
 GOAL_CHARS = 60
@@ -37,7 +38,8 @@ def _entries(event: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def task_lines(event: dict[str, Any]) -> list[str]:
-    """One line per task: ``✓ 1/3 goal (completed, 1.2 s): first words of the answer``."""
+    """One line per task: ``✓ 1/3 goal (completed, 1.2 s): first words of the answer``, and under
+    a task that was resumed after its owner died, how (``↻ resumed from step 3 after …``)."""
     goals = event.get("goals") if isinstance(event.get("goals"), list) else []
     entries = _entries(event)
     total = max(len(goals), len(entries))
@@ -53,4 +55,7 @@ def task_lines(event: dict[str, Any]) -> list[str]:
         number = f"{index + 1}/{total} " if total > 1 else ""
         mark, shown = child_mark(status, entry)  # stopped unfinished: never a plain ✓
         lines.append(f"{mark} {number}{_line(goal, GOAL_CHARS)} ({shown}{timing}){said}")
+        resumed = child_resumed(entry.get("resumed"))
+        if resumed:
+            lines.append(f"  {resume_note(resumed)}")
     return lines

@@ -24,6 +24,7 @@ from offload.cli.streams import same_destination
 from offload.engine.events import is_interim
 from offload.engine.states import child_state, unit_state
 from offload.render.notification import async_delegation_display_text, stop_note
+from offload.render.resumed import resume_note
 from offload.render.state_style import TRUNCATED_WORD, child_mark, rich_style
 from offload.render.terminal import inert
 
@@ -116,6 +117,10 @@ def _child_lines(rec: dict[str, Any]) -> list[Text]:
             doing = (f"  api calls {child.get('api_calls', '?')!s} tool {child.get('current_tool') or '-'} "
                      f"idle {_seconds(child.get('seconds_since_activity'))} s{progress_note(child)}")
         lines.append(_line(f"      #{child['task']} {mark} {shown}{took}{doing}  {_clip(child['goal'])}", "dim"))
+        if child.get("resumed"):  # continued after its owner died: one line saying how
+            lines.append(_line(f"         {resume_note(child['resumed'])}", "cyan"))
+    if rec.get("resumed") and not any(child.get("resumed") for child in rec["children"]):
+        lines.append(_line(f"      {resume_note(rec['resumed'])}", "cyan"))  # taken over, its children still running
     return lines
 
 

@@ -35,6 +35,7 @@ from offload.dashboard.security import Guard
 from offload.http_security import HostCheck, HostGuard
 from offload.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
+from offload.render.resumed import resume_note
 from offload.render.state_style import TRUNCATED_MARK, TRUNCATED_WORD, child_mark, tone
 from offload.render.text import format_age
 
@@ -56,6 +57,7 @@ def _templates() -> Environment:
     env.globals["child_mark"] = child_mark  # a cut-off child's ⚠ TRUNCATED, as the CLI draws it
     env.globals["TRUNCATED"] = f"{TRUNCATED_MARK} {TRUNCATED_WORD}"
     env.filters["duration"] = _duration
+    env.filters["resume_note"] = resume_note  # "↻ resumed from step 2 after pid … died (…)", as the CLI says it
     env.filters["clock"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
     return env
 

@@ -22,6 +22,7 @@ from offload.ledger import DelegationLedger, JournalEntry, LedgerError, LedgerRo
 from offload.ledger import queries as ledger_queries
 from offload.ledger.browse import Browse
 from offload.ledger_rows import owner_state, row_state
+from offload.render.resumed import child_resumed, unit_resumed
 from offload.render.text import clip_words
 from offload.render.truncation import is_truncated
 
@@ -80,7 +81,8 @@ def _children(task: dict[str, Any], result: dict[str, Any], live: dict[str, Any]
                  "summary": entry.get("summary"), "error": entry.get("error"), "api_calls": entry.get("api_calls"),
                  "duration_s": entry.get("duration_seconds"), "current_tool": None, "idle_s": None,
                  "last_text": None, "last_tool": None, "tool_trace": entry.get("tool_trace"),
-                 "truncated": bool(entry) and is_truncated(entry)}  # completed, but cut off: no new state
+                 "truncated": bool(entry) and is_truncated(entry),  # completed, but cut off: no new state
+                 "resumed": child_resumed(entry.get("resumed")) if entry else None}  # after its owner died
         if position < len(activity) and isinstance(activity[position], dict) and not entry:
             act = activity[position]
             child.update(api_calls=act.get("api_calls"), current_tool=act.get("current_tool"),
@@ -122,6 +124,7 @@ def _unit(ledger: DelegationLedger, row: LedgerRow | None, live: dict[str, Any] 
         "delivery_attempts": row.delivery_attempts if row else 0,
         "drop_reason": row.drop_reason if row else None,
         "children": children, "truncated": sum(1 for child in children if child["truncated"]),
+        "resumed": unit_resumed(task, [child["resumed"] for child in children]),
     }
 
 

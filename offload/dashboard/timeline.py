@@ -1,8 +1,9 @@
 """One delegation drawn on one time axis, as geometry for the SVG template (``_timeline.svg``).
 
 Lanes, top to bottom: the unit (queued from dispatch until it started, when it waited; then
-running to its finish; a stall warning, an interrupt and the grace after it marked on it), one lane per child (from dispatch to its end,
-its tool calls as ticks), then the delivery (finished → claimed → delivered, acknowledged or
+running to its finish; a stall warning, an interrupt and the grace after it marked on it, and
+where a new owner started it again after its owner died), one lane per child (from dispatch to its end,
+its tool calls as ticks, and a resumed child's resume), then the delivery (finished → claimed → delivered, acknowledged or
 dropped; a dashed "awaiting delivery" while pending). Times come from the ledger row, the
 result's per-child durations and the journal (``offload.journal``); a unit still running
 ends at ``now``. Pure: no I/O, no clock (``now`` is given). Every label is data the template
@@ -16,6 +17,7 @@ from typing import Any
 
 from offload.engine.states import UNFINISHED
 from offload.ledger import JournalEntry
+from offload.render.resumed import resume_note
 from offload.render.state_style import TRUNCATED_WORD, child_mark, child_tone, tone
 
 _STEPS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600,
@@ -58,18 +60,20 @@ def offset_label(seconds: float) -> str:
 
 def lanes(unit: dict[str, Any], entries: list[JournalEntry], now: float) -> dict[str, Any]:
     """The lanes and marks of ``unit`` (``model.detail``'s dict) in seconds since dispatch."""
-    t0 = unit["dispatched_at"] or now
+    resumed = unit.get("resumed") or {}
+    # A resumed unit was dispatched again by its new owner: its axis starts at the first dispatch.
+    t0 = min(t for t in (unit["dispatched_at"] or now, resumed.get("first_dispatched_at")) if t)
     running = unit["status"] in UNFINISHED
     finished_at = unit["completed_at"] if not running else None
     if finished_at is not None:  # a finished unit's drawing no longer moves: the axis ends at its last event
         now = max([finished_at, *(t for t in (unit.get("claimed_at"), unit.get("delivered_at")) if t)])
     end_at = finished_at or now
     started = next((e.at for e in entries if e.kind == "start" and e.child is None), None)
-    ran_at = started if started is not None and started - t0 >= QUEUED_MIN_S else t0
+    ran_at = started if started is not None and started - t0 >= QUEUED_MIN_S and not resumed else t0
     cut = unit.get("truncated")  # children that stopped unfinished: the unit is not drawn plain green
     unit_lane = {"label": "unit", "tone": "warn" if cut else tone(unit["status"]), "start": ran_at, "end": end_at,
                  "word": f"{unit['status']}, {cut} {TRUNCATED_WORD}" if cut else unit["status"],
-                 "open": running, "marks": _unit_marks(entries, finished_at, unit["status"]),
+                 "open": running, "marks": _unit_marks(entries, finished_at, unit["status"], unit.get("resumed")),
                  "queued": (t0, ran_at) if ran_at > t0 else None}
     children = [_child_lane(child, entries, ran_at, finished_at, now) for child in unit["children"]]
     delivery = _delivery_lane(unit, finished_at, now)
@@ -78,8 +82,17 @@ def lanes(unit: dict[str, Any], entries: list[JournalEntry], now: float) -> dict
     return {"t0": t0, "t_end": max(all_times), "lanes": [unit_lane, *children, delivery]}
 
 
-def _unit_marks(entries: list[JournalEntry], finished_at: float | None, status: str) -> list[dict[str, Any]]:
+def _unit_marks(entries: list[JournalEntry], finished_at: float | None, status: str,
+                resumed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     marks = []
+    starts = [e.at for e in entries if e.kind == "start" and e.child is None]
+    if resumed and (resumed.get("after") or {}).get("last_write_at"):  # the dead owner's last sign of life
+        after = resumed["after"]
+        marks.append({"at": after["last_write_at"], "kind": "lost",
+                      "label": f"owner pid {after.get('pid')} last seen (it died after this)"})
+    resumed_at = (resumed or {}).get("at") or (starts[-1] if resumed and starts else None)
+    if resumed_at:  # a new owner started it again after its owner died
+        marks.append({"at": resumed_at, "kind": "resume", "label": resume_note(resumed)})
     for entry in entries:
         if entry.child is None and entry.kind == "stall":
             marks.append({"at": entry.at, "kind": "stall", "label": "stall warning: interrupted, grace begins"})
@@ -95,8 +108,8 @@ def _child_end(child: dict[str, Any], entries: list[JournalEntry], t0: float, fi
     ended = [e.at for e in entries if e.kind == "child_end" and e.child == child["index"]]
     if ended:
         return ended[-1]
-    if isinstance(child.get("duration_s"), (int, float)):
-        return t0 + float(child["duration_s"])
+    if isinstance(child.get("duration_s"), (int, float)):  # a resumed child's counts from its resume
+        return ((child.get("resumed") or {}).get("at") or t0) + float(child["duration_s"])
     return finished_at
 
 
@@ -111,6 +124,9 @@ def _child_lane(child: dict[str, Any], entries: list[JournalEntry], t0: float, f
             marks.append({"at": entry.at, "kind": "tool", "label": f"tool call: {call.get('name')}"})
         if entry.kind == "message" and entry.data.get("role") == "assistant" and not entry.data.get("tool_calls"):
             marks.append({"at": entry.at, "kind": "say", "label": "answer" if end is not None else "message"})
+    resumed = child.get("resumed")
+    if resumed and resumed.get("at"):  # where it continued after its owner died
+        marks.append({"at": resumed["at"], "kind": "resume", "label": resume_note(resumed)})
     return {"label": f"#{child['number']} {child['goal']}", "tone": child_tone(child["status"], child),
             "word": child_mark(child["status"], child)[1],
             "start": t0, "end": end if end is not None else now, "open": end is None, "marks": marks}

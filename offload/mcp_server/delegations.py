@@ -38,6 +38,7 @@ from offload.ids import resolve
 from offload.ledger import LedgerRow
 from offload.ledger_view import LedgerView
 from offload.mcp_server.watcher import Watcher
+from offload.render.resumed import resume_note
 from offload.runtime import Offload
 from offload.subagents.admission import SYNC_OPTION
 from offload.subagents.approvals import pending as approvals_pending
@@ -326,8 +327,25 @@ def wait_step(doc: dict[str, Any]) -> tuple[int, int, str]:
 
 
 def status_message(doc: dict[str, Any]) -> str:
-    """A live delegation in one line (a task's ``statusMessage``)."""
-    return QUEUED_NOTE if doc["state"] == QUEUED else f"{doc['children_done']}/{doc['children_total']} subagents done"
+    """A live delegation in one line (a task's ``statusMessage``), saying it was resumed if it was."""
+    said = QUEUED_NOTE if doc["state"] == QUEUED else f"{doc['children_done']}/{doc['children_total']} subagents done"
+    note = resume_message(doc)
+    return f"{said}; {note}" if note else said
+
+
+def finished_message(row: LedgerRow) -> str:
+    """A finished delegation in one line (a completed task's ``statusMessage``)."""
+    note = resume_message(result_doc.from_row(row, _no_text).to_json())
+    return f"delegation {unit_state(row.state)}" + (f"; {note}" if note else "")
+
+
+def resume_message(doc: dict[str, Any]) -> str | None:
+    """How a resumed delegation says so (``offload.render.resumed``): per resumed child, else the
+    unit's (taken over, its children not finished yet); None when nothing was resumed."""
+    kids = [f"#{c['task']} {resume_note(c['resumed'])}" for c in doc["children"] if c.get("resumed")]
+    if kids:
+        return "; ".join(kids)
+    return resume_note(doc["resumed"]) if doc.get("resumed") else None
 
 
 def _no_text(event: dict[str, Any]) -> None:

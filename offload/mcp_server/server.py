@@ -27,7 +27,7 @@ from offload.toolsets.toolset_names import KNOWN_TOOLSETS
 from offload.mcp_server.approvals import ApprovalAnswer, approval_answer, asked_request
 from offload.engine.states import UNFINISHED as UNFINISHED_STATES
 from offload.mcp_server.first_run import FirstRun
-from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope
+from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, resume_message
 from offload.mcp_server.namespaces import Namespaces
 
 logger = logging.getLogger(__name__)
@@ -55,10 +55,11 @@ def _tool_error(message: str) -> CallToolResult:
 
 
 def _result_text(out: dict[str, Any]) -> str:
+    note = resume_message(out)
     if out.get("text") is not None:
-        return out["text"]
+        return out["text"] + (f"\n\n({note})" if note else "")
     return (f"{out['delegation_id']} is still {out['state']} ({out['children_done']}/{out['children_total']} "
-            "children done); call delegation_result again with wait_s to keep waiting.")
+            f"children done{f'; {note}' if note else ''}); call delegation_result again with wait_s to keep waiting.")
 
 
 def client_roots(ctx: Context) -> ListRoots | None:

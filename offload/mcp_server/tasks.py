@@ -43,10 +43,12 @@ from mcp_types import CallToolRequestParams, CallToolResult, RequestParams
 from mcp_types.jsonrpc import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from offload.engine.states import COMPLETED, INTERRUPTED, QUEUED, UNFINISHED, unit_state
+from offload.engine.states import COMPLETED, INTERRUPTED, QUEUED, UNFINISHED
 from offload.ledger import LedgerRow
 from offload.mcp_server import approvals
-from offload.mcp_server.delegations import QUEUED_NOTE, McpDelegations, McpInputError, Scope, status_message
+from offload.mcp_server.delegations import (
+    QUEUED_NOTE, McpDelegations, McpInputError, Scope, finished_message, status_message,
+)
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS = 1000  # subagents take seconds to minutes; a ledger read per second per client is cheap
@@ -187,7 +189,7 @@ class TasksExtension(Extension):
         if status == "cancelled":
             return {**task, "status": "cancelled", "statusMessage": "stopped: collect the partial result with "
                     "delegation_result"}
-        return {**task, "status": "completed", "statusMessage": f"delegation {unit_state(row.state)}",
+        return {**task, "status": "completed", "statusMessage": finished_message(row),
                 "result": {"resultType": "complete", **wire_tool_result(self.tool_result(row))}}
 
 

@@ -30,7 +30,7 @@ from mcp_types import PaginatedRequestParams
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from offload.ledger import LedgerRow
-from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, status_message
+from offload.mcp_server.delegations import McpDelegations, McpInputError, Scope, finished_message, status_message
 from offload.mcp_server.tasks import (
     POLL_INTERVAL_MS, TASK_TOOL, TaskParams, created_task, finished, iso, modern, task_row, task_status,
     wire_tool_result,
@@ -90,7 +90,7 @@ class LegacyTasks:
         status = task_status(row, self.service.cancelling(row.delegation_id))
         message = {"working": lambda: status_message(self.service.status(row)),
                    "cancelled": lambda: "stopped: collect the partial result with tasks/result",
-                   "completed": lambda: f"delegation {row.state}"}[status]()
+                   "completed": lambda: finished_message(row)}[status]()
         return legacy_task({"taskId": row.delegation_id, "status": status, "statusMessage": message,
                             "createdAt": iso(row.dispatched_at),
                             "lastUpdatedAt": iso(row.updated_at or row.completed_at or row.dispatched_at)})

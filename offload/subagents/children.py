@@ -18,11 +18,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from offload.engine.observers import span
+from offload.engine.observers import span, span_event
 from offload.engine.states import COMPLETED, child_state
 from offload.subagents.approvals import GATE_SETTING
 from offload.subagents.child import Batch, child_prompt, fabricated_entry
-from offload.subagents.resume import resumed_entry
+from offload.subagents.resume import resumed_entry, resumed_info, span_attributes
 from offload.subagents.lineage import adopt
 
 UNWIND_S = 10.0  # after a parent interrupt, children get this long to return their partial work
@@ -61,7 +61,7 @@ def _run_one(unit: Batch, pos: int, index: int, done: queue.Queue, attach: bool)
         finally:
             if unit.lineage is not None:  # its place in the tree's running count (taken by the call)
                 unit.lineage.live.release(1)
-        traced.set(status=entry.get("status"), api_calls=entry.get("api_calls"))
+        traced.set(status=entry.get("status"), api_calls=entry.get("api_calls"), **span_attributes(entry.get("resumed")))
         if (state := child_state(entry.get("status"))) != COMPLETED:  # failed, error, interrupted, stalled …
             traced.fail(f"{state}: {entry.get('error') or entry.get('failure_reason') or ''}".rstrip(": "))
     done.put(entry)
@@ -82,6 +82,8 @@ def _build_and_run(unit: Batch, pos: int, index: int, attach: bool) -> dict[str,
                 _interrupt(child)
                 entry = fabricated_entry(index, "interrupted", "stopped before the subagent started", child, started)
             else:
+                if unit.resumed is not None:  # on the subagent span, when it continues
+                    span_event("resumed", **span_attributes(resumed_info(getattr(child, "resume_from", None), unit)))
                 entry = unit.run_child(index, task.goal, child=child, parent_agent=unit.parent,
                                        context=task.context or unit.context)
                 if unit.resumed is not None:

@@ -24,9 +24,11 @@ again; rows without the mark are never touched here.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 from offload.ledger import LedgerRow
+from offload.ledger.protocol import local_host
 from offload.origin import Origin
 
 MARK = "durable"
@@ -44,7 +46,10 @@ def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] 
             or not isinstance(unit.parent, AIAgent) or getattr(unit.cfg, "resume", "never") != "auto"):
         return None  # (with ``delegation.resume: never`` no step is logged at all)
     workspace = getattr(unit.parent, "workspace", None)
-    return {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
+    mark = {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
+    if unit.resumed:  # a resumed unit's row keeps saying so while it runs (``render.resumed.unit_resumed``)
+        mark.update({k: unit.resumed.get(k) for k in ("after", "first_dispatched_at", "at")})
+    return mark
 
 
 def step_writer(engine: Any, unit_id: str) -> Any:
@@ -67,9 +72,14 @@ def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | 
         return None, (f"it was resumed {resumes} time(s), delegation.max_resumes is {cfg.max_resumes}; raise it "
                       "to let it continue again")
     recorded = [r for r in ((row.result or {}).get("results") or []) if isinstance(r, dict)]
-    after = {"pid": row.owner_pid, "last_write_at": row.updated_at}
+    # The dead owner: its pid, its host (a shared ledger stamps it; a single-host ledger's owners
+    # all ran here) and its last write to the row (its last step's may be later: ``prepare``).
+    after = {"pid": row.owner_pid, "host": (row.extra or {}).get("owner_host") or local_host(),
+             "last_write_at": row.updated_at}
+    first = mark.get("first_dispatched_at") or row.dispatched_at  # a new owner's dispatch writes its own
     queued = {**mark["spec"], "run_on": "local", "owner_cwd": task.get("owner_cwd"),
-              MARK: {**mark, "resumes": resumes + 1, "recorded": recorded, "after": after}}
+              MARK: {**mark, "resumes": resumes + 1, "recorded": recorded, "after": after,
+                     "first_dispatched_at": first}}
     if task.get("slot_key"):
         queued["slot_key"] = task["slot_key"]
     return queued, None
@@ -84,19 +94,54 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
     if ran_in and here is not None and str(here) != ran_in:
         raise RuntimeError(f"its children worked in {ran_in} and this process works in {here}; resume it from "
                            f"an offload process started in {ran_in}")
-    unit.recorded = {int(e["task_index"]): {**e, "resumed": True} for e in mark.get("recorded") or []
+    # A child that finished before the death keeps its entry as it was: it was not resumed.
+    unit.recorded = {int(e["task_index"]): dict(e) for e in mark.get("recorded") or []
                      if isinstance(e.get("task_index"), int)}
     steps: dict[int, list[Any]] = {}
     for step in ledger.read_steps(row.delegation_id):
         steps.setdefault(step.task_index, []).append(step)
     unit.resume_steps = steps
-    unit.resumed = {"resumes": int(mark.get("resumes") or 1), "after": mark.get("after") or {}}
+    after = dict(mark.get("after") or {})
+    last = [s.written_at for kept in steps.values() for s in kept] + [after.get("last_write_at") or 0.0]
+    after["last_write_at"] = max(last) or None  # the dead owner's last sign of life in the ledger
+    unit.resumed = {"resumes": int(mark.get("resumes") or 1), "after": after, "at": time.time(),
+                    "first_dispatched_at": mark.get("first_dispatched_at") or row.dispatched_at}
 
 
-def resumed_entry(entry: dict[str, Any], replayed: Any, unit: Any) -> dict[str, Any]:
-    """A resumed child's result entry says so: from which step, what was answered for it."""
+def resumed_info(replayed: Any, unit: Any) -> dict[str, Any]:
+    """What a resumed child continues from (``docs/vocabulary.md``, the child's ``resumed``, but
+    ``model_calls_reissued``): after which owner died, from which step, what was answered for
+    it. ``replayed`` is None for a child that had logged no step: it was in its first model call
+    (or about to make it), so it starts over from step 0."""
     info = dict(getattr(unit, "resumed", None) or {})
+    info.pop("first_dispatched_at", None)  # the unit's, not the child's
     if replayed is not None:
         info.update(from_step=replayed.next_seq, replies_kept=replayed.replies,
                     unknown_calls=list(replayed.unknown_calls), calls_rerun=len(replayed.to_run))
+    else:
+        info.update(from_step=0, replies_kept=0, unknown_calls=[], calls_rerun=0)
+    return info
+
+
+def resumed_entry(entry: dict[str, Any], replayed: Any, unit: Any) -> dict[str, Any]:
+    """A resumed child's result entry says so: ``resumed_info`` and how many model calls were
+    issued twice (the one in flight at the death, issued again by this owner's first call)."""
+    info = resumed_info(replayed, unit)
+    in_flight = replayed is None or replayed.model_call_in_flight
+    api_calls = entry.get("api_calls")
+    made_one = isinstance(api_calls, int) and api_calls > 0  # it did issue its next model call here
+    info["model_calls_reissued"] = 1 if in_flight and made_one else 0
     return {**entry, "resumed": info}
+
+
+def span_attributes(info: Any) -> dict[str, Any]:
+    """A resumed child's ``resumed`` as span attributes (``offload.resumed``, ``offload.resume.*``;
+    ``docs/telemetry.md``); nothing for a child that was not resumed."""
+    if not isinstance(info, dict):
+        return {}
+    after = info.get("after") or {}
+    return {"resumed": True, "resume.resumes": info.get("resumes"), "resume.from_step": info.get("from_step"),
+            "resume.after_pid": after.get("pid"), "resume.after_host": after.get("host"),
+            "resume.after_last_write_at": after.get("last_write_at"),
+            "resume.model_calls_reissued": info.get("model_calls_reissued"),
+            "resume.unknown_calls": tuple(info.get("unknown_calls") or ()), "resume.calls_rerun": info.get("calls_rerun")}

@@ -45,3 +45,19 @@ def test_a_running_unit_runs_to_now_with_open_bars():
     unit_lane, child, delivery = lanes(running, [], now=T0 + 30)["lanes"]
     assert unit_lane["open"] and child["open"] and child["end"] == T0 + 30
     assert delivery["word"] == "after the finish" and delivery["tone"] == "quiet"
+
+
+def test_a_resumed_unit_is_drawn_from_its_first_dispatch_with_the_death_and_the_resume_marked():
+    after = {"pid": 77, "host": "h", "last_write_at": T0 - 30}
+    child = {"resumes": 1, "after": after, "at": T0, "from_step": 2, "model_calls_reissued": 0,
+             "unknown_calls": ["run_command"], "calls_rerun": 0, "replies_kept": 1}
+    unit = _unit(resumed={"resumes": 1, "after": after, "at": T0, "first_dispatched_at": T0 - 40},
+                 children=[{"index": 0, "number": 1, "goal": "a", "status": "completed", "duration_s": 8.0,
+                            "resumed": child}])
+    drawn = lanes(unit, [JournalEntry("deleg_t", T0 + 0.2, "start")], now=T0 + 100)
+    unit_lane, first, _delivery = drawn["lanes"]
+    assert drawn["t0"] == T0 - 40 and unit_lane["queued"] is None  # it ran from its first dispatch
+    assert [(m["kind"], m["at"]) for m in unit_lane["marks"]] == [("lost", T0 - 30), ("resume", T0), ("finish", T0 + 20)]
+    [resume] = [m for m in first["marks"] if m["kind"] == "resume"]
+    assert resume["at"] == T0 and resume["label"].startswith("↻ resumed from step 2 after pid 77 on host h died")
+    assert (first["start"], first["end"]) == (T0 - 40, T0 + 8)  # its 8 s ran after the resume

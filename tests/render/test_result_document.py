@@ -7,9 +7,9 @@ from offload.ledger import LedgerRow
 from offload.result import SCHEMA, from_event, from_row, run_document
 
 KEYS = ["schema", "id", "session", "label", "state", "children", "group", "text", "error", "dispatched_at",
-        "completed_at", "delivery_state", "delivery_attempts", "delivered_at", "stop_reason", "stall_quiet_s"]
+        "completed_at", "delivery_state", "delivery_attempts", "delivered_at", "stop_reason", "stall_quiet_s", "resumed"]
 CHILD_KEYS = ["task", "goal", "state", "summary", "error", "duration_s", "api_calls", "tokens", "cost_usd",
-              "truncated", "exit_reason", "tool_trace", "tool_trace_dropped"]
+              "truncated", "exit_reason", "tool_trace", "tool_trace_dropped", "resumed"]
 
 
 def _stopped_fan_out(**over):
@@ -21,7 +21,7 @@ def _stopped_fan_out(**over):
                         "exit_reason": "max_iterations", "truncated": True,
                         "tool_trace": [{"tool": "read_file", "args": 'path="a.py"', "outcome": "ok", "seconds": 0.25},
                                        {"tool": "run_command", "args": 'command="pytest"', "outcome": "error",
-                                        "seconds": 3.5}], "tool_trace_dropped": 4},
+                                        "seconds": 3.5}], "tool_trace_dropped": 4, "resumed": None},
                        {"task_index": 1, "status": "interrupted", "summary": None, "error": "stopped"}]}
     evt.update(over)
     return evt
@@ -38,7 +38,7 @@ def test_an_event_becomes_the_document_with_every_key_and_todays_words():
                      "truncated": True, "exit_reason": "max_iterations",
                      "tool_trace": [{"tool": "read_file", "args": 'path="a.py"', "outcome": "ok", "seconds": 0.25},
                                     {"tool": "run_command", "args": 'command="pytest"', "outcome": "error",
-                                     "seconds": 3.5}], "tool_trace_dropped": 4}
+                                     "seconds": 3.5}], "tool_trace_dropped": 4, "resumed": None}
     assert (second["tool_trace"], second["tool_trace_dropped"]) == (None, 0)  # none recorded (an older result)
     assert (second["task"], second["state"], second["error"], second["truncated"]) == (2, "interrupted", "stopped", False)
     assert doc["text"].startswith("[ASYNC DELEGATION BATCH COMPLETE — deleg_1]")
@@ -55,7 +55,7 @@ def test_a_single_task_event_carries_its_one_child_at_the_top_level():
     assert doc["children"] == [{"task": 1, "goal": "compute", "state": "error", "summary": None,
                                 "error": "RuntimeError: x", "duration_s": 0.2, "api_calls": 0, "tokens": None,
                                 "cost_usd": None, "truncated": False, "exit_reason": None, "tool_trace": None,
-                                "tool_trace_dropped": 0}]
+                                "tool_trace_dropped": 0, "resumed": None}]
 
 
 def test_a_running_row_lists_the_children_recorded_so_far_and_no_text():
