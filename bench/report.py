@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -105,7 +106,7 @@ def headline_table(cases: list[dict[str, Any]]) -> Table:
     for case in cases:
         label = f"{case['case']}. {case['title']}"
         if case.get("skipped") or case.get("error"):
-            reason = case.get("skipped") or f"[red]error: {case['error']}[/]"
+            reason = escape(case["skipped"]) if case.get("skipped") else f"[red]error: {escape(case['error'])}[/]"
             table.add_row(label, f"skipped: {reason}" if case.get("skipped") else reason, "", "", "", "")
             continue
         for row in [*case["headlines"], *case.get("checks", [])]:
@@ -146,6 +147,9 @@ def render(payload: dict[str, Any], console: Console | None = None) -> None:
         if case.get("metrics"):
             console.print(metrics_table(case))
     console.print(headline_table(cases))
+    for case in cases:
+        for note in case.get("notes") or []:  # a side of a case that could not run here, and why
+            console.print(f"case {case['case']}: {note}", markup=False)  # "[bench]" is not a style
     machine = payload["machine"]
     console.print(f"machine: {machine['nproc']} cores, {machine['cpu_model']}, Python {machine['python']}, "
                   f"SQLite {machine['sqlite']}; load average {payload['load_average_1m']}; "

@@ -7,9 +7,10 @@ The loop claims queued units while this process has room (``--concurrency``, def
 the engine (``offload.subagents.workers.start_claimed``), and wakes on a LISTEN/NOTIFY
 notification (a unit queued anywhere) or one of its own units finishing -- with a slow poll as
 the fallback for a missed notification. A result settled elsewhere wakes it only while the
-fleet is full (its last claim found no slot free on all hosts): only then can it act on one. Every ``RECOVERY_INTERVAL`` it also recovers units of
-owners whose lease expired (a worker that died), so their results are reported even when no
-chat or gateway is running.
+fleet is full (its last claim found no slot free on all hosts): only then can it act on one. Every
+``recovery_interval_s`` (2 s) it also recovers units of owners whose lease expired (a worker that
+died), so their results are reported even when no chat or gateway is running, and their
+resumable units continue here within the lease plus 2 s.
 
 Ctrl-C (or SIGTERM) drains: no new claims, the running units finish and are reported, then it
 exits 0. A second Ctrl-C exits at once and gives up its lease, so what was running is recovered
@@ -107,13 +108,19 @@ class Worker:
         self._settled.listening.wait(timeout=LISTEN_WAIT_S)
 
     def _recover_when_due(self) -> None:
+        """A dead owner's unit is found within ``recovery_interval_s`` of its lease running out;
+        one this pass hands back to the queue to be resumed is claimed at once, not at the next wake."""
         if time.monotonic() < self._next_recovery:
             return
-        self._next_recovery = time.monotonic() + max(1.0, self.cfg.ledger.lease_seconds / 2)
+        self._next_recovery = time.monotonic() + recovery_interval_s(self.runtime.current_policy(), self.cfg.ledger)
+        deliveries = self.runtime.deliveries
+        requeued = deliveries.requeued
         try:
-            self.runtime.deliveries.recover_abandoned(resuming=True)  # long-lived: it resumes what it can
+            deliveries.recover_abandoned(resuming=True)  # long-lived: it resumes what it can
         except Exception:
             logger.debug("recovery pass failed", exc_info=True)
+        if deliveries.requeued != requeued:
+            self.bus.put(WAKE)
 
     def _wait(self) -> None:
         try:
@@ -126,6 +133,13 @@ class Worker:
         if did in self.running and not is_interim(evt):  # after a notice the unit still runs
             self.running.discard(did)
             self.say(f"finished {did} {evt.get('status')}")
+
+
+def recovery_interval_s(policy: Any, ledger: Any) -> float:
+    """How often a worker looks for units of owners whose lease expired: as often as a consumer
+    checks claims (``claim_check_interval_s``, 2 s), so a resume starts within the lease plus
+    that (issue 44); at most half the lease, at least a second."""
+    return max(1.0, min(policy.claim_check_interval_s, ledger.lease_seconds / 2))
 
 
 def _preload() -> None:

@@ -312,6 +312,12 @@ class AIAgent:
         })
 
     def _run_tool_calls(self, run: Run, calls: list[dict[str, str]]) -> None:
+        try:
+            self._run_each(run, calls)
+        finally:  # every result durable before the next model call
+            self._logged(lambda log: log.flush())
+
+    def _run_each(self, run: Run, calls: list[dict[str, str]]) -> None:
         ctx = ToolContext(
             workspace=self.workspace, interrupted=self._interrupt_event, settings=self.tool_settings, caller=self,
         )
@@ -328,6 +334,8 @@ class AIAgent:
                 tool = tools_by_name.get(call["name"])
                 if self.step_log is not None and not (tool is not None and tool.read_only):
                     self._logged(lambda log: log.tool_started(call))
+                elif self.step_log is not None:  # the reply and earlier results durable before it runs
+                    self._logged(lambda log: log.flush())
                 if self._interrupt_requested:  # the start mark found another owner: never run it
                     output = INTERRUPTED_BEFORE_START
                 else:

@@ -3,7 +3,8 @@
 Writing (``StepLog``, attached to a child by the subagents layer): the model's reply with tool
 calls is written before any of those tools runs; a side-effecting tool call (every tool not
 declared ``read_only``, ``delegate_task`` among them) gets a ``tool_start`` mark before it runs;
-every tool call's result is written after it, before the next model call. The ledger fences each
+every tool call's result is written after it, before the next model call (or the next call's
+start mark, in the same write). The ledger fences each
 write; a write refused because this process no longer owns the unit sets ``lost``, and the agent
 stops. A write that fails for another reason (the ledger unreachable) is logged and the child
 goes on: the step log then says less, never something false.
@@ -25,34 +26,57 @@ logger = logging.getLogger(__name__)
 
 # write(seq, kind, payload) -> False when the ledger refused it: the unit has another owner now.
 StepWriter = Callable[[int, str, dict[str, Any]], bool]
+# write_many([(seq, kind, payload), ...]) -> the same, for several steps in one ledger write.
+StepsWriter = Callable[[list[tuple[int, str, dict[str, Any]]]], bool]
 HOST_DIED = ("The host running this tool call died while it ran: it may or may not have taken effect. "
              "Check its effect (read the file, list the state) before you repeat it.")
 
 
 class StepLog:
-    """One child's step writer; ``seq`` continues from ``next_seq`` (a resumed child's)."""
+    """One child's step writer; ``seq`` continues from ``next_seq`` (a resumed child's).
 
-    def __init__(self, write: StepWriter, next_seq: int = 0) -> None:
-        self._write, self.seq, self.lost = write, next_seq, False
+    Steps reach the ledger at the loop's durability points: ``tool_started`` (a side effect is
+    about to run) and ``flush`` (a read-only tool is about to run, or the next model call is);
+    ``reply`` and ``tool_finished`` queue theirs until the next of those. So a reply and the start
+    mark of its first side-effecting call, or a result and the next call's mark, are one ledger
+    write (``write_many``: one transaction, one sync; each step alone through ``write`` without it)."""
 
-    def _append(self, kind: str, payload: dict[str, Any]) -> None:
-        try:
-            kept = self._write(self.seq, kind, payload)
-        except Exception:  # the ledger unreachable: the child goes on, its log says less
-            logger.warning("could not write a %s step of a background child", kind, exc_info=True)
-            kept = True
+    def __init__(self, write: StepWriter | None = None, next_seq: int = 0,
+                 write_many: StepsWriter | None = None) -> None:
+        if write is None and write_many is None:
+            raise ValueError("a step log needs write or write_many")
+        self._write, self._write_many, self.seq, self.lost = write, write_many, next_seq, False
+        self._queued: list[tuple[int, str, dict[str, Any]]] = []
+
+    def _queue(self, kind: str, payload: dict[str, Any]) -> None:
+        self._queued.append((self.seq, kind, payload))
         self.seq += 1
+
+    def flush(self) -> None:
+        """Write what is queued; a refusal sets ``lost``."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        try:
+            if self._write_many is not None:
+                kept = self._write_many(queued)
+            else:
+                kept = all(self._write(*step) is not False for step in queued)  # type: ignore[misc]
+        except Exception:  # the ledger unreachable: the child goes on, its log says less
+            logger.warning("could not write %s step(s) of a background child", len(queued), exc_info=True)
+            kept = True
         if kept is False:
             self.lost = True
 
     def reply(self, message: dict[str, Any]) -> None:
-        self._append("reply", {"message": message})
+        self._queue("reply", {"message": message})
 
     def tool_started(self, call: dict[str, Any]) -> None:
-        self._append("tool_start", {"call_id": call["id"], "name": call["name"]})
+        self._queue("tool_start", {"call_id": call["id"], "name": call["name"]})
+        self.flush()
 
     def tool_finished(self, call: dict[str, Any], content: str) -> None:
-        self._append("tool_result", {"call_id": call["id"], "name": call["name"], "content": content})
+        self._queue("tool_result", {"call_id": call["id"], "name": call["name"], "content": content})
 
 
 @dataclass

@@ -41,10 +41,7 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
     list_delegations and stop_delegation, with every delegation in the ledger of this home.
 
     Claude Code: claude mcp add offload -- offload mcp (see docs/mcp.md)."""
-    try:
-        from offload.mcp_server.server import Tools, build_server
-    except ImportError as exc:
-        raise CliError(f"offload mcp needs the MCP SDK ({exc.name} is missing): {install_extra('mcp')}") from None
+    _check_sdk()
     from offload.cli.views import Ui, make_console
     from offload.config import load_config
     from offload.mcp_server.delegations import McpDelegations
@@ -79,7 +76,11 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         def build_parent(root: Path | None) -> object:
             return off.build_agent(PARENT_SESSION, config=cfg.model_copy(update={"workspace": str(root)}) if root else None)
 
-        service = McpDelegations(off, build_parent)
+        service = McpDelegations(off, build_parent)  # dead owners' units resume from here on
+        # The SDK's import (1-2 s on a busy machine) comes after the recovery above, so a
+        # resumed child does not wait for it (issue 44: resume within 2 s of the start).
+        from offload.mcp_server.server import Tools, build_server
+
         server = build_server(Tools(service, namespace, all_namespaces, use_roots=workspace is None,
                                     first_run=first_run))
         if not http:
@@ -92,3 +93,12 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
                                           f"Bearer TOKEN, the token of {source} (`offload token show`, or one per "
                                           "client: `offload token add NAME`)", err=True),
                    on_exit=service.watcher.close)
+
+
+def _check_sdk() -> None:
+    """Fail before anything is opened when the MCP SDK is not installed (its import comes later)."""
+    from importlib.util import find_spec
+
+    for name in ("mcp", "jsonschema"):
+        if find_spec(name) is None:
+            raise CliError(f"offload mcp needs the MCP SDK ({name} is missing): {install_extra('mcp')}")

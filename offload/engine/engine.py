@@ -305,12 +305,21 @@ class Delegations:
     def record_step(self, delegation_id: str, task_index: int, seq: int, kind: str, payload: dict[str, Any]) -> bool:
         """Write one step of a background child durably (``offload.agent.step_log``); False only
         when the ledger refused it because this process no longer owns the unit."""
-        with self.lock:
-            record = self.records.get(delegation_id)
-            ledger = None if record is None else record.get("_ledger")
+        ledger = self._unit_ledger(delegation_id)
         if ledger is None:
             return True  # nothing durable to fence against: the child goes on
         return ledger.append_step(delegation_id, task_index, seq, kind, payload, current_owner(), time.time())
+
+    def record_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]]) -> bool:
+        """``record_step`` for several ``(seq, kind, payload)`` steps of one child, in one ledger write."""
+        ledger = self._unit_ledger(delegation_id)
+        return True if ledger is None else ledger.append_steps(delegation_id, task_index, steps, current_owner(),
+                                                               time.time())
+
+    def _unit_ledger(self, delegation_id: str) -> Any:
+        with self.lock:
+            record = self.records.get(delegation_id)
+            return None if record is None else record.get("_ledger")
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any]) -> bool:
         """Record one finished child of a running unit, in memory and durably, right away."""

@@ -321,6 +321,11 @@ class DelegationLedger(Protocol):
         """Write one step of a running unit's child, fenced by its ownership; False (nothing
         written) when the unit is not running under this writer."""
 
+    def append_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]],
+                     owner: tuple[int, int | None], now: float) -> bool:
+        """Write several ``(seq, kind, payload)`` steps of one child in one transaction, fenced as
+        ``append_step``; False (nothing written) when the unit is not running under this writer."""
+
     def read_steps(self, delegation_id: str) -> list[Any]:
         """The unit's steps (``step_table.Step``), by child then ``seq``."""
 

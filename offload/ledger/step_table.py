@@ -16,7 +16,9 @@ A step is ``(delegation_id, task_index, seq, kind, written_at, payload)``; kinds
 Invariants: an append is ONE conditional statement, fenced like every write of a running row
 (SQLite: the row is running under the writer's pid and start time; PostgreSQL: under the
 writer's lease token, after the lease's fence lock, while the lease exists; memory: as SQLite)
-and returns False, writing nothing, when the writer no longer owns the unit; a step's
+and returns False, writing nothing, when the writer no longer owns the unit; ``append_steps``
+writes several steps of one child in one transaction (one commit: a result and the next call's
+start mark), fenced the same way; a step's
 ``(delegation_id, task_index, seq)`` is written once (a repeat is ignored). Steps live while
 their unit runs: the owner drops them once the unit's result is recorded (``drop_steps``),
 and a unit that ends ``unknown`` after its owner died keeps them until ``prune`` deletes its
@@ -94,6 +96,15 @@ class SqliteSteps:
             return conn is not None and conn.execute(SQLITE_APPEND, values).rowcount > 0
         return self._write(write, create=True)
 
+    def append_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]],
+                     owner: tuple[int, int | None], now: float) -> bool:
+        rows = [(delegation_id, task_index, seq, _checked(kind), now, dumps(payload), delegation_id, *owner)
+                for seq, kind, payload in steps]
+
+        def write(conn: sqlite3.Connection | None) -> bool:
+            return conn is not None and all([conn.execute(SQLITE_APPEND, values).rowcount > 0 for values in rows])
+        return self._write(write, create=True, transaction=len(rows) > 1)
+
     def read_steps(self, delegation_id: str) -> list[Step]:
         return [_step(r) for r in self._side_read(_READ.format(m="?"), (delegation_id,))]
 
@@ -124,6 +135,21 @@ class PostgresSteps:
             return written > 0
         return self._run(write, create=True)
 
+    def append_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]],
+                     owner: tuple[int, int | None], now: float) -> bool:
+        from offload.ledger import postgres_script as script
+        from offload.ledger.postgres_lease import FENCE_LOCK
+
+        token = self._tokens.get(delegation_id)
+        appends = [(POSTGRES_APPEND, (delegation_id, task_index, seq, _checked(kind), now, dumps(payload),
+                                      delegation_id, token, token, token)) for seq, kind, payload in steps]
+        fence = [(FENCE_LOCK, (token,))] if token is not None else []
+
+        def write(conn: Any) -> bool:  # one string of statements: one implicit transaction
+            results = script.run(conn, [*fence, *appends])[len(fence):]
+            return all(written > 0 for written, _ in results)
+        return self._run(write, create=True)
+
     def read_steps(self, delegation_id: str) -> list[Step]:
         rows = self._run(lambda conn: conn.execute(_READ.format(m="%s"), (delegation_id,)).fetchall(), missing=[])
         return [_step(r) for r in rows]
@@ -149,14 +175,20 @@ class MemorySteps:
 
     def append_step(self, delegation_id: str, task_index: int, seq: int, kind: str, payload: dict[str, Any],
                     owner: tuple[int, int | None], now: float) -> bool:
-        _checked(kind)
+        return self.append_steps(delegation_id, task_index, [(seq, kind, payload)], owner, now)
+
+    def append_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]],
+                     owner: tuple[int, int | None], now: float) -> bool:
+        for _, kind, _ in steps:
+            _checked(kind)
         with self.store.lock:
             row = self.store.rows.get(delegation_id)
             if row is None or row["state"] != "running" or (row["owner_pid"], row["owner_started_at"]) != tuple(owner):
                 return False
-            key = (delegation_id, task_index, seq)
-            if key not in self.store.steps:
-                self.store.steps[key] = Step(delegation_id, task_index, seq, kind, now, loads(dumps(payload)))
+            for seq, kind, payload in steps:
+                key = (delegation_id, task_index, seq)
+                if key not in self.store.steps:
+                    self.store.steps[key] = Step(delegation_id, task_index, seq, kind, now, loads(dumps(payload)))
             return True
 
     def read_steps(self, delegation_id: str) -> list[Step]:

@@ -128,7 +128,8 @@ def _log_steps(unit: Batch, index: int, child: Any) -> None:
         replayed = replay(child.opening_messages(child_prompt(task.goal, task.context or unit.context)),
                           unit.resume_steps[index])
         child.resume_from = replayed
-    child.step_log = StepLog(functools.partial(unit.step_writer, index), replayed.next_seq if replayed else 0)
+    child.step_log = StepLog(next_seq=replayed.next_seq if replayed else 0,
+                             write_many=functools.partial(unit.step_writer, index))
 
 
 def settings_of(child: Any) -> dict[str, Any] | None:

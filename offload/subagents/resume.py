@@ -53,8 +53,9 @@ def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] 
 
 
 def step_writer(engine: Any, unit_id: str) -> Any:
-    """``writer(task_index, seq, kind, payload)`` for the unit's children."""
-    return functools.partial(engine.record_step, unit_id)
+    """``writer(task_index, [(seq, kind, payload), ...])`` for the unit's children: each call one
+    ledger write (``StepLog``'s ``write_many``)."""
+    return functools.partial(engine.record_steps, unit_id)
 
 
 def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | None]:

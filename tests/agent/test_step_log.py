@@ -61,6 +61,24 @@ def test_the_reply_is_logged_before_its_tools_and_only_side_effects_get_a_start_
     assert steps[3].payload == {"call_id": "c2", "name": "poke", "content": "poked"}
 
 
+def test_a_reply_and_its_first_side_effects_start_mark_are_one_write_and_results_come_before_the_next_call(
+        effects, tmp_path):
+    llm = ScriptedLLM(tool_turn(call("c1", "poke", {}), call("c2", "look", {}), call("c3", "poke", {})), answer("done"))
+    agent = make_agent(llm, tmp_path, toolsets=["fx"])
+    writes: list[list[tuple[int, str]]] = []
+
+    def write_many(steps):
+        writes.append([(seq, kind) for seq, kind, _ in steps])
+        assert len(llm.requests) == 1  # every write of this reply's steps before the next model call
+        return True
+    agent.step_log = StepLog(write_many=write_many)
+    assert agent.run_conversation("go")["final_response"] == "done" and effects == ["poke", "poke"]
+    assert writes == [[(0, "reply"), (1, "tool_start")],  # before c1 runs
+                      [(2, "tool_result")],  # before c2 (read-only) runs
+                      [(3, "tool_result"), (4, "tool_start")],  # before c3 runs
+                      [(5, "tool_result")]]  # before the next model call
+
+
 def test_a_refused_write_stops_the_child_before_its_side_effect(effects, tmp_path):
     agent = make_agent(ScriptedLLM(tool_turn(call("c1", "poke", {}))), tmp_path, toolsets=["fx"])
     _logged(agent, accept=lambda seq, kind: kind != "tool_start")  # another owner took the unit

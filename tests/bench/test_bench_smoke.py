@@ -8,7 +8,9 @@ import math
 import pytest
 
 from bench import __main__ as bench_main
-from bench import case_cost, case_fanout, case_growth, case_scale, readme_table
+from bench import (case_cost, case_fanout, case_growth, case_resume, case_scale, case_steps, dbos_rig, harness,
+                   readme_table)
+from offload.engine import engine as offload_engine
 from tools import async_delegation as ad
 
 pytestmark = pytest.mark.timeout(60)
@@ -89,3 +91,50 @@ def test_cli_writes_the_json_the_readme_table_comes_from(tmp_path, monkeypatch):
     markdown = readme_table.table(payload)
     assert "| 1. per-delegation cost | offload / floor: wall time per delegation |" in markdown
     assert "n/a" not in markdown and payload["command"] in readme_table.machine_line(payload)
+
+
+def test_step_log_case_compares_offload_with_and_without_its_log_and_dbos(tmp_path, monkeypatch):
+    monkeypatch.delenv("OFFLOAD_BENCH_POSTGRES_DSN", raising=False)
+    monkeypatch.delenv("OFFLOAD_TEST_POSTGRES_DSN", raising=False)
+    result = case_steps.run(2, 3, 1, tmp_path, log=_quiet)
+    assert result["case"] == 7 and not result.get("error")
+    assert result["params"]["offload_sqlite"] == {"journal_mode": "wal", "synchronous": 2}  # WAL, FULL
+    assert "PostgreSQL side skipped" in " ".join(result["notes"])
+    metrics = result["metrics"]
+    for name in ("offload_never", "offload_log"):
+        assert metrics[f"{name}_wall_per_step_us"]["median"] > 0 and metrics[f"{name}_cpu_per_step_us"]["median"] > 0
+    if dbos_rig.available() is None:
+        assert result["params"]["dbos_sqlite"] == result["params"]["offload_sqlite"]  # the same durability
+        assert metrics["dbos_steps_wall_per_step_us"]["median"] > 0
+        assert result["headlines"][0]["name"].startswith("offload / DBOS")
+    else:
+        assert "DBOS side skipped: dbos is not installed" in " ".join(result["notes"])
+
+
+def test_the_step_log_case_writes_every_step_durably(tmp_path, monkeypatch):
+    """The figure is worth something only if each step really reached the ledger, fenced: per
+    step the reply with its call's start mark in one write, the call's result in another."""
+    written: list[tuple[list[str], bool]] = []
+    real = offload_engine.Delegations.record_steps
+
+    def spy(self, delegation_id, task_index, steps):
+        kept = real(self, delegation_id, task_index, steps)
+        written.append(([kind for _, kind, _ in steps], kept))
+        return kept
+    monkeypatch.setattr(offload_engine.Delegations, "record_steps", spy)
+    harness.new_home(tmp_path, "steps")
+    case_steps._run_units(2, 3, tmp_path, log=True)
+    assert [kinds for kinds, _ in written] == [["reply", "tool_start"], ["tool_result"]] * 3 * 3  # 1 untimed + 2
+    assert all(kept for _, kept in written)
+
+
+@pytest.mark.timeout(120)
+def test_resume_case_times_a_killed_owners_child_resumed_by_offload_mcp(tmp_path, monkeypatch):
+    monkeypatch.delenv("OFFLOAD_BENCH_POSTGRES_DSN", raising=False)
+    monkeypatch.delenv("OFFLOAD_TEST_POSTGRES_DSN", raising=False)
+    result = case_resume.run(1, tmp_path, log=_quiet)
+    assert result["case"] == 8 and result["skipped"] is None, result.get("skipped")
+    resumed_s = result["metrics"]["sqlite_resume_s"]["median"]
+    assert 0 < resumed_s < case_resume.DEADLINE_S and result["checks"][0]["unit"] == "s"
+    assert "PostgreSQL side skipped" in " ".join(result["notes"])
+    assert bench_main.case_plan(bench_main.QUICK, 1, tmp_path, _quiet)[8]()["skipped"]  # full run only

@@ -75,3 +75,18 @@ def test_only_the_units_owner_may_append(ledger, ledger_factory):
     assert not other.append_step("a", 0, 0, "reply", _reply(0), (OWNER[0] + 1, OWNER[1]), T0 + 1)
     assert ledger.read_steps("a") == []
     assert ledger.append_step("a", 0, 0, "reply", _reply(0), OWNER, T0 + 1)
+
+
+def test_several_steps_of_a_child_are_one_write_fenced_as_one(ledger, ledger_factory):
+    ledger.persist_dispatch(dispatch_row("a"), T0)
+    other = ledger_factory()
+    steps = [(0, "reply", _reply(0)), (1, "tool_start", {"call_id": "c0", "name": "write_file"})]
+    assert not other.append_steps("a", 0, steps, (OWNER[0] + 1, OWNER[1]), T0 + 1)
+    assert ledger.read_steps("a") == []  # refused whole
+    assert ledger.append_steps("a", 0, steps, OWNER, T0 + 1)
+    assert ledger.append_steps("a", 0, [(2, "tool_result", {"call_id": "c0", "content": "ok"})], OWNER, T0 + 2)
+    assert [(s.seq, s.kind, s.written_at) for s in ledger.read_steps("a")] == [
+        (0, "reply", T0 + 1), (1, "tool_start", T0 + 1), (2, "tool_result", T0 + 2)]
+    with pytest.raises(ValueError, match="expected one of"):
+        ledger.append_steps("a", 0, [(3, "tool_result", {}), (4, "thought", {})], OWNER, T0 + 3)
+    assert len(ledger.read_steps("a")) == 3  # nothing of a batch with a bad kind
