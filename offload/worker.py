@@ -1,5 +1,6 @@
 """``offload worker``: run background units queued in the shared PostgreSQL ledger
-(``delegation.run_on: workers``) on this host, until Ctrl-C.
+(``delegation.run_on: workers``) on this host, until Ctrl-C. On a single-host ledger (SQLite)
+it is the per-home background worker instead (``offload.local_worker``).
 
 The loop claims queued units while this process has room (``--concurrency``, default
 ``delegation.max_concurrent_children``) and the whole fleet is under
@@ -143,8 +144,13 @@ def _preload() -> None:
         logger.debug("preloading the HTTP client and toolsets failed", exc_info=True)
 
 
-def serve(off: Offload, concurrency: int | None, say: Callable[[str], None]) -> int:
-    """Run a worker on ``off`` until Ctrl-C/SIGTERM drains it; a second one exits at once."""
+def serve(off: Offload, concurrency: int | None, say: Callable[[str], None], idle_exit_s: float | None = None) -> int:
+    """Run a worker on ``off`` until Ctrl-C/SIGTERM drains it; a second one exits at once. On a
+    single-host ledger, the per-home worker (``offload.local_worker``)."""
+    from offload.subagents.queue import needs_shared_ledger
+
+    if needs_shared_ledger(off.ledger()) is not None:
+        return _serve_local(off, concurrency, say, idle_exit_s)
     worker = Worker(off, concurrency, say)
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -161,6 +167,22 @@ def serve(off: Offload, concurrency: int | None, say: Callable[[str], None]) -> 
         worker.ledger.lease.release()  # fences out our unfinished units: any host recovers them now
         say(f"offload worker: exited with {len(worker.running)} unit(s) unfinished; the next recovery pass on any "
             "host reports them (finished subagents keep their results)")
+        return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _serve_local(off: Offload, concurrency: int | None, say: Callable[[str], None], idle_exit_s: float | None) -> int:
+    from offload.local_worker import LocalWorker, on_signal
+
+    worker = LocalWorker(off, concurrency, say, idle_exit_s)
+    previous = {sig: signal.signal(sig, on_signal(worker)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return worker.serve()
+    except KeyboardInterrupt:
+        say(f"offload worker: exited with {worker.running} unit(s) unfinished; the next long-lived offload process "
+            "on this home resumes those that log their steps (delegation.resume: auto)")
         return 130
     finally:
         for sig, handler in previous.items():

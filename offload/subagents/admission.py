@@ -36,6 +36,7 @@ from offload.engine.delivery import is_this_process
 from offload.engine.liveness import current_owner
 from offload.engine.states import QUEUED
 from offload.ledger import DelegationLedger, DispatchRow, LedgerError, LedgerRow
+from offload.subagents import resume
 from offload.subagents.child import Batch
 from offload.subagents.config import DelegationConfig
 from offload.origin import Origin
@@ -85,6 +86,9 @@ class Admission:
         # Which rows of owners that died this process starts: all by default; a one-request
         # process (offload run) only its own session's, since it exits once those are in.
         self.adopts: Callable[[LedgerRow], bool] = lambda row: True
+        # The agent a row queued by another process is rebuilt under (``offload worker``: one
+        # in the workspace a handed-over unit ran in); by default ``parent()``.
+        self.parent_for: Callable[[LedgerRow], Any] = lambda row: self.parent()
 
     # -- queueing ---------------------------------------------------------------------------------
     def waiting_here(self) -> bool:
@@ -224,9 +228,13 @@ class Admission:
                         and held.written_at is not None and held.written_at < read_at):
                     del self._held[unit_id]
 
+    def may_start(self, ledger: DelegationLedger, row: LedgerRow) -> bool:
+        """Whether this process may start a queued ``row`` (its capacity aside)."""
+        return self._may_start(ledger, row)
+
     def _may_start(self, ledger: DelegationLedger, row: LedgerRow) -> bool:
-        if row.owner_pid is None:
-            return False  # queued for `offload worker` (delegation.run_on: workers)
+        if row.owner_pid is None:  # handed over by a live owner (any process takes it), or for `offload worker`
+            return resume.handed_over(row) and self.adopts(row)
         with self._lock:
             if row.delegation_id in self._held or row.delegation_id in self._adopted:
                 return True
@@ -247,7 +255,7 @@ class Admission:
                     res = dispatch_unit(self.tool.engine, held.unit, row.delegation_id, held.origin, cap,
                                         held.slot_key, False)
                 else:  # queued by a process that died: rebuilt from its row with this process's credentials
-                    res = start_claimed(self.tool, row, self.parent(), cfg, cap)
+                    res = start_claimed(self.tool, row, self.parent_for(row), cfg, cap)
             except Exception as exc:  # e.g. no credentials here to rebuild it: it waits for an owner that has
                 res = {"status": "rejected", "error": f"{type(exc).__name__}: {exc}"}
             if res.get("status") == "dispatched":
