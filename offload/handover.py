@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -90,7 +91,9 @@ def _give(ledger: Any, delegation_id: str, cfg: Any, handed_task: Callable[[Any,
 
 def on_termination(off: Offload, signals: tuple[int, ...] = SIGNALS) -> None:
     """At each of ``signals``, hand the running units over, then do what the signal did before
-    (flush telemetry, exit with 128+n). Call from the main thread."""
+    (flush telemetry, exit with 128+n). Off the main thread (an embedding app's), nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return
     for signum in signals:
         previous = signal.getsignal(signum)
         if previous is signal.SIG_IGN:

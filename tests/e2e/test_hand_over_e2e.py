@@ -1,0 +1,96 @@
+"""Closing a client hands its work over (issue 44, point 4), through ``offload run`` and ``offload
+worker`` on a SQLite home, against the scripted model server.
+
+- SIGTERM of ``offload run`` while its child's side-effecting command runs: the command finishes
+  and its result is recorded (the safe point), the unit is handed to the home's background
+  worker, which continues the child from there; the result is in ``offload inbox`` later and
+  ``run --resume`` delivers it; the command ran once.
+- ``offload worker`` on SQLite resumes a dead owner's unit with no client running, and exits by
+  itself once idle (``--idle-exit-s``); a second worker on the home leaves at once.
+Resuming is opted into explicitly (``delegation.resume: auto``) whatever the default is.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from offload import home_worker
+from offload.testing.demo_script import request_role
+from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, scripted_parent, until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+MARKER = "echo ran >> marker.txt && sleep 0.3"  # a command that outlives the SIGTERM a little
+
+
+@pytest.fixture(autouse=True)
+def stop_the_background_worker(_isolated_hermes_home):
+    yield
+    pid = home_worker.holder(_isolated_hermes_home)
+    if pid and pid > 0:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _child_requests(server) -> list[dict]:
+    return [r for r in server.requests if request_role(r) == "subagent"]
+
+
+def test_sigterm_of_run_mid_command_hands_the_child_over_and_the_result_is_in_the_inbox(
+        cli, model_server, write_config, runtime, workspace, _isolated_hermes_home):
+    def child(request):
+        if any(m.get("role") == "tool" for m in request.get("messages") or []):
+            return text_reply("Marked it once. Done.")
+        return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 60})
+
+    server = model_server(scripted_parent(child=child, delegate={"goal": "mark once"},
+                                          on_result=text_reply("The handed-over child is done.")))
+    write_config(server, resume="auto")
+    marker = workspace / "marker.txt"
+    run = cli("run", "do the marked thing")
+    did = run.wait_for(HANDLE_RE).group(1)
+    sid = run.wait_for(SESSION_RE).group(1)
+    until(marker.exists, "the child's command started")
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.wait(timeout=10) == -signal.SIGTERM
+    row = until(lambda: (r := runtime.ledger().get(did)) is not None and r.state == "completed" and r,
+                "the background worker finished the handed-over child")
+    entry = row.result["results"][0]
+    assert entry["status"] == "completed" and entry["summary"] == "Marked it once. Done.", row.result
+    resumed = entry["resumed"]
+    assert resumed["after"]["handed_over"] is True and resumed["after"]["pid"] == run.proc.pid
+    assert resumed["unknown_calls"] == [] and resumed["calls_rerun"] == 0  # its result was recorded before
+    assert marker.read_text().splitlines() == ["ran"]  # executed exactly once
+    assert row.delivery_state == "pending"  # the worker delivers nothing: it waits for the session
+    inbox = cli("inbox")
+    assert inbox.finish() == 0 and did in inbox.output, inbox.output
+    again = cli("run", "--resume", sid)
+    assert again.finish(timeout_s=60) == 0, again.output
+    assert "The handed-over child is done." in again.output
+    assert runtime.ledger().get(did).delivery_state == "delivered"
+
+
+def test_the_worker_resumes_a_dead_owner_s_unit_on_sqlite_and_exits_when_idle(cli, model_server, write_config,
+                                                                              runtime):
+    def child(request):
+        if len(_child_requests(server)) == 1:
+            return hang_reply("thinking")  # in flight when the owner dies
+        return text_reply("Answered by the worker.")
+
+    server = model_server(scripted_parent(child=child, delegate={"goal": "answer"}))
+    write_config(server, resume="auto")
+    run = cli("run", "ask something")
+    did = run.wait_for(HANDLE_RE).group(1)
+    until(lambda: _child_requests(server), "the child's model call started")
+    run.kill()  # SIGKILL: nothing is handed over, the unit's owner is simply dead
+    worker = cli("worker", "--idle-exit-s", "1")
+    worker.wait_for(r"offload worker on .* up to \d+ unit\(s\)")
+    second = cli("worker")
+    assert second.finish() == 0 and "another worker" in second.output, second.output
+    assert worker.finish(timeout_s=60) == 0, worker.output  # idle after the unit: it leaves by itself
+    assert "idle, exiting" in worker.output and f"finished {did} completed" in worker.output, worker.output
+    row = runtime.ledger().get(did)
+    assert row.state == "completed" and row.result["results"][0]["summary"] == "Answered by the worker."
+    assert row.result["results"][0]["resumed"]["after"]["pid"] == run.proc.pid
+    assert len(_child_requests(server)) == 2  # the call in flight at the death, issued once more
