@@ -42,7 +42,7 @@ class LocalWorker:
         self.bus = off.bus.completion_queue  # nobody else drains it in a worker
         self.draining = threading.Event()
         self._parents: dict[str | None, Any] = {}
-        off.admission.parent_for = self._parent_for
+        off.admission.parent_for, off.admission.any_workspace = self._parent_for, True
         off.admission.config = self._config
 
     def _config(self) -> Any:

@@ -89,6 +89,7 @@ class Admission:
         # The agent a row queued by another process is rebuilt under (``offload worker``: one
         # in the workspace a handed-over unit ran in); by default ``parent()``.
         self.parent_for: Callable[[LedgerRow], Any] = lambda row: self.parent()
+        self.any_workspace = False  # an ``offload worker`` takes handed-over units of any folder
 
     # -- queueing ---------------------------------------------------------------------------------
     def waiting_here(self) -> bool:
@@ -234,12 +235,24 @@ class Admission:
 
     def _may_start(self, ledger: DelegationLedger, row: LedgerRow) -> bool:
         if row.owner_pid is None:  # handed over by a live owner (any process takes it), or for `offload worker`
-            return resume.handed_over(row) and self.adopts(row)
+            return resume.handed_over(row) and self.adopts(row) and self._works_where(row)
         with self._lock:
             if row.delegation_id in self._held or row.delegation_id in self._adopted:
                 return True
         return (not is_this_process(row.owner_pid, row.owner_started_at) and ledger.is_abandoned(row, self.owner_alive)
                 and self.adopts(row))
+
+    def _works_where(self, row: LedgerRow) -> bool:
+        """Whether this process can run a handed-over row's children where they worked (an
+        ``offload worker`` rebuilds them there; another process only in its own workspace, so
+        it never takes a unit it would have to fail)."""
+        if self.any_workspace:
+            return True
+        folder = resume.workspace_of(row)
+        try:
+            return folder is None or str(getattr(self.parent(), "workspace", "")) == folder
+        except Exception:  # no credentials here to build the agent: not for us
+            return False
 
     def _start(self, ledger: DelegationLedger, row: LedgerRow, cfg: DelegationConfig, cap: int) -> bool:
         """Dispatch a taken row on the engine; False (the row back in the queue) if refused."""
