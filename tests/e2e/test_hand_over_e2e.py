@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 import pytest
 
@@ -94,3 +96,33 @@ def test_the_worker_resumes_a_dead_owner_s_unit_on_sqlite_and_exits_when_idle(cl
     assert row.state == "completed" and row.result["results"][0]["summary"] == "Answered by the worker."
     assert row.result["results"][0]["resumed"]["after"]["pid"] == run.proc.pid
     assert len(_child_requests(server)) == 2  # the call in flight at the death, issued once more
+
+
+def test_the_sqlite_worker_takes_queued_units_within_its_capacity(cli, model_server, write_config, runtime):
+    """Two units of a dead owner, a worker with ``-c 1``: it takes them one at a time from the
+    queue (never two children's calls in flight at once) and finishes both."""
+    in_flight, most = [0], [0]
+    lock = threading.Lock()
+
+    def child(request):
+        if len(_child_requests(server)) <= 2:
+            return hang_reply("thinking")  # both units' first calls, in flight when the owner dies
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.5)  # long enough for a second unit's call to overlap, were it started
+        with lock:
+            in_flight[0] -= 1
+        return text_reply(f"done: {last_message_text(request)[:30]}")
+
+    server = model_server(scripted_parent(child=child, delegate={"tasks": [{"goal": "first"}, {"goal": "second"}]}))
+    write_config(server, resume="auto", independent_completions=True)
+    run = cli("run", "two things")
+    run.wait_for(r"delegated 2 task\(s\) in the background, reporting in 2 parts")
+    until(lambda: len(_child_requests(server)) >= 2, "both units' children called the model")
+    run.kill()
+    worker = cli("worker", "-c", "1", "--idle-exit-s", "1")
+    assert worker.finish(timeout_s=60) == 0, worker.output
+    rows = [r for r in runtime.ledger().pending_rows()]
+    assert len(rows) == 2 and all(r.state == "completed" for r in rows), rows
+    assert most[0] == 1 and len(_child_requests(server)) == 4, (most, len(_child_requests(server)))
