@@ -74,7 +74,9 @@ def _hand_over(off: Offload, bound_s: float, start_worker: bool) -> list[str]:
     engine.interrupt(lambda record: record.get("delegation_id") in handed, "handed over to another process")
     if handed:
         logger.warning("handed %d running background unit(s) over: %s", len(handed), ", ".join(handed))
-        if start_worker:
+        from offload.subagents.queue import needs_shared_ledger
+
+        if start_worker and needs_shared_ledger(off.ledger()) is not None:  # one host: the home's worker
             from offload import home_worker
 
             home_worker.ensure(off.home)

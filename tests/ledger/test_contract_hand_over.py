@@ -47,6 +47,7 @@ def test_every_write_of_the_leaving_owner_is_refused_and_the_takers_land(ledger_
     assert not old.record_unit_child("a", {"task_index": 0, "status": "interrupted"}, T0 + 5)
     try:  # refused: SQLite and memory say so; PostgreSQL may only log it (its terminal write can ride another)
         old.persist_completion(row, event_for(row, "interrupted"), {"status": "interrupted"}, T0 + 5)
+        assert old.location.startswith("postgresql"), "the leaving owner's terminal write was not refused"
     except LedgerError as exc:
         assert exc.kind == "fenced", exc
     assert new.get("a").state == "running" and new.get("a").result is None
