@@ -160,29 +160,31 @@ def serve(off: Offload, concurrency: int | None, say: Callable[[str], None], idl
         worker.bus.put(WAKE)
         say(f"offload worker: draining {len(worker.running)} running unit(s); Ctrl-C again to exit now")
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return worker.serve()
-    except KeyboardInterrupt:
+    def abandoned() -> None:
         worker.ledger.lease.release()  # fences out our unfinished units: any host recovers them now
         say(f"offload worker: exited with {len(worker.running)} unit(s) unfinished; the next recovery pass on any "
             "host reports them (finished subagents keep their results)")
-        return 130
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return _until_drained(worker.serve, on_signal, abandoned)
 
 
 def _serve_local(off: Offload, concurrency: int | None, say: Callable[[str], None], idle_exit_s: float | None) -> int:
     from offload.local_worker import LocalWorker, on_signal
 
     worker = LocalWorker(off, concurrency, say, idle_exit_s)
-    previous = {sig: signal.signal(sig, on_signal(worker)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return _until_drained(worker.serve, on_signal(worker), lambda: say(
+        f"offload worker: exited with {worker.running} unit(s) unfinished; the next long-lived offload process on "
+        "this home resumes those that log their steps (delegation.resume: auto)"))
+
+
+def _until_drained(serve: Callable[[], int], on_signal: Callable[[int, Any], None],
+                   abandoned: Callable[[], None]) -> int:
+    """``serve()`` with Ctrl-C and SIGTERM asking it to drain; a second one (``on_signal``
+    raises KeyboardInterrupt) leaves at once: ``abandoned()``, exit 130."""
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return worker.serve()
+        return serve()
     except KeyboardInterrupt:
-        say(f"offload worker: exited with {worker.running} unit(s) unfinished; the next long-lived offload process "
-            "on this home resumes those that log their steps (delegation.resume: auto)")
+        abandoned()
         return 130
     finally:
         for sig, handler in previous.items():

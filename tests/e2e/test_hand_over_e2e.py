@@ -75,9 +75,12 @@ def test_sigterm_of_run_mid_command_hands_the_child_over_and_the_result_is_in_th
 
 def test_the_worker_resumes_a_dead_owner_s_unit_on_sqlite_and_exits_when_idle(cli, model_server, write_config,
                                                                               runtime):
+    resumed = threading.Event()
+
     def child(request):
         if len(_child_requests(server)) == 1:
             return hang_reply("thinking")  # in flight when the owner dies
+        resumed.wait(60)  # the worker is busy with it until the test has looked
         return text_reply("Answered by the worker.")
 
     server = model_server(scripted_parent(child=child, delegate={"goal": "answer"}))
@@ -87,9 +90,10 @@ def test_the_worker_resumes_a_dead_owner_s_unit_on_sqlite_and_exits_when_idle(cl
     until(lambda: _child_requests(server), "the child's model call started")
     run.kill()  # SIGKILL: nothing is handed over, the unit's owner is simply dead
     worker = cli("worker", "--idle-exit-s", "1")
-    worker.wait_for(r"offload worker on .* up to \d+ unit\(s\)")
+    until(lambda: len(_child_requests(server)) == 2, "the worker resumed the child")
     second = cli("worker")
     assert second.finish() == 0 and "another worker" in second.output, second.output
+    resumed.set()
     assert worker.finish(timeout_s=60) == 0, worker.output  # idle after the unit: it leaves by itself
     assert "idle, exiting" in worker.output and f"finished {did} completed" in worker.output, worker.output
     row = runtime.ledger().get(did)
