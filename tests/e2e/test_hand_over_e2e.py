@@ -21,7 +21,7 @@ import pytest
 from offload import home_worker
 from offload.testing.demo_script import request_role
 from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
-from tests.e2e.conftest import HANDLE_RE, SESSION_RE, scripted_parent, until
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, delegating_chat, scripted_parent, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 MARKER = "echo ran >> marker.txt && sleep 0.3"  # a command that outlives the SIGTERM a little
@@ -130,3 +130,36 @@ def test_the_sqlite_worker_takes_queued_units_within_its_capacity(cli, model_ser
     rows = [r for r in runtime.ledger().pending_rows()]
     assert len(rows) == 2 and all(r.state == "completed" for r in rows), rows
     assert most[0] == 1 and len(_child_requests(server)) == 4, (most, len(_child_requests(server)))
+
+
+def test_sighup_of_chat_hands_the_child_over_and_the_resumed_chat_gets_its_result(cli, model_server, write_config,
+                                                                                   runtime):
+    """A closed terminal (SIGHUP) while the chat's child thinks: the child's call is issued again
+    by the home's worker, and ``chat --resume`` later delivers the result as a new turn."""
+    hold = threading.Event()
+
+    def child(request):
+        if len(_child_requests(server)) == 1:
+            hold.wait(60)  # in flight when the terminal closes
+            return text_reply("too late")
+        return text_reply("Answered after the hang-up.")
+
+    server = model_server(scripted_parent(child=child, delegate={"goal": "answer"},
+                                          on_result=text_reply("Got the answer after the hang-up.")))
+    write_config(server, resume="auto")
+    chat = delegating_chat(cli)[0]
+    did = chat.wait_for(HANDLE_RE).group(1)
+    sid = chat.wait_for(SESSION_RE).group(1)
+    until(lambda: _child_requests(server), "the child's model call started")
+    chat.proc.send_signal(signal.SIGHUP)
+    assert chat.proc.wait(timeout=10) == -signal.SIGHUP
+    hold.set()
+    row = until(lambda: (r := runtime.ledger().get(did)) is not None and r.state == "completed" and r,
+                "the background worker finished the handed-over child")
+    assert row.result["results"][0]["summary"] == "Answered after the hang-up."
+    assert len(_child_requests(server)) == 2
+    again = cli("chat", "--resume", sid)
+    again.wait_for(r"agent> Got the answer after the hang-up.")
+    again.send("/quit")
+    assert again.finish() == 0, again.output
+    assert runtime.ledger().get(did).delivery_state == "delivered"
