@@ -84,8 +84,10 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
                                     first_run=first_run))
         from offload import handover
 
+        # SIGTERM, SIGHUP: the running children go on in the home's worker (over HTTP uvicorn
+        # takes SIGTERM while it serves, and its exit hook below hands over; SIGHUP stays ours).
+        handover.on_termination(off)
         if not http:
-            handover.on_termination(off)  # SIGTERM, SIGHUP: the running children go on in the home's worker
             server.run()
             handover.hand_over(off)  # stdin closed: the client left, its work goes on (docs/crash-and-restart.md)
             return
