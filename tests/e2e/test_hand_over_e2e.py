@@ -23,7 +23,9 @@ from offload.testing.demo_script import request_role
 from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
 from tests.e2e.conftest import HANDLE_RE, SESSION_RE, delegating_chat, scripted_parent, until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+# The per-home worker is the single-host ledger's; on PostgreSQL any host's `offload worker` takes
+# a handed-over unit (tests/ledger/test_contract_hand_over.py holds that backend to the same fence).
+pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only, pytest.mark.timeout(120)]
 MARKER = "echo ran >> marker.txt && sleep 0.3"  # a command that outlives the SIGTERM a little
 
 
@@ -41,8 +43,11 @@ def _child_requests(server) -> list[dict]:
 
 def test_sigterm_of_run_mid_command_hands_the_child_over_and_the_result_is_in_the_inbox(
         cli, model_server, write_config, runtime, workspace, _isolated_hermes_home):
+    gone = threading.Event()
+
     def child(request):
         if any(m.get("role") == "tool" for m in request.get("messages") or []):
+            gone.wait(60)  # the call after the command is in flight while the run leaves
             return text_reply("Marked it once. Done.")
         return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 60})
 
@@ -56,6 +61,7 @@ def test_sigterm_of_run_mid_command_hands_the_child_over_and_the_result_is_in_th
     until(marker.exists, "the child's command started")
     run.proc.send_signal(signal.SIGTERM)
     assert run.proc.wait(timeout=10) == -signal.SIGTERM
+    gone.set()
     row = until(lambda: (r := runtime.ledger().get(did)) is not None and r.state == "completed" and r,
                 "the background worker finished the handed-over child")
     entry = row.result["results"][0]
@@ -64,6 +70,7 @@ def test_sigterm_of_run_mid_command_hands_the_child_over_and_the_result_is_in_th
     assert resumed["after"]["handed_over"] is True and resumed["after"]["pid"] == run.proc.pid
     assert resumed["unknown_calls"] == [] and resumed["calls_rerun"] == 0  # its result was recorded before
     assert marker.read_text().splitlines() == ["ran"]  # executed exactly once
+    assert len(_child_requests(server)) == 3  # the call in flight when it left, issued once more
     assert row.delivery_state == "pending"  # the worker delivers nothing: it waits for the session
     inbox = cli("inbox")
     assert inbox.finish() == 0 and did in inbox.output, inbox.output
