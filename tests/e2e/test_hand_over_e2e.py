@@ -170,3 +170,40 @@ def test_sighup_of_chat_hands_the_child_over_and_the_resumed_chat_gets_its_resul
     again.send("/quit")
     assert again.finish() == 0, again.output
     assert runtime.ledger().get(did).delivery_state == "delivered"
+
+
+def test_sigterm_of_the_gateway_hands_the_child_over_and_the_restarted_gateway_delivers_it(
+        cli, model_server, runtime, monkeypatch, _isolated_hermes_home, workspace):
+    from offload.gateway.telegram.fake_api import FakeBotApi
+    from tests.e2e.gateway_harness import DM, TOKEN, chat_parent, visible, write_gateway_config
+
+    hold = threading.Event()
+
+    def child(request):
+        if len(_child_requests(server)) == 1:
+            hold.wait(60)  # in flight when the gateway is told to stop
+            return text_reply("too late")
+        return text_reply("Answered while no gateway ran.")
+
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    server = model_server(chat_parent(lambda text: {"goal": "answer"}, child))
+    with FakeBotApi(TOKEN) as api:
+        write_gateway_config(_isolated_hermes_home, workspace, server, api, resume="auto")
+        first = cli("gateway", "-v")
+        first.wait_for(r"offload gateway: serving")
+        api.user_says(DM, "go")
+        until(lambda: _child_requests(server), "the child's model call started")
+        [row] = runtime.ledger().running_rows()
+        first.proc.send_signal(signal.SIGTERM)
+        assert first.proc.wait(timeout=15) == 0, first.output
+        hold.set()
+        done = until(lambda: (r := runtime.ledger().get(row.delegation_id)).state == "completed" and r,
+                     "the background worker finished the handed-over child")
+        assert done.result["results"][0]["resumed"]["after"]["handed_over"] is True
+        second = cli("gateway", "-v")
+        second.wait_for(r"offload gateway: serving")
+        assert api.wait_until(lambda: "Result noted." in "\n".join(visible(m) for m in api.messages(DM)), 60), \
+            second.output
+        until(lambda: runtime.ledger().get(row.delegation_id).delivery_state == "delivered", "the result delivered")
+        assert "Answered while no gateway ran." in "\n".join(visible(m) for m in api.messages(DM))
+        second.kill()  # before its Telegram API goes away
