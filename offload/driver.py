@@ -311,7 +311,11 @@ class SessionDriver:
         """The first Ctrl-C stops this session's subagents; a later one leaves (False)."""
         self._note_outcome(ExitCode.INTERRUPTED)
         if count > 1:
-            self.ui.warn("leaving now: unfinished results stay in the ledger and are delivered on "
+            from offload.handover import hand_over
+
+            handed = hand_over(self.runtime)  # what the first Ctrl-C did not stop goes on without us
+            went_on = f"; {len(handed)} still running go on in this home's background worker" if handed else ""
+            self.ui.warn(f"leaving now: unfinished results stay in the ledger{went_on} and are delivered on "
                          f"`offload chat --resume {self.session_id}`")
             return False
         stopped = self.stop_background()

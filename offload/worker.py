@@ -1,5 +1,6 @@
 """``offload worker``: run background units queued in the shared PostgreSQL ledger
-(``delegation.run_on: workers``) on this host, until Ctrl-C.
+(``delegation.run_on: workers``) on this host, until Ctrl-C. On a single-host ledger (SQLite)
+it is the per-home background worker instead (``offload.local_worker``).
 
 The loop claims queued units while this process has room (``--concurrency``, default
 ``delegation.max_concurrent_children``) and the whole fleet is under
@@ -157,8 +158,13 @@ def _preload() -> None:
         logger.debug("preloading the HTTP client and toolsets failed", exc_info=True)
 
 
-def serve(off: Offload, concurrency: int | None, say: Callable[[str], None]) -> int:
-    """Run a worker on ``off`` until Ctrl-C/SIGTERM drains it; a second one exits at once."""
+def serve(off: Offload, concurrency: int | None, say: Callable[[str], None], idle_exit_s: float | None = None) -> int:
+    """Run a worker on ``off`` until Ctrl-C/SIGTERM drains it; a second one exits at once. On a
+    single-host ledger, the per-home worker (``offload.local_worker``)."""
+    from offload.subagents.queue import needs_shared_ledger
+
+    if needs_shared_ledger(off.ledger()) is not None:
+        return _serve_local(off, concurrency, say, idle_exit_s)
     worker = Worker(off, concurrency, say)
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -168,13 +174,31 @@ def serve(off: Offload, concurrency: int | None, say: Callable[[str], None]) -> 
         worker.bus.put(WAKE)
         say(f"offload worker: draining {len(worker.running)} running unit(s); Ctrl-C again to exit now")
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return worker.serve()
-    except KeyboardInterrupt:
+    def abandoned() -> None:
         worker.ledger.lease.release()  # fences out our unfinished units: any host recovers them now
         say(f"offload worker: exited with {len(worker.running)} unit(s) unfinished; the next recovery pass on any "
             "host reports them (finished subagents keep their results)")
+    return _until_drained(worker.serve, on_signal, abandoned)
+
+
+def _serve_local(off: Offload, concurrency: int | None, say: Callable[[str], None], idle_exit_s: float | None) -> int:
+    from offload.local_worker import LocalWorker, on_signal
+
+    worker = LocalWorker(off, concurrency, say, idle_exit_s)
+    return _until_drained(worker.serve, on_signal(worker), lambda: say(
+        f"offload worker: exited with {worker.running} unit(s) unfinished; the next long-lived offload process on "
+        "this home resumes those that log their steps (delegation.resume: auto)"))
+
+
+def _until_drained(serve: Callable[[], int], on_signal: Callable[[int, Any], None],
+                   abandoned: Callable[[], None]) -> int:
+    """``serve()`` with Ctrl-C and SIGTERM asking it to drain; a second one (``on_signal``
+    raises KeyboardInterrupt) leaves at once: ``abandoned()``, exit 130."""
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return serve()
+    except KeyboardInterrupt:
+        abandoned()
         return 130
     finally:
         for sig, handler in previous.items():

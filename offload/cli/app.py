@@ -102,6 +102,9 @@ def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: b
 
         cfg = cfg.model_copy(update=start_demo_endpoint(ui))
     with Offload(cfg) as off:
+        from offload import handover
+
+        handover.on_termination(off)  # SIGTERM, SIGHUP: the running subagents go on in the home's worker
         yield start_session(off, resume, sync_delegation=sync, ui=ui, wakeable=wakeable)
 
 
@@ -303,11 +306,17 @@ def config_path_cmd() -> None:
 def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", min=1,
                                                     help="units run here at once (default: "
                                                          "delegation.max_concurrent_children)"),
+           idle_exit_s: Optional[float] = typer.Option(None, "--idle-exit-s", min=0, metavar="SECONDS",
+                                                       help="single-host ledger: exit after this long with "
+                                                            "nothing running or queued (default: never)"),
            verbose: bool = _VERBOSE) -> None:
-    """Run background units queued in the shared PostgreSQL ledger, until Ctrl-C.
+    """Run background units queued in the ledger, until Ctrl-C.
 
-    Parents queue their background work with `delegation.run_on: workers`; start this on any
-    host that points at the same ledger.url. Ctrl-C drains (running units finish), twice exits."""
+    On a shared PostgreSQL ledger: parents queue their background work with `delegation.run_on:
+    workers`; start this on any host that points at the same ledger.url. On one machine (SQLite):
+    the per-home worker that runs the work a closed client handed over and resumes the units of
+    processes that died; one per home, started by itself when needed. Ctrl-C drains (running
+    units finish), twice exits."""
     from offload.config import load_config
     from offload.runtime import Offload
     from offload.worker import serve
@@ -316,7 +325,7 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
     with Offload(load_config()) as off:
         from offload.render.terminal import inert
 
-        code = serve(off, concurrency, lambda line: print(inert(line), flush=True))  # ids from any host
+        code = serve(off, concurrency, lambda line: print(inert(line), flush=True), idle_exit_s)  # ids from any host
     raise typer.Exit(code)
 
 

@@ -81,6 +81,9 @@ def _serve(off: Offload, cfg: OffloadConfig) -> int:
             fatal += errors
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
+        from offload import handover
+
+        handover.on_termination(off)  # SIGTERM, SIGHUP: the running subagents go on in the home's worker, then stop
         restored = off.bus.restore_completions()
         print(f"offload gateway: restored {restored} undelivered result(s) from the ledger", flush=True)
         try:

@@ -83,16 +83,26 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
 
         server = build_server(Tools(service, namespace, all_namespaces, use_roots=workspace is None,
                                     first_run=first_run))
+        from offload import handover
+
+        # SIGTERM, SIGHUP: the running children go on in the home's worker (over HTTP uvicorn
+        # takes SIGTERM while it serves, and its exit hook below hands over; SIGHUP stays ours).
+        handover.on_termination(off)
         if not http:
             server.run()
+            handover.hand_over(off)  # stdin closed: the client left, its work goes on (docs/crash-and-restart.md)
             return
         from offload.mcp_server.http import serve_http
 
+        def on_exit(signum: int) -> None:
+            service.watcher.close()
+            if signum in handover.SIGNALS:  # Ctrl-C stops the server and its work; SIGTERM/SIGHUP hand it over
+                handover.hand_over(off)
         serve_http(server, host, port, verify, allow_host,
                    lambda url: typer.echo(f"offload mcp on {url} (Ctrl-C stops it); clients send Authorization: "
                                           f"Bearer TOKEN, the token of {source} (`offload token show`, or one per "
                                           "client: `offload token add NAME`)", err=True),
-                   on_exit=service.watcher.close)
+                   on_exit=on_exit)
 
 
 def _check_sdk() -> None:

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from offload.engine import roster
 from offload.engine.events import build_event, crash_result, failure_notice, unit_task_indexes
+from offload.engine.handover import HandOver
 from offload.engine.health import LedgerHealth
 from offload.ledger import DelegationLedger, DispatchRow, LedgerError
 from offload.engine.liveness import current_owner
@@ -87,6 +88,7 @@ class Delegations:
         self.executor: DaemonThreadPool | None = None
         self._executor_lock = threading.Lock()
         self.stalls = StallLoop(self, clock)
+        self.handover = HandOver()  # a leaving process's safe point and its units given away
 
     # -- hooks a facade may route through patchable names ----------------------------------------
     def new_id(self) -> str:
@@ -273,6 +275,11 @@ class Delegations:
         return True
 
     def _announce(self, snapshot: Record, result: dict[str, Any], status: str) -> None:
+        self.handover.forget(snapshot["delegation_id"])
+        if self.handover.was_handed(snapshot["delegation_id"]):
+            logger.info("Async delegation %s was handed over; the process that took it reports it",
+                        snapshot["delegation_id"])
+            return
         evt = build_event(snapshot, result, status)
         try:
             self.persist(evt, result, snapshot)
@@ -308,6 +315,7 @@ class Delegations:
         ledger = self._unit_ledger(delegation_id)
         if ledger is None:
             return True  # nothing durable to fence against: the child goes on
+        self.handover.step(delegation_id, task_index, kind, payload.get("call_id"))  # may park: a hand-over
         return ledger.append_step(delegation_id, task_index, seq, kind, payload, current_owner(), time.time())
 
     def record_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]]) -> bool:

@@ -54,4 +54,5 @@ def decode_row(raw: Mapping[str, Any]) -> LedgerRow:
         owner_pid=raw["owner_pid"], owner_started_at=raw["owner_started_at"],
         delivery_claim_pid=raw.get("delivery_claim_pid"), delivery_claim_started_at=raw.get("delivery_claim_started_at"),
         delivery_progress=raw.get("delivery_progress") or 0, drop_reason=raw.get("drop_reason"),
+        **({"extra": {"owner_epoch": raw["owner_epoch"]}} if raw.get("owner_epoch") is not None else {}),
     )

@@ -25,7 +25,8 @@ from offload.ledger.spend_table import MemorySpend
 from offload.ledger.step_table import MemorySteps
 from offload.ledger import browse as browse_sql
 from offload.ledger.browse import Browse
-from offload.ledger.protocol import DispatchRow, LedgerRow, SingleHostOwners
+from offload.ledger.owner_epoch import MemoryEpochs
+from offload.ledger.protocol import DispatchRow, LedgerError, LedgerRow, SingleHostOwners
 
 Row = dict[str, Any]  # column name -> stored value, as in the SQLite table
 _SETTLED = ("delivered", "dropped")
@@ -64,7 +65,7 @@ def named_store(name: str) -> MemoryStore:
 
 
 def _new_row(row: DispatchRow, state: str, completed_at: float | None, now: float,
-             event_json: str | None, result_json: str | None) -> Row:
+             event_json: str | None, result_json: str | None, epoch: int = 0) -> Row:
     return {"delegation_id": row.delegation_id, "origin_session": row.origin_session,
             "origin_ui_session_id": row.origin_ui_session_id, "origin_session_id": row.origin_session_id,
             "parent_session_id": row.parent_session_id, "state": state, "dispatched_at": row.dispatched_at,
@@ -72,10 +73,11 @@ def _new_row(row: DispatchRow, state: str, completed_at: float | None, now: floa
             "event_json": event_json, "result_json": result_json, "delivery_state": "pending",
             "delivery_attempts": 0, "delivered_at": None, "delivery_claim": None, "delivery_claimed_at": None,
             "owner_pid": row.owner_pid, "owner_started_at": row.owner_started_at,
-            "delivery_claim_pid": None, "delivery_claim_started_at": None, "delivery_progress": 0, "drop_reason": None}
+            "delivery_claim_pid": None, "delivery_claim_started_at": None, "delivery_progress": 0, "drop_reason": None,
+            "owner_epoch": epoch}
 
 
-class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, MemorySteps, SingleHostOwners):
+class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, MemorySteps, MemoryEpochs, SingleHostOwners):
     """The ledger in a ``MemoryStore``. Thread-safe."""
 
     def __init__(self, store: MemoryStore | None = None) -> None:
@@ -90,7 +92,7 @@ class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, MemorySteps, 
 
     # -- writes of the running engine ------------------------------------------------------
     def persist_dispatch(self, row: DispatchRow, now: float) -> None:
-        stored = _new_row(row, "running", None, now, None, None)
+        stored = _new_row(row, "running", None, now, None, None, self.epoch_of(row.delegation_id))
         with self.store.lock:
             self.store.rows[row.delegation_id] = stored
             self.store.created = True
@@ -104,7 +106,7 @@ class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, MemorySteps, 
             results = [r for r in ((loads(row["result_json"]) or {}).get("results") or [])
                        if r.get("task_index") != entry.get("task_index")]
             row.update(result_json=dumps({"results": [*results, entry], "partial": True}), updated_at=now)
-        return self._change(delegation_id, lambda r: r["state"] == "running", add)
+        return self._change(delegation_id, lambda r: r["state"] == "running" and self.fenced(r), add)
 
     def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
         state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
@@ -115,6 +117,9 @@ class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, MemorySteps, 
                 self.store.rows[row.delegation_id] = _new_row(row, state, completed_at, now, event_json, result_json)
                 self.store.created = True
                 return
+            if not self.fenced(stored):
+                raise LedgerError(f"delegation {row.delegation_id} was handed over to or taken over by another "
+                                  "process, so this process does not record its result", kind="fenced")
             stored.update(state=state, completed_at=completed_at, updated_at=now, event_json=event_json,
                           result_json=result_json, delivery_state="pending", delivery_claim=None,
                           delivery_claimed_at=None, delivery_progress=0)
@@ -135,8 +140,14 @@ class MemoryLedger(MemorySideTables, MemoryApprovals, MemorySpend, MemorySteps, 
     def claim_queued(self, delegation_id: str, now: float, owner: tuple[int, int | None],
                      max_running: int) -> LedgerRow | None:
         taken = self._change(delegation_id, lambda r: r["state"] == "queued", lambda r: r.update(
-            state="running", owner_pid=owner[0], owner_started_at=owner[1], updated_at=now))
-        return self.get(delegation_id) if taken else None
+            state="running", owner_pid=owner[0], owner_started_at=owner[1], updated_at=now,
+            owner_epoch=int(r.get("owner_epoch") or 0) + 1))
+        if not taken:
+            return None
+        row = self.get(delegation_id)
+        if row is not None:
+            self.took(delegation_id, int(row.extra.get("owner_epoch") or 0))
+        return row
 
     def requeue_unit(self, row: DispatchRow, now: float) -> None:
         with self.store.lock:

@@ -25,6 +25,10 @@ same step on both (the last may be one backend's only):
 8. ``async_delegation_steps``: background children's durable step logs
    (``offload.ledger.step_table``); created empty. SQLite passes step 7 (nothing to do there) on
    its way, so a number stays one step on both.
+9. ``owner_epoch`` on ``async_delegations`` (0 for every row). On SQLite it is bumped by each
+   take-over of a unit so the writes of its previous owner are refused
+   (``offload.ledger.owner_epoch``); on PostgreSQL it stays 0 (the lease token fences the same
+   writes there) and is added so both keep one layout.
 
 Invariant: every step is idempotent and runs inside the migration's one transaction.
 """
@@ -106,8 +110,13 @@ def _sqlite_steps(conn: sqlite3.Connection) -> None:
     conn.execute(step_table.SQLITE_TABLE)
 
 
+def _sqlite_owner_epoch(conn: sqlite3.Connection) -> None:
+    _sqlite_tables(conn)  # adds exactly the columns this layout has and the store lacks
+
+
 SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_delivery_columns, _sqlite_side_tables,
-                                     _sqlite_approvals, _sqlite_spend, _sqlite_no_functions, _sqlite_steps))
+                                     _sqlite_approvals, _sqlite_spend, _sqlite_no_functions, _sqlite_steps,
+                                     _sqlite_owner_epoch))
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -157,6 +166,11 @@ def _postgres_steps(conn: Any) -> None:
     conn.execute(step_table.POSTGRES_TABLE)
 
 
+def _postgres_epoch_column(conn: Any) -> None:
+    """The same column (one layout on both), left 0: the lease token fences these writes here."""
+    _postgres_tables(conn)  # ADD COLUMN IF NOT EXISTS for every column this layout has
+
+
 POSTGRES_LEDGER = Component("ledger", (_postgres_tables, _postgres_states, _postgres_delivery_columns,
                                        _postgres_side_tables, _postgres_approvals, _postgres_spend,
-                                       _postgres_functions, _postgres_steps))
+                                       _postgres_functions, _postgres_steps, _postgres_epoch_column))

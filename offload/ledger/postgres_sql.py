@@ -93,13 +93,18 @@ assert _HOLDER in SQL.claim, "the shared claim statement must record its holder"
 CLAIM = SQL.claim.replace(_HOLDER, _HOLDER + ", delivery_claim_host=%s, delivery_claim_token=%s")
 
 
+# SQLite's values end with the owner epoch, which PostgreSQL does not write (its lease token
+# fences instead; the column is there, 0, so both layouts stay one).
+_NO_EPOCH = -1
+
+
 def dispatch_values(row: DispatchRow, now: float, host_id: str, token: int | None) -> tuple[Any, ...]:
-    return (*_row_values(row, "running", None, now, None, None), host_id, token)
+    return (*_row_values(row, "running", None, now, None, None)[:_NO_EPOCH], host_id, token)
 
 
 def completion_values(row: DispatchRow, state: str, completed_at: float, now: float, event_json: str,
                       result_json: str, host_id: str, token: int | None) -> tuple[Any, ...]:
-    return (*_row_values(row, state, completed_at, now, event_json, result_json), host_id, token)
+    return (*_row_values(row, state, completed_at, now, event_json, result_json)[:_NO_EPOCH], host_id, token)
 
 
 def decode(values: tuple[Any, ...]) -> LedgerRow:

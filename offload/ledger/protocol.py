@@ -336,6 +336,11 @@ class DelegationLedger(Protocol):
         """Turn ``row`` (running under a dead owner) back into a queued row with ``task``, only
         if it still runs under that owner; whether it did."""
 
+    def hand_over(self, row: LedgerRow, task: dict[str, Any], now: float) -> bool:
+        """A live owner gives ``row`` (running here) back to the queue with ``task``, its owner
+        cleared so any long-lived process may take it at once, and every later write of this
+        owner for it refused (``offload.ledger.owner_epoch``); whether it did."""
+
     def close(self) -> None: ...
 
 

@@ -32,9 +32,10 @@ from offload.ledger.sqlite_side import SqliteSideTables
 from offload.ledger.approval_table import SqliteApprovals
 from offload.ledger.spend_table import SqliteSpend
 from offload.ledger.step_table import SqliteSteps
+from offload.ledger.owner_epoch import SqliteEpochs
 from offload.ledger.sqlite_rows import (  # noqa: F401 - dumps and the columns are part of this module's API
     _COLUMN_NAMES, _COLUMNS, _INSERT_DISPATCH, _SCHEMA, _SELECT, _UPDATE_COMPLETION, _UPSERT_COLUMNS, _UPSERT_COMPLETION, _decode,
-    _row_values, dumps,
+    _row_values, dumps, _RUNNING_RESULTS_FENCED, _UPDATE_COMPLETION_FENCED,
 )
 from offload.ledger.sqlite_rows import SQL as _SQL
 from offload.ledger.tally import SQLITE_TALLY as _TALLY, prune_counted
@@ -49,7 +50,8 @@ _DB_ERRORS = (sqlite3.Error, OSError, ValueError, OverflowError)
 _T = TypeVar("_T")
 
 
-class SqliteLedger(SqliteSideTables, SqliteApprovals, SqliteSpend, SqliteSteps, BrowseReads, SingleHostOwners):
+class SqliteLedger(SqliteSideTables, SqliteApprovals, SqliteSpend, SqliteSteps, SqliteEpochs, BrowseReads,
+                   SingleHostOwners):
     """The ledger in one ``state.db``. Thread-safe; one instance per process and file."""
 
     _dialect = SQLITE
@@ -61,6 +63,7 @@ class SqliteLedger(SqliteSideTables, SqliteApprovals, SqliteSpend, SqliteSteps, 
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
         self._known: tuple[int, int] | None = None  # the file last opened; survives a dropped connection
+        self._epochs: dict[str, int] = {}  # delegation id -> the owner epoch this instance took it under
         self._group = GroupCommit(lambda batch: self._commit_batch(batch))  # late-bound: a seam for tests
 
     # -- connection -------------------------------------------------------------------
@@ -172,20 +175,23 @@ class SqliteLedger(SqliteSideTables, SqliteApprovals, SqliteSpend, SqliteSteps, 
 
     # -- writes of the running engine ------------------------------------------------
     def persist_dispatch(self, row: DispatchRow, now: float) -> None:
-        values = _row_values(row, "running", None, now, None, None)  # serialized before taking the lock
+        values = _row_values(row, "running", None, now, None, None,  # serialized before taking the lock
+                             self.epoch_of(row.delegation_id))
         self._write(lambda conn: conn.execute(_INSERT_DISPATCH, values), create=True)
 
     def forget(self, delegation_id: str) -> None:
         self._write(lambda conn: conn and conn.execute(_SQL.delete_row, (delegation_id,)))
 
     def record_unit_child(self, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
-        return self._write(lambda conn: self._record_child(conn, delegation_id, entry, now), transaction=True)
+        epoch = self.epoch_of(delegation_id)
+        return self._write(lambda conn: self._record_child(conn, delegation_id, entry, now, epoch), transaction=True)
 
     @staticmethod
-    def _record_child(conn: sqlite3.Connection | None, delegation_id: str, entry: dict[str, Any], now: float) -> bool:
+    def _record_child(conn: sqlite3.Connection | None, delegation_id: str, entry: dict[str, Any], now: float,
+                      epoch: int) -> bool:
         if conn is None:
             return False
-        found = conn.execute(_SQL.running_results, (delegation_id,)).fetchone()
+        found = conn.execute(_RUNNING_RESULTS_FENCED, (delegation_id, epoch)).fetchone()
         if found is None:
             return False
         conn.execute(_SQL.write_results, (with_child(found[0], entry), now, delegation_id))
@@ -194,15 +200,24 @@ class SqliteLedger(SqliteSideTables, SqliteApprovals, SqliteSpend, SqliteSteps, 
     def persist_completion(self, row: DispatchRow, event: dict[str, Any], result: dict[str, Any], now: float) -> None:
         state, completed_at = event.get("status") or "unknown", event.get("completed_at") or now
         event_json, result_json = dumps(event), dumps(result)  # serialized before taking the lock
+        epoch = self.epoch_of(row.delegation_id)
 
-        def write(conn: sqlite3.Connection) -> None:
-            # The dispatch row is normally there: move only the terminal fields. If it vanished
-            # (state.db deleted or replaced mid-run), write the whole row again.
-            moved = conn.execute(_UPDATE_COMPLETION, (state, completed_at, now, event_json, result_json,
-                                                      row.delegation_id)).rowcount
-            if not moved:
-                conn.execute(_UPSERT_COMPLETION, _row_values(row, state, completed_at, now, event_json, result_json))
-        self._write(write, create=True)
+        def write(conn: sqlite3.Connection) -> bool:
+            # The dispatch row is normally there: move only the terminal fields, under our owner
+            # epoch (a unit handed over or taken over since is not ours to settle). If it
+            # vanished (state.db deleted or replaced mid-run), write the whole row again.
+            moved = conn.execute(_UPDATE_COMPLETION_FENCED, (state, completed_at, now, event_json, result_json,
+                                                             row.delegation_id, epoch)).rowcount
+            if moved:
+                return True
+            if conn.execute(_SQL.claim_holder, (row.delegation_id,)).fetchone() is not None:
+                return False  # there, under another epoch: fenced out
+            conn.execute(_UPSERT_COMPLETION, _row_values(row, state, completed_at, now, event_json, result_json, epoch))
+            return True
+        if not self._write(write, create=True):
+            raise LedgerError(f"delegation {row.delegation_id} was handed over to or taken over by another process "
+                              f"(owner epoch {epoch} is no longer its epoch in {self.path}), so this process does not "
+                              "record its result; the new owner's stands", kind="fenced")
 
     # -- the admission queue -------------------------------------------------------------
     def enqueue_unit(self, row: DispatchRow, now: float, held: bool = False) -> bool:
@@ -216,7 +231,7 @@ class SqliteLedger(SqliteSideTables, SqliteApprovals, SqliteSpend, SqliteSteps, 
     def claim_queued(self, delegation_id: str, now: float, owner: tuple[int, int | None],
                      max_running: int) -> LedgerRow | None:
         # One host: the engine's own slots are the capacity, so max_running is not asked here.
-        if not self._update(_SQL.take_queued, (owner[0], owner[1], now, delegation_id)):
+        if not self._take_queued(delegation_id, now, owner):
             return None
         return self.get(delegation_id)
 

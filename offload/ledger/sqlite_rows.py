@@ -39,6 +39,9 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     # resumes after them. Reset when the row gets a (new) terminal event.
     ("delivery_progress", "INTEGER NOT NULL DEFAULT 0"),
     ("drop_reason", "TEXT"),  # why the result was dropped undelivered, for every host to show
+    # Bumped on every take-over of a unit (``offload.ledger.owner_epoch``): the writes of its
+    # previous owner, alive or not, are refused after it (what the lease is on PostgreSQL).
+    ("owner_epoch", "INTEGER NOT NULL DEFAULT 0"),
 )
 _COLUMN_NAMES = tuple(name for name, _ in _COLUMNS)
 _SELECT = f"SELECT {', '.join(_COLUMN_NAMES)} FROM async_delegations"
@@ -50,7 +53,7 @@ _SCHEMA = (
 _UPSERT_COLUMNS = (
     "delegation_id", "origin_session", "origin_ui_session_id", "origin_session_id", "parent_session_id",
     "state", "dispatched_at", "completed_at", "updated_at", "task_json", "event_json", "result_json",
-    "delivery_state", "delivery_attempts", "owner_pid", "owner_started_at",
+    "delivery_state", "delivery_attempts", "owner_pid", "owner_started_at", "owner_epoch",
 )
 _INSERT_DISPATCH = (
     f"INSERT OR REPLACE INTO async_delegations ({', '.join(_UPSERT_COLUMNS)}) "
@@ -66,13 +69,16 @@ _UPSERT_COMPLETION = _INSERT_DISPATCH.replace("INSERT OR REPLACE", "INSERT") + (
 SQL = DeliverySql.for_dialect(SQLITE)  # the statements shared with PostgreSQL
 # The common case of the terminal write: the same fields, on the row written at dispatch.
 _UPDATE_COMPLETION = SQL.complete_row
+# Fenced forms (SQLite): only under the writer's owner epoch (``offload.ledger.owner_epoch``).
+_UPDATE_COMPLETION_FENCED = SQL.complete_row + " AND owner_epoch=?"
+_RUNNING_RESULTS_FENCED = SQL.running_results + " AND owner_epoch=?"
 
 
 def _row_values(row: DispatchRow, state: str, completed_at: float | None, now: float,
-                event_json: str | None, result_json: str | None) -> tuple[Any, ...]:
+                event_json: str | None, result_json: str | None, epoch: int = 0) -> tuple[Any, ...]:
     return (row.delegation_id, row.origin_session, row.origin_ui_session_id, row.origin_session_id,
             row.parent_session_id, state, row.dispatched_at, completed_at, now, dumps(row.task),
-            event_json, result_json, "pending", 0, row.owner_pid, row.owner_started_at)
+            event_json, result_json, "pending", 0, row.owner_pid, row.owner_started_at, epoch)
 
 
 def _decode(values: tuple[Any, ...]) -> LedgerRow:

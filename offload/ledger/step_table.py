@@ -14,7 +14,7 @@ A step is ``(delegation_id, task_index, seq, kind, written_at, payload)``; kinds
   not compressed today, so none is written.
 
 Invariants: an append is ONE conditional statement, fenced like every write of a running row
-(SQLite: the row is running under the writer's pid and start time; PostgreSQL: under the
+(SQLite: the row is running under the writer's pid, start time and owner epoch; PostgreSQL: under the
 writer's lease token, after the lease's fence lock, while the lease exists; memory: as SQLite)
 and returns False, writing nothing, when the writer no longer owns the unit; ``append_steps``
 writes several steps of one child in one transaction (one commit: a result and the next call's
@@ -49,7 +49,7 @@ POSTGRES_TABLE = (
     " PRIMARY KEY (delegation_id, task_index, seq))")
 _RUNNING = "SELECT 1 FROM async_delegations WHERE delegation_id={m} AND state='running'"
 SQLITE_APPEND = (f"INSERT INTO async_delegation_steps ({_COLUMNS}) SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS ("
-                 + _RUNNING.format(m="?") + " AND owner_pid=? AND owner_started_at IS ?)"
+                 + _RUNNING.format(m="?") + " AND owner_pid=? AND owner_started_at IS ? AND owner_epoch=?)"
                  " ON CONFLICT (delegation_id, task_index, seq) DO NOTHING")
 POSTGRES_APPEND = (f"INSERT INTO async_delegation_steps ({_COLUMNS}) SELECT %s, %s::integer, %s::integer, %s,"
                    " %s::double precision, %s WHERE EXISTS (" + _RUNNING.format(m="%s")
@@ -58,8 +58,13 @@ POSTGRES_APPEND = (f"INSERT INTO async_delegation_steps ({_COLUMNS}) SELECT %s, 
                    " ON CONFLICT (delegation_id, task_index, seq) DO NOTHING")
 _REQUEUE = ("UPDATE async_delegations SET state='queued', task_json={m}, updated_at={m} WHERE delegation_id={m}"
             " AND state='running' AND event_json IS NULL")
-SQLITE_REQUEUE = _REQUEUE.format(m="?") + " AND owner_pid IS ? AND owner_started_at IS ?"
+# On SQLite a requeue is a take-over: it bumps the owner epoch (``offload.ledger.owner_epoch``).
+SQLITE_REQUEUE = (_REQUEUE.format(m="?").replace("SET state='queued',", "SET state='queued', owner_epoch=owner_epoch+1,")
+                  + " AND owner_pid IS ? AND owner_started_at IS ?")
 POSTGRES_REQUEUE = _REQUEUE.format(m="%s") + " AND owner_token IS NOT DISTINCT FROM %s"
+POSTGRES_HAND_OVER = (_REQUEUE.format(m="%s").replace("SET state='queued',", "SET state='queued', owner_token=NULL,"
+                                                      " owner_pid=NULL, owner_started_at=NULL, owner_host=NULL,")
+                      + " AND owner_token=%s")
 _READ = f"SELECT {_COLUMNS} FROM async_delegation_steps WHERE delegation_id={{m}} ORDER BY task_index, seq"
 _DROP = "DELETE FROM async_delegation_steps WHERE delegation_id={m}"
 
@@ -90,7 +95,8 @@ class SqliteSteps:
 
     def append_step(self, delegation_id: str, task_index: int, seq: int, kind: str, payload: dict[str, Any],
                     owner: tuple[int, int | None], now: float) -> bool:
-        values = (delegation_id, task_index, seq, _checked(kind), now, dumps(payload), delegation_id, *owner)
+        values = (delegation_id, task_index, seq, _checked(kind), now, dumps(payload), delegation_id, *owner,
+                  self.epoch_of(delegation_id))
 
         def write(conn: sqlite3.Connection | None) -> bool:
             return conn is not None and conn.execute(SQLITE_APPEND, values).rowcount > 0
@@ -157,6 +163,14 @@ class PostgresSteps:
     def drop_steps(self, delegation_id: str) -> None:
         self._run(lambda conn: conn.execute(_DROP.format(m="%s"), (delegation_id,)), missing=None)
 
+    def hand_over(self, row: Any, task: dict[str, Any], now: float) -> bool:
+        """Clear our lease token and owner on the row: our later writes fail their token fence."""
+        token = self._tokens.get(row.delegation_id)
+        if token is None:
+            return False
+        return self._run(lambda conn: conn.execute(POSTGRES_HAND_OVER, (dumps(task), now, row.delegation_id, token)
+                                                   ).rowcount > 0, missing=False)
+
     def requeue_for_resume(self, row: Any, task: dict[str, Any], now: float) -> bool:
         """As ``settle_abandoned``: the dead owner's lease is revoked first (unless it is live on
         another host), so its fenced writes still in flight commit before, and later ones fail."""
@@ -183,7 +197,8 @@ class MemorySteps:
             _checked(kind)
         with self.store.lock:
             row = self.store.rows.get(delegation_id)
-            if row is None or row["state"] != "running" or (row["owner_pid"], row["owner_started_at"]) != tuple(owner):
+            if (row is None or row["state"] != "running" or (row["owner_pid"], row["owner_started_at"]) != tuple(owner)
+                    or not self.fenced(row)):
                 return False
             for seq, kind, payload in steps:
                 key = (delegation_id, task_index, seq)
@@ -201,7 +216,8 @@ class MemorySteps:
             if (stored is None or stored["state"] != "running" or stored["event_json"] is not None
                     or (stored["owner_pid"], stored["owner_started_at"]) != (row.owner_pid, row.owner_started_at)):
                 return False
-            stored.update(state="queued", task_json=dumps(task), updated_at=now)
+            stored.update(state="queued", task_json=dumps(task), updated_at=now,
+                          owner_epoch=int(stored.get("owner_epoch") or 0) + 1)
             return True
 
     def drop_steps(self, delegation_id: str) -> None:

@@ -190,9 +190,9 @@ def http_app(server: MCPServer, host: str, verify: Verifier, allowed_hosts: Iter
 
 
 def serve_http(server: MCPServer, host: str, port: int, verify: Verifier, allowed_hosts: Iterable[str] = (),
-               on_start: Callable[[str], None] | None = None, on_exit: Callable[[], None] | None = None) -> None:
+               on_start: Callable[[str], None] | None = None, on_exit: Callable[[int], None] | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM (uvicorn's handling); ``on_start(url)`` once the port is
-    bound (port 0 = any free port, so a caller learns which); ``on_exit()`` as the signal
+    bound (port 0 = any free port, so a caller learns which); ``on_exit(signum)`` as the signal
     arrives, so long polls end at once with their current state instead of holding the
     shutdown (uvicorn waits for in-flight requests, at most ``SHUTDOWN_GRACE_S``)."""
     import uvicorn
@@ -200,7 +200,7 @@ def serve_http(server: MCPServer, host: str, port: int, verify: Verifier, allowe
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: object) -> None:
             if on_exit is not None:
-                on_exit()
+                on_exit(sig)
             super().handle_exit(sig, frame)
 
     app = http_app(server, host, verify, allowed_hosts)

@@ -36,6 +36,7 @@ from offload.engine.delivery import is_this_process
 from offload.engine.liveness import current_owner
 from offload.engine.states import QUEUED
 from offload.ledger import DelegationLedger, DispatchRow, LedgerError, LedgerRow
+from offload.subagents import resume
 from offload.subagents.child import Batch
 from offload.subagents.config import DelegationConfig
 from offload.origin import Origin
@@ -85,6 +86,10 @@ class Admission:
         # Which rows of owners that died this process starts: all by default; a one-request
         # process (offload run) only its own session's, since it exits once those are in.
         self.adopts: Callable[[LedgerRow], bool] = lambda row: True
+        # The agent a row queued by another process is rebuilt under (``offload worker``: one
+        # in the workspace a handed-over unit ran in); by default ``parent()``.
+        self.parent_for: Callable[[LedgerRow], Any] = lambda row: self.parent()
+        self.any_workspace = False  # an ``offload worker`` takes handed-over units of any folder
 
     # -- queueing ---------------------------------------------------------------------------------
     def waiting_here(self) -> bool:
@@ -224,14 +229,30 @@ class Admission:
                         and held.written_at is not None and held.written_at < read_at):
                     del self._held[unit_id]
 
+    def may_start(self, ledger: DelegationLedger, row: LedgerRow) -> bool:
+        """Whether this process may start a queued ``row`` (its capacity aside)."""
+        return self._may_start(ledger, row)
+
     def _may_start(self, ledger: DelegationLedger, row: LedgerRow) -> bool:
-        if row.owner_pid is None:
-            return False  # queued for `offload worker` (delegation.run_on: workers)
+        if row.owner_pid is None:  # handed over by a live owner (any process takes it), or for `offload worker`
+            return resume.handed_over(row) and self.adopts(row) and self._works_where(row)
         with self._lock:
             if row.delegation_id in self._held or row.delegation_id in self._adopted:
                 return True
         return (not is_this_process(row.owner_pid, row.owner_started_at) and ledger.is_abandoned(row, self.owner_alive)
                 and self.adopts(row))
+
+    def _works_where(self, row: LedgerRow) -> bool:
+        """Whether this process can run a handed-over row's children where they worked (an
+        ``offload worker`` rebuilds them there; another process only in its own workspace, so
+        it never takes a unit it would have to fail)."""
+        if self.any_workspace:
+            return True
+        folder = resume.workspace_of(row)
+        try:
+            return folder is None or str(getattr(self.parent(), "workspace", "")) == folder
+        except Exception:  # no credentials here to build the agent: not for us
+            return False
 
     def _start(self, ledger: DelegationLedger, row: LedgerRow, cfg: DelegationConfig, cap: int) -> bool:
         """Dispatch a taken row on the engine; False (the row back in the queue) if refused."""
@@ -247,7 +268,7 @@ class Admission:
                     res = dispatch_unit(self.tool.engine, held.unit, row.delegation_id, held.origin, cap,
                                         held.slot_key, False)
                 else:  # queued by a process that died: rebuilt from its row with this process's credentials
-                    res = start_claimed(self.tool, row, self.parent(), cfg, cap)
+                    res = start_claimed(self.tool, row, self.parent_for(row), cfg, cap)
             except Exception as exc:  # e.g. no credentials here to rebuild it: it waits for an owner that has
                 res = {"status": "rejected", "error": f"{type(exc).__name__}: {exc}"}
             if res.get("status") == "dispatched":

@@ -85,6 +85,28 @@ def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | 
     return queued, None
 
 
+def handed_task(row: LedgerRow, cfg: Any) -> dict[str, Any] | None:
+    """The queued task a live owner hands ``row`` over with (``offload.handover``): as a resume's,
+    the leaving owner named and marked ``handed_over``; None if it cannot be resumed."""
+    queued, _ = resume_task(row, cfg)
+    if not queued:
+        return None
+    mark = queued[MARK]
+    return {**queued, MARK: {**mark, "after": {**mark["after"], "handed_over": True}}}
+
+
+def handed_over(row: LedgerRow) -> bool:
+    """Whether a queued row was handed over by a live owner (any long-lived process takes it)."""
+    mark = (row.task or {}).get(MARK) if isinstance(row.task, dict) else None
+    return isinstance(mark, dict) and bool((mark.get("after") or {}).get("handed_over"))
+
+
+def workspace_of(row: LedgerRow) -> str | None:
+    """The folder a resumable row's children worked in (None: not recorded)."""
+    mark = (row.task or {}).get(MARK) if isinstance(row.task, dict) else None
+    return mark.get("workspace") if isinstance(mark, dict) else None
+
+
 def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
     """Give a unit rebuilt from a resumed row what its children continue from."""
     mark = (row.task or {}).get(MARK) if isinstance(row.task, dict) else None

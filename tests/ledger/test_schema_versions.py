@@ -93,7 +93,7 @@ def test_a_state_db_of_the_previous_layout_is_migrated_and_every_row_stays_reada
     finally:
         ledger.close()
     assert _versions(db) == {"sessions": SESSIONS.version, "ledger": SQLITE_LEDGER.version} == {"sessions": 1,
-                                                                                                 "ledger": 8}
+                                                                                                 "ledger": 9}
 
 
 def test_the_cli_lists_a_migrated_row_in_todays_words():
@@ -187,9 +187,9 @@ def test_a_read_only_listing_refuses_a_newer_store_too():
 
     db = state_db_path()
     _open_ledger(db)
-    _bump(db, "ledger", 9)
+    _bump(db, "ledger", SQLITE_LEDGER.version + 1)
     listed = offload_maybe_read_only("inbox", read_only=True)  # the read-only view: no migration, the check
-    assert listed.returncode == 2 and "ledger schema version 9" in listed.stderr, listed
+    assert listed.returncode == 2 and f"ledger schema version {SQLITE_LEDGER.version + 1}" in listed.stderr, listed
 
 
 def test_the_engine_refuses_a_unit_it_could_not_record_beside_a_newer_offload():

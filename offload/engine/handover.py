@@ -1,0 +1,75 @@
+"""The engine's side of handing running units over to another process (issue 44, point 4): the
+safe point at which a leaving process's children stop, and the silence of a unit it gave away.
+
+While a hand-over is under way (``begin``), a child of a unit being handed over that is about to
+write its next model reply or the start mark of its next side-effecting tool call is parked
+there (``step``): that is its safe point -- nothing it did is lost (its last reply and results
+are logged) and nothing new starts. A tool call already running may finish and write its result
+(``wait_quiet`` waits for that, within a bound). Once the units are handed over (``release``) the
+parked children go on into the ledger, which refuses their writes (the owner epoch on SQLite, the
+lease token on PostgreSQL), so each stops; the model reply a parked child held is dropped and
+issued again by the taker (the one cost paid twice). A unit handed over finalizes silently here:
+its event is neither recorded nor published (``was_handed``), the taker reports it.
+
+Invariant: only units named to ``begin`` are parked, never longer than ``PARK_MAX_S``; an
+inline child (no step log) is never touched.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+PARK_MAX_S = 30.0  # a parked child goes on anyway after this (a hand-over that never released)
+QUIET_POLL_S = 0.02
+_PARKED_KINDS = ("reply", "tool_start")
+
+
+class HandOver:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, set[tuple[int, str]]] = {}  # unit -> side-effecting calls running now
+        self._leaving: set[str] = set()  # units being handed over
+        self._handed: set[str] = set()  # units handed over: they finalize silently
+        self._released = threading.Event()
+
+    def step(self, delegation_id: str, task_index: int, kind: str, call_id: str | None) -> None:
+        """Before a child's step is written: park it at its safe point while its unit is being
+        handed over; track the side-effecting calls that are running."""
+        with self._lock:
+            parked = delegation_id in self._leaving and kind in _PARKED_KINDS
+            if not parked and kind == "tool_start":
+                self._open.setdefault(delegation_id, set()).add((task_index, str(call_id)))
+            elif kind == "tool_result":
+                self._open.get(delegation_id, set()).discard((task_index, str(call_id)))
+        if parked:
+            self._released.wait(PARK_MAX_S)
+
+    def forget(self, delegation_id: str) -> None:
+        with self._lock:
+            self._open.pop(delegation_id, None)
+
+    def begin(self, delegation_ids: list[str]) -> None:
+        with self._lock:
+            self._leaving.update(delegation_ids)
+
+    def wait_quiet(self, delegation_ids: list[str], deadline: float) -> bool:
+        """Wait (until monotonic ``deadline``) for the running side-effecting calls of these
+        units to write their results; True if none is running any more."""
+        while True:
+            with self._lock:
+                running = any(self._open.get(did) for did in delegation_ids)
+            if not running or time.monotonic() >= deadline:
+                return not running
+            time.sleep(QUIET_POLL_S)
+
+    def handed(self, delegation_id: str) -> None:
+        with self._lock:
+            self._handed.add(delegation_id)
+
+    def was_handed(self, delegation_id: str) -> bool:
+        with self._lock:
+            return delegation_id in self._handed
+
+    def release(self) -> None:
+        """The units are handed over (or the hand-over gave up): parked children go on."""
+        self._released.set()

@@ -1,0 +1,50 @@
+"""The engine's safe point for a hand-over (``offload.engine.handover``): a child of a unit being
+handed over is parked before its next reply or side-effecting call is logged, a call already
+running may finish, and parked children go on (into the ledger's fence) once released."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from offload.engine.handover import HandOver
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _stepping(handover: HandOver, *steps: tuple[str, str | None]) -> tuple[threading.Thread, list[str]]:
+    done: list[str] = []
+
+    def child() -> None:
+        for kind, call_id in steps:
+            handover.step("u1", 0, kind, call_id)
+            done.append(kind)
+    thread = threading.Thread(target=child, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def test_a_running_call_may_finish_and_the_next_reply_is_parked_until_release():
+    handover = HandOver()
+    handover.step("u1", 0, "reply", None)
+    handover.step("u1", 0, "tool_start", "c1")  # a side-effecting call runs now
+    handover.begin(["u1"])
+    assert not handover.wait_quiet(["u1"], time.monotonic() + 0.05)  # still running: the bound passes
+    thread, done = _stepping(handover, ("tool_result", "c1"), ("reply", None))
+    assert handover.wait_quiet(["u1"], time.monotonic() + 5)  # its result was written: quiet
+    thread.join(0.2)
+    assert done == ["tool_result"] and thread.is_alive()  # the next reply waits at the safe point
+    handover.release()
+    thread.join(5)
+    assert done == ["tool_result", "reply"]
+
+
+def test_other_units_are_never_parked_and_a_handed_unit_is_remembered():
+    handover = HandOver()
+    handover.begin(["u2"])
+    thread, done = _stepping(handover, ("reply", None), ("tool_start", "c1"))
+    thread.join(5)
+    assert done == ["reply", "tool_start"]
+    handover.handed("u2")
+    assert handover.was_handed("u2") and not handover.was_handed("u1")
