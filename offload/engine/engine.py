@@ -20,6 +20,8 @@ Invariants:
 One module past the ~400-line guideline, on purpose: dispatch, finalize, pruning and the
 queries all read and write the one record table under the one ``lock``, and the invariants
 above are about their order; split apart, that lock and table would be handed across modules.
+What a running unit records before it finalizes (its children's steps, each finished child) is
+the mixin ``engine.unit_progress``, which only appends under that lock.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from offload.engine import roster
-from offload.engine.events import build_event, crash_result, failure_notice, unit_task_indexes
+from offload.engine.events import build_event, crash_result
 from offload.engine.handover import HandOver
 from offload.engine.health import LedgerHealth
 from offload.ledger import DelegationLedger, DispatchRow, LedgerError
@@ -43,7 +45,8 @@ from offload.engine.policy import DEFAULTS, Policy
 from offload.engine.pool import DaemonThreadPool
 from offload.engine.loop import Clock, Loop
 from offload.engine.stall import StallLoop
-from offload.engine.states import ACTIVE_STATES, COMPLETED, ERROR, FAILED_STATES, LIVE_STATES, STOP_USER, result_state
+from offload.engine.states import ACTIVE_STATES, COMPLETED, ERROR, LIVE_STATES, STOP_USER, result_state
+from offload.engine.unit_progress import UnitProgress
 from offload.engine.units import UnitSpec, capacity_error, invalid_dispatch, new_record
 from offload.origin import IDENTITY_KEYS, Origin
 
@@ -64,7 +67,7 @@ def new_delegation_id() -> str:
     return "deleg_%012x" % _ids.getrandbits(48)
 
 
-class Delegations:
+class Delegations(UnitProgress):
     def __init__(self, *, ledger: Callable[[], DelegationLedger], publish: Callable[[dict[str, Any]], None],
                  policy: Callable[[], Policy] = lambda: DEFAULTS, health: LedgerHealth | None = None,
                  records: dict[str, Record] | None = None, lock: threading.Lock | None = None,
@@ -308,68 +311,6 @@ class Delegations:
             except Exception:
                 logger.warning("could not drop the step log of %s; prune drops it with the row",
                                evt["delegation_id"], exc_info=True)
-
-    def record_step(self, delegation_id: str, task_index: int, seq: int, kind: str, payload: dict[str, Any]) -> bool:
-        """Write one step of a background child durably (``offload.agent.step_log``); False only
-        when the ledger refused it because this process no longer owns the unit."""
-        ledger = self._unit_ledger(delegation_id)
-        if ledger is None:
-            return True  # nothing durable to fence against: the child goes on
-        self.handover.step(delegation_id, task_index, kind, payload.get("call_id"))  # may park: a hand-over
-        return ledger.append_step(delegation_id, task_index, seq, kind, payload, current_owner(), time.time())
-
-    def record_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]]) -> bool:
-        """``record_step`` for several ``(seq, kind, payload)`` steps of one child, in one ledger write."""
-        ledger = self._unit_ledger(delegation_id)
-        return True if ledger is None else ledger.append_steps(delegation_id, task_index, steps, current_owner(),
-                                                               time.time())
-
-    def _unit_ledger(self, delegation_id: str) -> Any:
-        with self.lock:
-            record = self.records.get(delegation_id)
-            return None if record is None else record.get("_ledger")
-
-    def record_unit_child(self, delegation_id: str, entry: dict[str, Any]) -> bool:
-        """Record one finished child of a running unit, in memory and durably, right away."""
-        with self.lock:
-            record = self.records.get(delegation_id)
-            if record is None or record["status"] not in ACTIVE_STATES:
-                return False
-            partial = [e for e in record.get("_partial_results", []) if e.get("task_index") != entry.get("task_index")]
-            record["_partial_results"] = [*partial, entry]
-            ledger = record.get("_ledger")
-            notice = self._failure_notice_locked(record, entry)
-        if notice is not None:
-            self._publish_notice(notice)
-        if ledger is None:
-            return False
-        notify("child_recorded", delegation_id, entry=entry)
-        try:
-            return ledger.record_unit_child(delegation_id, entry, time.time())
-        except Exception as exc:  # best effort: a failing record must never fail the unit runner
-            self.health.report(ledger, "recording a finished child", exc,
-                               "A crash before the unit ends would report this child as unknown.")
-            return False
-
-    def _failure_notice_locked(self, record: Record, entry: dict[str, Any]) -> dict[str, Any] | None:
-        """The unit's interim notice if ``entry`` is its first failed child and siblings still run.
-
-        Once per unit: a rejected model fails every child at once, and one warning says it all."""
-        if (not record.get("is_batch") or record.get("_failure_noticed")
-                or entry.get("status") not in FAILED_STATES
-                or len(record["_partial_results"]) >= len(unit_task_indexes(record))):
-            return None
-        record["_failure_noticed"] = True
-        return failure_notice(dict(record), entry)
-
-    def _publish_notice(self, notice: dict[str, Any]) -> None:
-        try:
-            self.publish(notice)  # in memory only: the final event is what the ledger keeps
-        except Exception:
-            logger.exception("Async delegation %s: could not queue the interim failure notice",
-                             notice.get("delegation_id"))
-            return
-        notify("failure_notice", notice["delegation_id"], event=notice)
 
     def _prune_retired_locked(self) -> None:
         """Drop the records finalize retired longest ago beyond the retention count.

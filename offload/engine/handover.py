@@ -35,14 +35,29 @@ class HandOver:
     def step(self, delegation_id: str, task_index: int, kind: str, call_id: str | None) -> None:
         """Before a child's step is written: park it at its safe point while its unit is being
         handed over; track the side-effecting calls that are running."""
+        if self.parks(delegation_id, kind):
+            self.park()
+        else:
+            self.track(delegation_id, task_index, [(0, kind, {"call_id": call_id})], kind)
+
+    def parks(self, delegation_id: str, kind: str) -> bool:
+        """Whether a step of this kind must wait here: its unit is being handed over."""
         with self._lock:
-            parked = delegation_id in self._leaving and kind in _PARKED_KINDS
-            if not parked and kind == "tool_start":
-                self._open.setdefault(delegation_id, set()).add((task_index, str(call_id)))
-            elif kind == "tool_result":
-                self._open.get(delegation_id, set()).discard((task_index, str(call_id)))
-        if parked:
-            self._released.wait(PARK_MAX_S)
+            return delegation_id in self._leaving and kind in _PARKED_KINDS
+
+    def park(self) -> None:
+        self._released.wait(PARK_MAX_S)
+
+    def track(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict]], kind: str) -> None:
+        """Note the side-effecting calls these steps start (``kind`` "tool_start", before their
+        write) or whose results they hold ("tool_result", after it)."""
+        calls = {(task_index, str(payload.get("call_id"))) for _, k, payload in steps if k == kind}
+        with self._lock:
+            running = self._open.setdefault(delegation_id, set())
+            if kind == "tool_start":
+                running |= calls
+            else:
+                running -= calls
 
     def forget(self, delegation_id: str) -> None:
         with self._lock:

@@ -95,16 +95,12 @@ class SqliteSteps:
 
     def append_step(self, delegation_id: str, task_index: int, seq: int, kind: str, payload: dict[str, Any],
                     owner: tuple[int, int | None], now: float) -> bool:
-        values = (delegation_id, task_index, seq, _checked(kind), now, dumps(payload), delegation_id, *owner,
-                  self.epoch_of(delegation_id))
-
-        def write(conn: sqlite3.Connection | None) -> bool:
-            return conn is not None and conn.execute(SQLITE_APPEND, values).rowcount > 0
-        return self._write(write, create=True)
+        return self.append_steps(delegation_id, task_index, [(seq, kind, payload)], owner, now)
 
     def append_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]],
                      owner: tuple[int, int | None], now: float) -> bool:
-        rows = [(delegation_id, task_index, seq, _checked(kind), now, dumps(payload), delegation_id, *owner)
+        epoch = self.epoch_of(delegation_id)
+        rows = [(delegation_id, task_index, seq, _checked(kind), now, dumps(payload), delegation_id, *owner, epoch)
                 for seq, kind, payload in steps]
 
         def write(conn: sqlite3.Connection | None) -> bool:
