@@ -41,7 +41,7 @@ def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] 
     from offload.subagents.queue import unit_spec
 
     if (unit.run_child is not run_single_child or unit.build_child is not build_child_agent
-            or not isinstance(unit.parent, AIAgent) or getattr(unit.cfg, "resume", "never") != "auto"):
+            or not isinstance(unit.parent, AIAgent) or unit.cfg.resume != "auto"):
         return None  # (with ``delegation.resume: never`` no step is logged at all)
     workspace = getattr(unit.parent, "workspace", None)
     return {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
