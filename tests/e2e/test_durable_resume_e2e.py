@@ -24,7 +24,7 @@ MARKER = "echo ran >> marker.txt && sleep 300"
 
 @pytest.fixture
 def write_config(write_config, _isolated_hermes_home):
-    """As the harness's with ``delegation.resume: auto`` (the default is ``never``), plus the test's
+    """As the harness's with ``delegation.resume: auto`` (explicit, though it is the default), plus the test's
     PostgreSQL ledger (``OFFLOAD_TEST_LEDGER=postgresql``): the CLI's environment drops ``OFFLOAD_LEDGER_URL``, so it goes in config.yaml, with a short
     lease so a dead owner on this host is recovered within seconds."""
     def write(server, **delegation):
@@ -38,6 +38,13 @@ def write_config(write_config, _isolated_hermes_home):
 
 def _child_requests(server) -> list[dict]:
     return [r for r in server.requests if request_role(r) == "subagent"]
+
+
+def _marks_once(request):
+    """The child: runs the marker command, and once told the host died while it ran, checks and ends."""
+    if HOST_DIED in last_message_text(request):
+        return text_reply("Checked marker.txt: the command ran once. Done.")
+    return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 600})
 
 
 def _start_and_kill(cli, ready) -> tuple[str, str, str]:
@@ -57,13 +64,7 @@ def _resume(cli, sid: str, code: int = 0):
 
 def test_a_side_effecting_call_cut_by_the_death_is_never_run_again(cli, model_server, write_config, runtime,
                                                                     workspace):
-    def child(request):
-        last = last_message_text(request)
-        if HOST_DIED in last:
-            return text_reply("Checked marker.txt: the command ran once. Done.")
-        return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 600})
-
-    server = model_server(scripted_parent(child=child, delegate={"goal": "mark once"},
+    server = model_server(scripted_parent(child=_marks_once, delegate={"goal": "mark once"},
                                           on_result=text_reply("The resumed child is done.")))
     write_config(server)
     marker = workspace / "marker.txt"
@@ -115,15 +116,36 @@ def test_a_taker_with_resume_never_reports_the_child_unknown_with_the_reason(cli
     assert len(_child_requests(server)) == 1
 
 
-def test_by_default_nothing_is_logged_and_a_killed_child_is_unknown_as_before(cli, model_server, runtime, workspace,
-                                                                              _isolated_hermes_home):
-    server = model_server(scripted_parent(child=lambda r: tool_call_reply("run_command", {"command": MARKER}),
-                                          delegate={"goal": "mark once"}, on_result=text_reply("Noted.")))
+def _plain_config(home, server, workspace, **delegation) -> None:
+    """config.yaml with no ``delegation.resume`` unless given (``write_config`` here always sets it)."""
     data = {"model": "demo-model", "base_url": server.url, "workspace": str(workspace),
-            "toolsets": ["terminal", "file", "delegation"]}  # no delegation.resume: the default, never
+            "toolsets": ["terminal", "file", "delegation"]}
+    if delegation:
+        data["delegation"] = delegation
     if os.environ.get("OFFLOAD_LEDGER_URL"):
         data["ledger"] = {"url": os.environ["OFFLOAD_LEDGER_URL"], "lease_seconds": 4, "heartbeat_seconds": 1}
-    (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    (home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+
+
+def test_by_default_a_killed_child_is_resumed(cli, model_server, runtime, workspace, _isolated_hermes_home):
+    server = model_server(scripted_parent(child=_marks_once, delegate={"goal": "mark once"},
+                                          on_result=text_reply("The resumed child is done.")))
+    _plain_config(_isolated_hermes_home, server, workspace)  # no delegation.resume: the default, auto
+    marker = workspace / "marker.txt"
+    sid, did, said = _start_and_kill(cli, lambda: marker.exists())
+    assert [s.kind for s in runtime.ledger().read_steps(did)] == ["reply", "tool_start"], said
+    again = _resume(cli, sid)
+    row = runtime.ledger().get(did)
+    assert row.state == "completed" and row.result["results"][0]["resumed"]["resumes"] == 1, row.result
+    assert marker.read_text().splitlines() == ["ran"]
+    assert "The resumed child is done." in again.output
+
+
+def test_with_resume_never_nothing_is_logged_and_a_killed_child_is_unknown(cli, model_server, runtime, workspace,
+                                                                           _isolated_hermes_home):
+    server = model_server(scripted_parent(child=lambda r: tool_call_reply("run_command", {"command": MARKER}),
+                                          delegate={"goal": "mark once"}, on_result=text_reply("Noted.")))
+    _plain_config(_isolated_hermes_home, server, workspace, resume="never")
     sid, did, said = _start_and_kill(cli, lambda: (workspace / "marker.txt").exists())
     assert runtime.ledger().read_steps(did) == [] and "durable" not in runtime.ledger().get(did).task
     _resume(cli, sid, code=6)
