@@ -101,11 +101,6 @@ def fan_out(text: str) -> dict:
     return {"tasks": [{"goal": f"{text}-fast"}, {"goal": f"{text}-slow"}]}
 
 
-def fast_or_hang(request):
-    goal = subagent_goal(request)
-    return hang_reply("working…") if goal.endswith("-slow") else text_reply(f"result of {goal}")
-
-
 def rows_with_a_finished_child(runtime) -> list:
     return [r for r in running_rows(runtime.ledger()) if len((r.result or {}).get("results") or []) >= 1]
 
