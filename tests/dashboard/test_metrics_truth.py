@@ -4,6 +4,8 @@ finished and delivered, and a unit whose owner was SIGKILLed is not shown as run
 from __future__ import annotations
 
 import json
+import os
+import pathlib
 from typing import Iterator
 
 import pytest
@@ -42,6 +44,8 @@ def test_a_scrape_counts_units_other_processes_ran_and_a_dead_owners_unit_is_not
     assert after[("offload_units_delivered_total", ())] == len(settled)
     assert after[("offload_units_running", ())] == 0
 
+    # About how a unit recovered unknown is counted: with the default (auto) it would be resumed instead.
+    (pathlib.Path(os.environ["HERMES_HOME"]) / "config.yaml").write_text("delegation: {resume: never}\n")
     died = _killed_mid_run()
     crashed = scrape(dashboard_url)
     assert crashed[("offload_units_dispatched_total", ())] == len(settled) + 1
