@@ -81,8 +81,8 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
         return  # a fresh queued unit, not a resumed one
     ran_in, here = mark.get("workspace"), getattr(unit.parent, "workspace", None)
     if ran_in and here is not None and str(here) != ran_in:
-        raise RuntimeError(f"its children worked in {ran_in} and this process works in {here}; resume it from "
-                           f"an offload process started in {ran_in}")
+        raise RuntimeError(f"its children worked in {ran_in} and the process that took it over works in {here}; "
+                           "a unit is resumed only by an offload process whose workspace is the one it ran in")
     unit.recorded = {int(e["task_index"]): {**e, "resumed": True} for e in mark.get("recorded") or []
                      if isinstance(e.get("task_index"), int)}
     steps: dict[int, list[Any]] = {}
@@ -90,6 +90,18 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
         steps.setdefault(step.task_index, []).append(step)
     unit.resume_steps = steps
     unit.resumed = {"resumes": int(mark.get("resumes") or 1), "after": mark.get("after") or {}}
+
+
+def unresumable_entries(task: dict[str, Any], indexes: list[int], why: str) -> list[dict[str, Any]] | None:
+    """The result of a resumed unit that ``prepare`` refused (a workspace this process cannot
+    provide): each finished child's recorded entry kept, every other child ``unknown`` saying
+    why; None for a unit that is not a resumed one."""
+    mark = task.get(MARK)
+    if not isinstance(mark, dict) or "recorded" not in mark:
+        return None
+    kept = {e["task_index"]: e for e in mark.get("recorded") or [] if isinstance(e.get("task_index"), int)}
+    return [kept.get(i) or {"task_index": i, "status": "unknown", "summary": None, "error": f"Not resumed: {why}"}
+            for i in indexes]
 
 
 def resumed_entry(entry: dict[str, Any], replayed: Any, unit: Any) -> dict[str, Any]:
