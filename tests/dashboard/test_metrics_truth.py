@@ -4,8 +4,6 @@ finished and delivered, and a unit whose owner was SIGKILLed is not shown as run
 from __future__ import annotations
 
 import json
-import os
-import pathlib
 from typing import Iterator
 
 import pytest
@@ -13,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.dashboard.conftest import Served, serve_cli_dashboard
 from tests.dashboard.test_owner_fate import _killed_mid_run
-from tests.e2e.conftest import cli_env, offload
+from tests.e2e.conftest import cli_env, offload, resume_never
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,7 +43,7 @@ def test_a_scrape_counts_units_other_processes_ran_and_a_dead_owners_unit_is_not
     assert after[("offload_units_running", ())] == 0
 
     # About how a unit recovered unknown is counted: with the default (auto) it would be resumed instead.
-    (pathlib.Path(os.environ["HERMES_HOME"]) / "config.yaml").write_text("delegation: {resume: never}\n")
+    resume_never()
     died = _killed_mid_run()
     crashed = scrape(dashboard_url)
     assert crashed[("offload_units_dispatched_total", ())] == len(settled) + 1
