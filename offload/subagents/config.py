@@ -64,7 +64,7 @@ class DelegationConfig(BaseModel):
         "stream_idle_timeout_s"))
     fallback_providers: list[Any] = Field(default_factory=list)
     max_async_children: int | None = Field(None, description="deprecated and ignored")
-    resume: Literal["auto", "never"] = Field("never", description=(
+    resume: Literal["auto", "never"] = Field("auto", description=(
         "auto: a background child of offload's own agent loop logs its steps and, if its process dies, continues "
         "from its last step in the next long-lived offload process on its ledger; never: no step log, and it is "
         "reported unknown"))

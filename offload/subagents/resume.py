@@ -43,7 +43,7 @@ def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] 
     from offload.subagents.queue import unit_spec
 
     if (unit.run_child is not run_single_child or unit.build_child is not build_child_agent
-            or not isinstance(unit.parent, AIAgent) or getattr(unit.cfg, "resume", "never") != "auto"):
+            or not isinstance(unit.parent, AIAgent) or unit.cfg.resume != "auto"):
         return None  # (with ``delegation.resume: never`` no step is logged at all)
     workspace = getattr(unit.parent, "workspace", None)
     mark = {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
@@ -114,8 +114,8 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
         return  # a fresh queued unit, not a resumed one
     ran_in, here = mark.get("workspace"), getattr(unit.parent, "workspace", None)
     if ran_in and here is not None and str(here) != ran_in:
-        raise RuntimeError(f"its children worked in {ran_in} and this process works in {here}; resume it from "
-                           f"an offload process started in {ran_in}")
+        raise RuntimeError(f"its children worked in {ran_in} and the process that took it over works in {here}; "
+                           "a unit is resumed only by an offload process whose workspace is the one it ran in")
     # A child that finished before the death keeps its entry as it was: it was not resumed.
     unit.recorded = {int(e["task_index"]): dict(e) for e in mark.get("recorded") or []
                      if isinstance(e.get("task_index"), int)}
@@ -128,6 +128,18 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
     after["last_write_at"] = max(last) or None  # the dead owner's last sign of life in the ledger
     unit.resumed = {"resumes": int(mark.get("resumes") or 1), "after": after, "at": time.time(),
                     "first_dispatched_at": mark.get("first_dispatched_at") or row.dispatched_at}
+
+
+def unresumable_entries(task: dict[str, Any], indexes: list[int], why: str) -> list[dict[str, Any]] | None:
+    """The result of a resumed unit that ``prepare`` refused (a workspace this process cannot
+    provide): each finished child's recorded entry kept, every other child ``unknown`` saying
+    why; None for a unit that is not a resumed one."""
+    mark = task.get(MARK)
+    if not isinstance(mark, dict) or "recorded" not in mark:
+        return None
+    kept = {e["task_index"]: e for e in mark.get("recorded") or [] if isinstance(e.get("task_index"), int)}
+    return [kept.get(i) or {"task_index": i, "status": "unknown", "summary": None, "error": f"Not resumed: {why}"}
+            for i in indexes]
 
 
 def resumed_info(replayed: Any, unit: Any) -> dict[str, Any]:

@@ -64,8 +64,9 @@ def _report_unrunnable(tool: DelegateTool, row: LedgerRow, spec: dict[str, Any],
                        error: str, max_here: int) -> dict[str, Any]:
     goals = [str(g) for g in spec.get("goals") or []] or ["(unreadable queued unit)"]
     indexes = spec.get("task_indexes") or list(range(len(goals)))
-    failed = [{"task_index": i, "status": "failed", "summary": None, "error": f"the worker could not run it: {error}"}
-              for i in indexes]
+    failed = resume.unresumable_entries(spec, indexes, error) or [
+        {"task_index": i, "status": "failed", "summary": None, "error": f"the worker could not run it: {error}"}
+        for i in indexes]
     unit = batch_spec(goals, indexes, role="leaf", model=spec.get("model"), delegation_id=row.delegation_id,
                       subagent_config=spec.get("subagent_config"), origin=origin)
     return tool.engine.dispatch(unit, lambda: {"results": failed}, max_here)

@@ -82,3 +82,20 @@ def test_the_renderer_reads_the_patched_delegation_config(monkeypatch):
     evt = {"type": "async_delegation", "delegation_id": "d1", "goal": "g", "status": "failed", "summary": None,
            "error": "HTTP 400: cheap-model is not a valid model ID"}
     assert "cheap-model" in process_registry.render(evt)
+
+
+def test_a_patched_runner_is_never_marked_durable_under_the_default_resume(monkeypatch, tmp_path):
+    """``delegation.resume`` defaults to ``auto``, yet a unit whose children an injected runner runs (the
+    acceptance suite's patched ``_run_single_child``) has no step log mark: recovered as before, never resumed."""
+    from offload.agent.core import AIAgent
+    from offload.subagents.config import DelegationConfig
+
+    assert DelegationConfig().resume == "auto"
+    monkeypatch.setattr(dt, "_run_single_child", lambda task_index, goal, **kw: {
+        "task_index": task_index, "status": "completed", "summary": f"ran {goal}", "api_calls": 0})
+    parent = AIAgent(model="m-1", base_url="http://127.0.0.1:9/v1", api_key="sk-parent", toolsets=[],
+                     workspace=tmp_path)
+    handle = json.loads(dt.delegate_task(goal="an injected runner's task", background=True, parent_agent=parent))
+    event = wait_event(handle["delegation_id"])
+    assert event["results"][0]["summary"] == "ran an injected runner's task"
+    assert "durable" not in ad.runtime().ledger().get(handle["delegation_id"]).task

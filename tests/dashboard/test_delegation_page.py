@@ -5,17 +5,14 @@ markup as text), complete without JavaScript and patched live while the unit run
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from selenium.webdriver.support.ui import WebDriverWait
 
 from offload.ledger import JournalEntry, open_ledger
-from offload.testing.demo_script import CRASH_PROMPT
 from tests.dashboard.conftest import serve_cli_dashboard, sign_in
+from tests.dashboard.test_owner_fate import _killed_mid_run
 from tests.e2e.conftest import cli_env, offload
 from tests.engine.conftest import wait_event
 
@@ -120,25 +117,40 @@ def test_an_interrupted_unit_shows_the_interrupt(browser, dashboard, held, runti
         "return document.querySelector('figure.timeline-wide g.mark-interrupt title').textContent;")
 
 
+def _crash_drill_killed(home, ready=lambda kinds: True) -> str:
+    """The crash drill's `offload run` on ``home``, SIGKILLed once its unit's logged step kinds
+    satisfy ``ready``; its delegation id."""
+    ledger: list = []
+
+    def logged(row: dict) -> bool:
+        ledger[:] = ledger or [open_ledger(home / "state.db")]
+        return ready({step.kind for step in ledger[0].read_steps(row["id"])})
+    return _killed_mid_run(cli_env(HERMES_HOME=str(home)), ready=logged)
+
+
 def test_a_unit_recovered_after_its_owner_was_killed_shows_the_unknown_child(browser, cli_dashboard):
     url, home = cli_dashboard[0].url, cli_dashboard[1]
-    env = cli_env(HERMES_HOME=str(home))
-    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "--demo-model", CRASH_PROMPT], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline, running = time.monotonic() + 60, []
-        while not running and time.monotonic() < deadline:
-            running = json.loads(offload("agents", "--json", HERMES_HOME=str(home)).stdout)["running"]
-            time.sleep(0.1)
-        assert running, "the run never showed a running delegation"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(15)
+    (home / "config.yaml").write_text("delegation: {resume: never}\n")  # about the unknown child: not resumed
+    died = _crash_drill_killed(home)
     offload("inbox", HERMES_HOME=str(home))  # recovers the dead owner's unit
-    browser.get(f"{url}/d/{running[0]['id']}")
+    browser.get(f"{url}/d/{died}")
     [unit_lane, quick, slow, _delivery] = _lanes(browser)
     assert unit_lane["state"] == "unknown" and quick["state"] == "completed" and slow["state"] == "unknown"
     assert "died before the unit finished" in browser.find_element("css selector", "main").text
+
+
+def test_a_unit_resumed_after_its_owner_was_killed_shows_every_child_with_its_real_result(browser, cli_dashboard):
+    url, home = cli_dashboard[0].url, cli_dashboard[1]
+    (home / "config.yaml").write_text("delegation: {resume: auto}\n")
+    died = _crash_drill_killed(home, ready=lambda kinds: "tool_start" in kinds)  # the slow command runs
+    session = open_ledger(home / "state.db").get(died).parent_session_id
+    assert offload("inbox", HERMES_HOME=str(home)).returncode == 0  # only looks: leaves the unit to resume
+    resumed = offload("run", "--demo-model", "--resume", session, HERMES_HOME=str(home))
+    assert resumed.returncode == 0, resumed.stderr
+    browser.get(f"{url}/d/{died}")
+    [unit_lane, quick, slow, _delivery] = _lanes(browser)
+    assert [lane["state"] for lane in (unit_lane, quick, slow)] == ["completed"] * 3
+    assert "Resumed after the crash" in browser.find_element("css selector", "main").text  # the slow child's answer
 
 
 def test_a_running_units_transcript_and_timeline_update_live_and_markup_stays_text(browser, dashboard, held, runtime):

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.dashboard.conftest import Served, serve_cli_dashboard
 from tests.dashboard.test_owner_fate import _killed_mid_run
-from tests.e2e.conftest import cli_env, offload
+from tests.e2e.conftest import cli_env, offload, resume_never
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,6 +42,8 @@ def test_a_scrape_counts_units_other_processes_ran_and_a_dead_owners_unit_is_not
     assert after[("offload_units_delivered_total", ())] == len(settled)
     assert after[("offload_units_running", ())] == 0
 
+    # About how a unit recovered unknown is counted: with the default (auto) it would be resumed instead.
+    resume_never()
     died = _killed_mid_run()
     crashed = scrape(dashboard_url)
     assert crashed[("offload_units_dispatched_total", ())] == len(settled) + 1

@@ -37,7 +37,7 @@ def _killed_mid_run(env: dict[str, str] | None = None, ready: Callable[[dict], b
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            running = json.loads(offload("agents", "--json").stdout)["running"]
+            running = json.loads(offload("agents", "--json", HERMES_HOME=(env or cli_env())["HERMES_HOME"]).stdout)["running"]
             if running and ready(running[0]):
                 return running[0]["id"]
             time.sleep(0.1)

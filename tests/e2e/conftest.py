@@ -32,6 +32,12 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def resume_never() -> None:
+    """``delegation.resume: never`` in this test's home (``$HERMES_HOME``): a test about a unit
+    recovered ``unknown`` after its owner was killed keeps it on that path (the default resumes it)."""
+    (Path(os.environ["HERMES_HOME"]) / "config.yaml").write_text("delegation: {resume: never}\n", encoding="utf-8")
+
+
 def offload(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m offload ARGS`` to the end, stdout and stderr apart; ``env`` adds variables."""
     return subprocess.run([sys.executable, "-m", "offload", *args], capture_output=True, text=True,

@@ -58,7 +58,7 @@ def test_the_child_prompt_numbers_tasks_from_one_as_the_results_do(model_server,
 def test_a_recovered_unit_whose_children_are_all_unknown_lists_every_one(cli, model_server, write_config, runtime):
     tasks = {"tasks": [{"goal": "alpha"}, {"goal": "beta"}, {"goal": "gamma"}]}
     server = model_server(scripted_parent(child=lambda request: hang_reply("working"), delegate=tasks))
-    write_config(server)
+    write_config(server, resume="never")  # about how an all-unknown unit lands: its children are not resumed
     chat = cli("chat")
     sid = chat.wait_for(SESSION_RE).group(1)
     chat.send("go")

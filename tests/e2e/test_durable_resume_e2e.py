@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from offload.agent.step_log import HOST_DIED
-from offload.testing.demo_script import request_role
+from offload.testing.demo_script import request_role, subagent_goal
 from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
 from tests.e2e.conftest import HANDLE_RE, SESSION_RE, scripted_parent, until
 
@@ -24,7 +24,7 @@ MARKER = "echo ran >> marker.txt && sleep 300"
 
 @pytest.fixture
 def write_config(write_config, _isolated_hermes_home):
-    """As the harness's with ``delegation.resume: auto`` (the default is ``never``), plus the test's
+    """As the harness's with ``delegation.resume: auto`` (explicit, though it is the default), plus the test's
     PostgreSQL ledger (``OFFLOAD_TEST_LEDGER=postgresql``): the CLI's environment drops ``OFFLOAD_LEDGER_URL``, so it goes in config.yaml, with a short
     lease so a dead owner on this host is recovered within seconds."""
     def write(server, **delegation):
@@ -40,11 +40,18 @@ def _child_requests(server) -> list[dict]:
     return [r for r in server.requests if request_role(r) == "subagent"]
 
 
+def _marks_once(request):
+    """The child: runs the marker command, and once told the host died while it ran, checks and ends."""
+    if HOST_DIED in last_message_text(request):
+        return text_reply("Checked marker.txt: the command ran once. Done.")
+    return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 600})
+
+
 def _start_and_kill(cli, ready) -> tuple[str, str, str]:
-    """``offload run`` until ``ready()``, then SIGKILL; its session, delegation id and output."""
+    """``offload run`` until ``ready(delegation id)``, then SIGKILL; its session, delegation id and output."""
     run = cli("run", "do the marked thing")
     did = run.wait_for(HANDLE_RE).group(1)
-    until(ready, "the child reached the point where the owner is killed")
+    until(lambda: ready(did), "the child reached the point where the owner is killed")
     run.kill()
     return run.wait_for(SESSION_RE).group(1), did, run.output
 
@@ -57,17 +64,11 @@ def _resume(cli, sid: str, code: int = 0):
 
 def test_a_side_effecting_call_cut_by_the_death_is_never_run_again(cli, model_server, write_config, runtime,
                                                                     workspace):
-    def child(request):
-        last = last_message_text(request)
-        if HOST_DIED in last:
-            return text_reply("Checked marker.txt: the command ran once. Done.")
-        return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 600})
-
-    server = model_server(scripted_parent(child=child, delegate={"goal": "mark once"},
+    server = model_server(scripted_parent(child=_marks_once, delegate={"goal": "mark once"},
                                           on_result=text_reply("The resumed child is done.")))
     write_config(server)
     marker = workspace / "marker.txt"
-    sid, did, said = _start_and_kill(cli, lambda: marker.exists())
+    sid, did, said = _start_and_kill(cli, lambda did: marker.exists())
     steps = runtime.ledger().read_steps(did)
     assert [s.kind for s in steps] == ["reply", "tool_start"], said  # the reply, then the start mark, no result
     again = _resume(cli, sid)
@@ -91,7 +92,7 @@ def test_a_model_call_in_flight_at_the_death_is_issued_once_more(cli, model_serv
     server = model_server(scripted_parent(child=child, delegate={"goal": "answer"},
                                           on_result=text_reply("Got it.")))
     write_config(server)
-    sid, did, said = _start_and_kill(cli, lambda: _child_requests(server))
+    sid, did, said = _start_and_kill(cli, lambda did: _child_requests(server))
     assert runtime.ledger().read_steps(did) == []  # nothing logged: the reply never arrived
     assert cli("inbox").finish() == 0  # a command that only looks adopts nothing, settles nothing
     assert runtime.ledger().get(did).state == "running" and len(_child_requests(server)) == 1
@@ -108,7 +109,7 @@ def test_a_taker_with_resume_never_reports_the_child_unknown_with_the_reason(cli
     server = model_server(scripted_parent(child=lambda r: hang_reply("thinking"), delegate={"goal": "answer"},
                                           on_result=text_reply("Noted.")))
     write_config(server)  # dispatched with resume: auto (its steps logged) ...
-    sid, did, said = _start_and_kill(cli, lambda: _child_requests(server))
+    sid, did, said = _start_and_kill(cli, lambda did: _child_requests(server))
     write_config(server, resume="never")  # ... taken over by a process configured with never
     _resume(cli, sid, code=6)  # no subagent completed
     row = runtime.ledger().get(did)
@@ -116,16 +117,60 @@ def test_a_taker_with_resume_never_reports_the_child_unknown_with_the_reason(cli
     assert len(_child_requests(server)) == 1
 
 
-def test_by_default_nothing_is_logged_and_a_killed_child_is_unknown_as_before(cli, model_server, runtime, workspace,
-                                                                              _isolated_hermes_home):
-    server = model_server(scripted_parent(child=lambda r: tool_call_reply("run_command", {"command": MARKER}),
-                                          delegate={"goal": "mark once"}, on_result=text_reply("Noted.")))
+def test_a_taker_in_another_workspace_keeps_the_finished_child_and_reports_the_other_unknown(
+        cli, model_server, write_config, runtime, tmp_path):
+    def child(request):
+        return text_reply("quick answer") if "quick" in subagent_goal(request) else hang_reply("thinking")
+
+    server = model_server(scripted_parent(child=child, delegate={"tasks": [{"goal": "quick part"},
+                                                                           {"goal": "slow part"}]},
+                                          on_result=text_reply("Noted.")))
+    write_config(server)
+    sid, did, said = _start_and_kill(cli, lambda did: len((runtime.ledger().get(did).result or {})
+                                                          .get("results") or []) == 1)  # the quick child recorded
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    data = {**write_config(server), "workspace": str(elsewhere)}  # the taker cannot continue the child here
+    (runtime.home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    cli("run", "--resume", sid).finish(timeout_s=90)
+    row = runtime.ledger().get(did)
+    quick, slow = row.result["results"]
+    assert (quick["status"], quick["summary"]) == ("completed", "quick answer"), row.result  # kept
+    assert slow["status"] == "unknown" and "worked in" in slow["error"] and str(elsewhere) in slow["error"], slow
+    assert len(_child_requests(server)) == 2  # the slow child was not asked again
+
+
+def _plain_config(home, server, workspace, **delegation) -> None:
+    """config.yaml with no ``delegation.resume`` unless given (``write_config`` here always sets it)."""
     data = {"model": "demo-model", "base_url": server.url, "workspace": str(workspace),
-            "toolsets": ["terminal", "file", "delegation"]}  # no delegation.resume: the default, never
+            "toolsets": ["terminal", "file", "delegation"]}
+    if delegation:
+        data["delegation"] = delegation
     if os.environ.get("OFFLOAD_LEDGER_URL"):
         data["ledger"] = {"url": os.environ["OFFLOAD_LEDGER_URL"], "lease_seconds": 4, "heartbeat_seconds": 1}
-    (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
-    sid, did, said = _start_and_kill(cli, lambda: (workspace / "marker.txt").exists())
+    (home / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+
+
+def test_by_default_a_killed_child_is_resumed(cli, model_server, runtime, workspace, _isolated_hermes_home):
+    server = model_server(scripted_parent(child=_marks_once, delegate={"goal": "mark once"},
+                                          on_result=text_reply("The resumed child is done.")))
+    _plain_config(_isolated_hermes_home, server, workspace)  # no delegation.resume: the default, auto
+    marker = workspace / "marker.txt"
+    sid, did, said = _start_and_kill(cli, lambda did: marker.exists())
+    assert [s.kind for s in runtime.ledger().read_steps(did)] == ["reply", "tool_start"], said
+    again = _resume(cli, sid)
+    row = runtime.ledger().get(did)
+    assert row.state == "completed" and row.result["results"][0]["resumed"]["resumes"] == 1, row.result
+    assert marker.read_text().splitlines() == ["ran"]
+    assert "The resumed child is done." in again.output
+
+
+def test_with_resume_never_nothing_is_logged_and_a_killed_child_is_unknown(cli, model_server, runtime, workspace,
+                                                                           _isolated_hermes_home):
+    server = model_server(scripted_parent(child=lambda r: tool_call_reply("run_command", {"command": MARKER}),
+                                          delegate={"goal": "mark once"}, on_result=text_reply("Noted.")))
+    _plain_config(_isolated_hermes_home, server, workspace, resume="never")
+    sid, did, said = _start_and_kill(cli, lambda did: (workspace / "marker.txt").exists())
     assert runtime.ledger().read_steps(did) == [] and "durable" not in runtime.ledger().get(did).task
     _resume(cli, sid, code=6)
     assert runtime.ledger().get(did).state == "unknown"

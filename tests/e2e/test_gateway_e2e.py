@@ -101,33 +101,44 @@ def fan_out(text: str) -> dict:
     return {"tasks": [{"goal": f"{text}-fast"}, {"goal": f"{text}-slow"}]}
 
 
-def fast_or_hang(request):
-    goal = subagent_goal(request)
-    return hang_reply("working…") if goal.endswith("-slow") else text_reply(f"result of {goal}")
-
-
 def rows_with_a_finished_child(runtime) -> list:
     return [r for r in running_rows(runtime.ledger()) if len((r.result or {}).get("results") or []) >= 1]
 
 
-def test_sigkill_mid_fan_out_then_restart_delivers_recovered_results_to_the_right_chats_once(
+def slow_hangs_once(calls: dict[str, int]):
+    """Children counting their model calls in ``calls`` by goal: a ``-slow`` child's first call
+    hangs (its owner is killed during it); asked again by the process that resumes it, it answers."""
+    def child(request):
+        goal = subagent_goal(request)
+        calls[goal] = calls.get(goal, 0) + 1
+        if goal.endswith("-slow") and calls[goal] == 1:
+            return hang_reply("working…")
+        return text_reply(f"result of {goal}")
+    return child
+
+
+def test_sigkill_mid_fan_out_then_restart_resumes_the_slow_child_and_delivers_to_the_right_chats_once(
         api, configure, start_gateway, runtime):
-    configure(chat_parent(fan_out, fast_or_hang))
+    calls: dict[str, int] = {}
+    configure(chat_parent(fan_out, slow_hangs_once(calls)), resume="auto")
     first = start_gateway()
     say_in_both_chats(api)
     assert api.wait_until(lambda: len(rows_with_a_finished_child(runtime)) == 2, 60), first.output
     first.kill()  # SIGKILL: each fan-out has one child recorded, one still running
     assert result_headers(api) == []
 
-    second = start_gateway()
-    wait_shown(api, DM, "result of alpha-fast")
-    wait_shown(api, GROUP, "result of beta-fast", TOPIC)
+    second = start_gateway()  # resumes both units: the fast children are kept, the slow ones asked again
+    wait_shown(api, DM, "result of alpha-slow")
+    wait_shown(api, GROUP, "result of beta-slow", TOPIC)
     wait_shown(api, DM, "Result noted.")
     wait_shown(api, GROUP, "Result noted.", TOPIC)
     stop(second)
+    assert "result of alpha-fast" in shown(api, DM) and "result of beta-fast" in shown(api, GROUP, TOPIC)
     assert "beta" not in shown(api, DM) and "alpha" not in shown(api, GROUP)
     assert len(result_headers(api, DM)) == len(result_headers(api, GROUP)) == 1
-    assert "(unknown)" in result_headers(api, DM)[0]  # recovered: the slow child's fate is unknown
+    assert all(h.endswith("(completed)") for h in result_headers(api))  # resumed: no fate left unknown
+    assert sorted(calls.items()) == [
+        ("alpha-fast", 1), ("alpha-slow", 2), ("beta-fast", 1), ("beta-slow", 2)]  # only the cut call again
     assert pending_rows(runtime.ledger()) == []
 
 

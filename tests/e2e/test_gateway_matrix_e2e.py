@@ -14,7 +14,7 @@ from offload.ledger.queries import pending_rows, running_rows
 from offload.testing.demo_script import last_role
 from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
 from tests.e2e.gateway_harness import RESULT_HEADER, chat_parent, echo_goal
-from tests.e2e.test_gateway_e2e import fan_out, fast_or_hang, stop
+from tests.e2e.test_gateway_e2e import fan_out, slow_hangs_once, stop
 from tests.matrix_support import MatrixUser, OwnSynapse, register, synapse_server, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -258,7 +258,7 @@ def test_a_result_reaches_its_thread_once_across_a_sigkill_and_a_synapse_restart
     with OwnSynapse(tmp_path / "synapse") as own:
         people = {role: register(own.server, role) for role in ("bot", "alice")}
         monkeypatch.setenv("MATRIX_ACCESS_TOKEN", people["bot"].token)
-        configure(chat_parent(fan_out, fast_or_hang),
+        configure(chat_parent(fan_out, slow_hangs_once({})), resume="auto",
                   matrix={"user_id": people["bot"].user_id, "allowed_user_ids": [people["alice"].user_id]},
                   url=own.server.url)
         first = cli("gateway", "-v")
@@ -268,13 +268,14 @@ def test_a_result_reaches_its_thread_once_across_a_sigkill_and_a_synapse_restart
         people["alice"].say(room, "alpha", thread=root)
         wait_until(lambda: [r for r in running_rows(runtime.ledger())
                             if len((r.result or {}).get("results") or []) >= 1], "one child recorded")
-        first.kill()  # SIGKILL: one child finished, one still running
+        first.kill()  # SIGKILL: one child finished, one still running (resumed by the next gateway)
         own.stop()  # the homeserver goes down too, and the next gateway starts without it
         second = cli("gateway", "-v")
         second.wait_for(r"serving Matrix as @bot")
         second.wait_for(r"matrix sync: network error .* retrying")
         own.start()
-        wait_said(people, room, "result of alpha-fast", thread=root, gateway=second)
+        wait_said(people, room, "result of alpha-slow", thread=root, gateway=second)
+        wait_said(people, room, "result of alpha-fast", thread=root)
         wait_said(people, room, "Result noted.", thread=root)
         wait_said(people, room, "result of a thread-fast", thread="")  # the root message's own work
         wait_until(lambda: not pending_rows(runtime.ledger()), "every result acknowledged")

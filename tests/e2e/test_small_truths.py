@@ -49,7 +49,7 @@ def test_inbox_after_a_crash_says_the_recovery_once(cli, model_server, write_con
 
     server = model_server(scripted_parent(child=lambda r: hang_reply("working; "), delegate={"goal": "slow work"},
                                           after_tool=text_reply("Started it in the background.")))
-    write_config(server)
+    write_config(server, resume="never")  # about inbox's recovery line: a resumable unit is left to resume
     run = cli("run", "go")
     did = run.wait_for(HANDLE_RE).group(1)
     run.wait_for(r"agent> Started it")

@@ -106,7 +106,8 @@ def test_the_deprecated_token_flag_still_serves_and_says_so(tmp_path, model):
         running.stop()
 
 
-def test_a_killed_http_server_s_delegation_is_recovered_after_a_restart(tmp_path, model):
+def test_a_killed_http_server_s_delegation_is_resumed_after_a_restart(tmp_path, model):
+    (tmp_path / "config.yaml").write_text("delegation: {resume: auto}\n")
     first = HttpServer(tmp_path, "--token", TOKEN, model=model)
 
     async def dispatch() -> str:
@@ -128,7 +129,8 @@ def test_a_killed_http_server_s_delegation_is_recovered_after_a_restart(tmp_path
     async def collect() -> None:
         async with http_client(second.url, TOKEN) as client:
             result = await call(client, "delegation_result", delegation_id=delegation_id, wait_s=30)
-            assert result.structured_content["state"] == "unknown" and result.structured_content["text"]
+            assert result.structured_content["state"] == "completed", result.structured_content
+            assert "finished: HOLD never finishes" in result.structured_content["text"]
     try:
         anyio.run(collect)
     finally:

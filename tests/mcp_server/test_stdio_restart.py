@@ -1,6 +1,7 @@
 """A SIGKILL of ``offload mcp`` while children run, then a new server on the same home: the
-client gets the recovered result for that id (finished children keep their real results),
-never "no such delegation", and once read it is listed as delivered."""
+client gets the result for that id (finished children keep their real results, the unfinished
+one is resumed by the new server and finishes), never "no such delegation", and once read it
+is listed as delivered."""
 from __future__ import annotations
 
 import os
@@ -25,7 +26,9 @@ async def _until_one_child_done(client, delegation_id: str) -> dict:
             await anyio.sleep(0.05)
 
 
-def test_a_killed_server_s_delegation_is_recovered_by_the_next_one(tmp_path, model):
+def test_a_killed_server_s_delegation_is_resumed_by_the_next_one(tmp_path, model):
+    (tmp_path / "config.yaml").write_text("delegation: {resume: auto}\n")
+
     async def body():
         async with mcp_client(tmp_path, model=model, tolerate_exit=True) as first:
             handle = (await call(first, "delegate_task", tasks=[{"goal": "quick part"},
@@ -36,10 +39,11 @@ def test_a_killed_server_s_delegation_is_recovered_by_the_next_one(tmp_path, mod
         model.gate.set()  # the held request's connection is gone with its process anyway
         async with mcp_client(tmp_path, model=model) as second:
             result = await call(second, "delegation_result", delegation_id=handle["delegation_id"], wait_s=30)
-            assert result.structured_content["state"] == "unknown", result.structured_content
+            assert result.structured_content["state"] == "completed", result.structured_content
             text = result.content[0].text
             assert "finished: quick part" in text  # the finished child's real result
-            assert result.structured_content["children"][0]["state"] == "completed"
+            assert "finished: HOLD endless part" in text  # the resumed child's, asked again
+            assert [c["state"] for c in result.structured_content["children"]] == ["completed", "completed"]
             listed = (await call(second, "list_delegations")).structured_content["delegations"]
             assert [(d["delegation_id"], d["delivered"]) for d in listed] == [(handle["delegation_id"], True)]
     anyio.run(body)

@@ -76,6 +76,8 @@ def test_tasks_cancel_stops_it_and_unknown_or_foreign_ids_are_no_task(tmp_path, 
 
 
 def test_a_task_outlives_a_killed_server(tmp_path, model):
+    (tmp_path / "config.yaml").write_text("delegation: {resume: auto}\n")
+
     async def body():
         async with mcp_client(tmp_path, model=model, extensions=[TasksClient()], tolerate_exit=True) as first:
             created = await first.session.call_tool("delegate_task", {"goal": f"{HOLD} long"}, allow_claimed=True)
@@ -83,9 +85,9 @@ def test_a_task_outlives_a_killed_server(tmp_path, model):
             os.kill(status["owner_pid"], signal.SIGKILL)
         model.gate.set()
         async with mcp_client(tmp_path, model=model, extensions=[TasksClient()]) as second:
-            state = await get_task(second.session, created.task_id)
-            assert state.status == "completed" and state.result["structuredContent"]["state"] == "unknown"
-            assert state.result["isError"] is True
+            result = await poll(second.session, created.task_id)  # the new server resumes it
+            assert result.structured_content["state"] == "completed" and not result.is_error, result
+            assert "finished: HOLD long" in result.content[0].text
     anyio.run(body)
 
 

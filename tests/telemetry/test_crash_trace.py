@@ -13,13 +13,15 @@ import pytest
 
 from offload.ledger import open_ledger
 from tests.dashboard.test_owner_fate import _killed_mid_run
-from tests.e2e.conftest import cli_env
+from tests.e2e.conftest import cli_env, resume_never
 from tests.telemetry.receiver import Tree
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_recovery_emits_the_dead_owners_unit_span_with_recovered_and_delivery_under_it(receiver, tmp_path):
+    # About the trace of a unit recovered `unknown`: resuming it (the default) is another trace.
+    resume_never()
     env = cli_env(**receiver.env(OTEL_SERVICE_NAME="offload-owner"))
     # Killed once the quick child is recorded: its subagent span may have reached the receiver.
     delegation_id = _killed_mid_run(env, ready=lambda row: row["children"][0]["state"] == "completed")

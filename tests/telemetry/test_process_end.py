@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from offload.testing.demo_script import CRASH_PROMPT
-from tests.e2e.conftest import cli_env
+from tests.e2e.conftest import cli_env, resume_never
 from tests.telemetry.receiver import Tree
 
 pytestmark = pytest.mark.timeout(120)
@@ -19,6 +19,8 @@ _NO_BATCH_DELAY_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "60000", "OTEL_METRIC_EXPOR
 
 
 def _owner(receiver) -> subprocess.Popen:
+    # About the trace of a unit recovered by `inbox --ack`: resuming it (the default) is another trace.
+    resume_never()
     env = cli_env(**receiver.env(OTEL_SERVICE_NAME="offload-owner", **_NO_BATCH_DELAY_EXPORT))
     return subprocess.Popen([sys.executable, "-m", "offload", "run", "--demo-model", CRASH_PROMPT], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
