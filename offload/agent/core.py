@@ -15,7 +15,8 @@ interrupt flag, its liveness record and how a child agent is derived from it. In
 * a subagent built with ``allowed_tools`` (its role's list) is offered only those of the
   built-in tools, and a call to any tool it lacks is a tool error naming the list.
 * a background child with a ``step_log`` (``offload.agent.step_log``) writes each reply with
-  tool calls before any of them runs, a start mark before each side-effecting call and every
+  tool calls before any of them runs, a start mark before each side-effecting call's effect
+  (for a ``marks_effect`` tool, where it says its effect begins: after approval) and every
   call's result after it; ``resume_conversation`` continues such a child from its replayed log.
 * ``interrupt`` may be called from any thread; it stops the stream at the next chunk, tells
   the running tool through ``ToolContext.interrupted`` and reaches every active child. The
@@ -23,6 +24,7 @@ interrupt flag, its liveness record and how a child agent is derived from it. In
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -326,16 +328,27 @@ class AIAgent:
             else:
                 run.tool_counts[call["name"]] += 1
                 tool = tools_by_name.get(call["name"])
-                if self.step_log is not None and not (tool is not None and tool.read_only):
-                    self._logged(lambda log: log.tool_started(call))
+                call_ctx = self._start_mark(call, tool, ctx)
                 if self._interrupt_requested:  # the start mark found another owner: never run it
                     output = INTERRUPTED_BEFORE_START
                 else:
                     with span("offload.tool_call", tool=call["name"]) as traced:
-                        output = execute_tool_call(call, tools_by_name, ctx, self._activity, on_error=traced.fail)
+                        output = execute_tool_call(call, tools_by_name, call_ctx, self._activity,
+                                                   on_error=traced.fail)
             if self.step_log is not None:
                 self._logged(lambda log: log.tool_finished(call, output))
             run.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+
+    def _start_mark(self, call: dict[str, str], tool: Tool | None, ctx: ToolContext) -> ToolContext:
+        """Write a side-effecting call's start mark now, or (a ``marks_effect`` tool) hand the
+        tool a context whose ``effect_begins`` writes it where its effect begins: a command
+        that waited for approval when its owner died never started, and is asked again."""
+        if self.step_log is None or (tool is not None and tool.read_only):
+            return ctx
+        if tool is None or not tool.marks_effect:
+            self._logged(lambda log: log.tool_started(call))
+            return ctx
+        return dataclasses.replace(ctx, effect_begins=lambda: self._logged(lambda log: log.tool_started(call)))
 
     def _logged(self, write: Callable[[StepLog], None]) -> None:
         """One step-log write; a write the ledger refused (another owner has the unit) stops this run."""

@@ -2,7 +2,9 @@
 
 Writing (``StepLog``, attached to a child by the subagents layer): the model's reply with tool
 calls is written before any of those tools runs; a side-effecting tool call (every tool not
-declared ``read_only``, ``delegate_task`` among them) gets a ``tool_start`` mark before it runs;
+declared ``read_only``, ``delegate_task`` among them) gets a ``tool_start`` mark meaning "its
+effect may have begun": right before it is called, or, for a tool declared ``marks_effect``
+(``run_command``), where the tool says its effect begins, after any approval was granted;
 every tool call's result is written after it, before the next model call. The ledger fences each
 write; a write refused because this process no longer owns the unit sets ``lost``, and the agent
 stops. A write that fails for another reason (the ledger unreachable) is logged and the child
