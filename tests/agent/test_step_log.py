@@ -11,7 +11,7 @@ import pytest
 
 from offload.agent.step_log import HOST_DIED, StepLog, replay
 from offload.agent.toolsets import register_toolset, unregister_toolset
-from offload.toolsets.toolspec import Tool
+from offload.toolsets.toolspec import Tool, ToolError
 from test_core import ScriptedLLM, answer, call, make_agent, tool_turn
 
 pytestmark = pytest.mark.timeout(30)
@@ -66,6 +66,46 @@ def test_a_refused_write_stops_the_child_before_its_side_effect(effects, tmp_pat
     _logged(agent, accept=lambda seq, kind: kind != "tool_start")  # another owner took the unit
     result = agent.run_conversation("go")
     assert effects == [] and result["exit_reason"] == "interrupted"
+
+
+@pytest.fixture
+def gated(tmp_path):
+    """Toolset "gate": ``ask`` (``marks_effect``: calls ``ctx.effect_begins()`` once "approved",
+    then acts; refuses before that when its argument says so, as a denied approval does)."""
+    ran: list[str] = []
+
+    def ask(args, ctx):
+        if args.get("deny"):
+            raise ToolError("denied, not run")
+        ctx.effect_begins()
+        if ctx.interrupted.is_set():
+            raise ToolError("interrupted before it started")
+        ran.append("ask")
+        return "acted"
+    register_toolset("gate", lambda: [Tool("ask", "gate", "ask", {"type": "object"}, ask, marks_effect=True)])
+    yield ran
+    unregister_toolset("gate")
+
+
+def test_a_marks_effect_tool_is_marked_where_its_effect_begins_and_not_when_refused_first(gated, tmp_path):
+    agent = make_agent(ScriptedLLM(tool_turn(call("c1", "ask", {"deny": True}), call("c2", "ask", {})), answer("ok")),
+                       tmp_path, toolsets=["gate"])
+    steps = _logged(agent)
+    order: list[str] = []
+    real_append = agent.step_log._append
+    agent.step_log._append = lambda kind, payload: (order.append(f"{kind}:{len(gated)}"), real_append(kind, payload))
+    assert agent.run_conversation("go")["final_response"] == "ok" and gated == ["ask"]
+    assert [(s.kind, s.payload.get("call_id")) for s in steps] == [
+        ("reply", None), ("tool_result", "c1"), ("tool_start", "c2"), ("tool_result", "c2")]
+    assert order[2] == "tool_start:0"  # written before the effect, from inside the tool
+    assert replay([], [Step(0, "reply", {"message": _reply(("c1", "ask"))})]).to_run[0]["id"] == "c1"
+
+
+def test_a_refused_mark_from_inside_a_tool_stops_its_effect(gated, tmp_path):
+    agent = make_agent(ScriptedLLM(tool_turn(call("c1", "ask", {}))), tmp_path, toolsets=["gate"])
+    _logged(agent, accept=lambda seq, kind: kind != "tool_start")  # another owner took the unit
+    result = agent.run_conversation("go")
+    assert gated == [] and result["exit_reason"] == "interrupted"
 
 
 def test_a_ledger_that_fails_does_not_stop_the_child(effects, tmp_path):
