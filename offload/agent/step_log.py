@@ -14,6 +14,8 @@ Reading (``replay``): the conversation a new owner continues from, rebuilt from 
 opening messages and its steps: every logged reply and result in order; for the last reply,
 the calls with no result are either ``to_run`` (never started: read-only, or side-effecting
 with no start mark) or answered with ``HOST_DIED`` (started, outcome unknown: never run again).
+A call of an EARLIER reply with no result was answered ``HOST_DIED`` by an earlier resume
+(which logs no step for it) and is answered so again, so a child resumed twice never repeats it.
 Pure: no I/O, no clock.
 """
 from __future__ import annotations
@@ -77,6 +79,10 @@ def replay(opening: list[dict[str, Any]], steps: Iterable[Any]) -> Replayed:
     for step in steps:
         out.next_seq = step.seq + 1
         if step.kind == "reply":
+            # A reply after one whose calls still lack a result: an earlier new owner answered them
+            # (HOST_DIED, in its memory only) and went on; answer them the same way again, or the
+            # transcript would miss them and the model would ask for that work once more.
+            out.messages.extend({"role": "tool", "tool_call_id": call_id, "content": HOST_DIED} for call_id in pending)
             message = step.payload.get("message") or {}
             out.messages.append(message)
             out.replies += 1

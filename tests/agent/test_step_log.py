@@ -122,6 +122,19 @@ def _reply(*calls: tuple[str, str]) -> dict[str, Any]:
         {"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}} for i, n in calls]}
 
 
+def test_a_child_resumed_twice_is_told_again_that_a_call_of_the_first_death_may_have_run():
+    """Found by tests/chaos/test_resume_faults.py: the first resume answered the started call in
+    memory only; the second replay dropped it, the model saw one tool result fewer and asked
+    for that command again, which ran twice."""
+    steps = [Step(0, "reply", {"message": _reply(("c1", "poke"))}), Step(1, "tool_start", {"call_id": "c1"}),
+             Step(2, "reply", {"message": _reply(("c2", "poke"))}), Step(3, "tool_start", {"call_id": "c2"}),
+             Step(4, "tool_result", {"call_id": "c2", "content": "poked"}), Step(5, "reply", {"message": _reply()})]
+    out = replay([{"role": "user", "content": "go"}], steps)
+    tools = [(m["tool_call_id"], m["content"]) for m in out.messages if m["role"] == "tool"]
+    assert tools == [("c1", HOST_DIED), ("c2", "poked")] and out.to_run == [] and out.unknown_calls == []
+    assert [m["role"] for m in out.messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+
+
 def test_replay_answers_a_started_call_and_runs_only_those_never_started():
     opening = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
     steps = [Step(0, "reply", {"message": _reply(("a", "poke"))}),
