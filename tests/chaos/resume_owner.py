@@ -36,16 +36,11 @@ import sys
 import threading
 import time
 
+from tests.chaos.kill_owner import fsynced_log
+
 
 def main(role: str, manifest: str, session: str, point: str, n: int, plan: list) -> None:
-    fd = os.open(manifest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    lock = threading.Lock()
-
-    def log(line: str) -> None:
-        with lock:
-            os.write(fd, (line + "\n").encode())
-            os.fsync(fd)
-
+    log = fsynced_log(manifest)
     die = _killer(point, n, log)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from offload import Offload
