@@ -17,7 +17,8 @@ Checked per trial:
 - at most one model call re-issued per death per child: a child of N steps made at most
   N + 1 + deaths model calls;
 - every child ends with its real result (``real:<tag>``, status completed) or its unit ends
-  ``unknown`` with a reason.
+  ``unknown`` with its reason (a quarter of the trials allow one resume only:
+  ``delegation.max_resumes: 1``), its finished children keeping their real results.
 
 ``OFFLOAD_RESUME_TRIALS`` (default 6 on SQLite, 3 on PostgreSQL; ``OFFLOAD_CHAOS_LONG=1``: 300
 and 150) sets the trials per backend; ``OFFLOAD_CHAOS_SEED`` replays a run (a failure names it).
@@ -88,6 +89,9 @@ class Trial:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        # Mostly enough resumes for every death; sometimes one only, so a unit whose owner dies
+        # twice ends `unknown`, with the reason.
+        self.max_resumes = 1 if self.rng.random() < 0.25 else MAX_DEATHS + 1
         self.home, self.workspace = self.base / "home", self.base / "ws"
         self.home.mkdir(parents=True)
         self.workspace.mkdir()
@@ -101,7 +105,7 @@ class Trial:
         config: dict[str, Any] = {
             "model": "demo-model", "base_url": self.server.url, "workspace": str(self.workspace),
             "toolsets": ["terminal", "delegation"],
-            "delegation": {"resume": "auto", "max_resumes": MAX_DEATHS + 1, "max_concurrent_children": 8}}
+            "delegation": {"resume": "auto", "max_resumes": self.max_resumes, "max_concurrent_children": 8}}
         if self.ledger_url:
             config["ledger"] = {"url": self.ledger_url, "lease_seconds": 2, "heartbeat_seconds": 0.5}
         (self.home / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -194,21 +198,26 @@ def check(trial: Trial, counts: collections.Counter) -> None:
         rows = [ledger.get(unit_id) for unit_id in sorted(acked)]
     finally:
         ledger.close()
+    check_rows(rows, counts)
+    counts["side_effects"] += len(ran)
+
+
+def check_rows(rows: list[Any], counts: collections.Counter) -> None:
+    """Every child of a unit has its real result, or the unit is ``unknown`` with a reason."""
     for row in rows:
         counts[f"units_{row.state}"] += 1
-        if row.state == "unknown":
-            assert (row.event or {}).get("error"), f"{row.delegation_id} unknown without a reason"
-            counts["resumed_unknown_reasons"] += bool((row.event or {}).get("error"))
-            continue
         goals = (row.task or {}).get("goals") or [(row.task or {}).get("goal")]
-        entries = sorted(row.result["results"], key=lambda e: e["task_index"])
-        assert [e["task_index"] for e in entries] == list(range(len(goals))), (row.delegation_id, entries)
+        entries = sorted((row.result or {}).get("results") or [], key=lambda e: e["task_index"])
+        if row.state == "unknown":  # its finished children keep their real results
+            assert "max_resumes" in str((row.event or {}).get("error")), f"{row.delegation_id}: {row.event}"
+            entries = [e for e in entries if e.get("status") == "completed"]
+        else:
+            assert [e["task_index"] for e in entries] == list(range(len(goals))), (row.delegation_id, entries)
         for entry in entries:
             tag = GOAL_RE.match(goals[entry["task_index"]]).group(1)  # type: ignore[union-attr]
             assert entry["status"] == "completed" and entry.get("summary") == f"real:{tag}", entry
             counts["children_real"] += 1
             counts["children_resumed"] += bool(entry.get("resumed"))
-    counts["side_effects"] += len(ran)
 
 
 def _backends() -> list[Any]:
