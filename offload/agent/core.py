@@ -15,7 +15,8 @@ interrupt flag, its liveness record and how a child agent is derived from it. In
 * a subagent built with ``allowed_tools`` (its role's list) is offered only those of the
   built-in tools, and a call to any tool it lacks is a tool error naming the list.
 * a background child with a ``step_log`` (``offload.agent.step_log``) writes each reply with
-  tool calls before any of them runs, a start mark before each side-effecting call and every
+  tool calls before any of them runs, a start mark before each side-effecting call's effect
+  (for a ``marks_effect`` tool, where it says its effect begins: after approval) and every
   call's result after it; ``resume_conversation`` continues such a child from its replayed log.
 * ``interrupt`` may be called from any thread; it stops the stream at the next chunk, tells
   the running tool through ``ToolContext.interrupted`` and reaches every active child. The
@@ -23,6 +24,7 @@ interrupt flag, its liveness record and how a child agent is derived from it. In
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -39,10 +41,10 @@ from offload.agent.tool_calls import INTERRUPTED_BEFORE_START, execute_tool_call
 from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, validate_toolsets
 from offload.engine.observers import span
 from offload.agent.run_state import UNKNOWN_TOTAL_KEYS, Run, Stamped, run_result
-from offload.agent.step_log import StepLog
+from offload.agent.step_log import UNMARKED, StepLog
 from offload.render.truncation import CUT_OFF_EXIT_REASON
 from offload.toolsets.child_tools import allowed_only, blocked_tool_message
-from offload.toolsets.toolspec import Tool, ToolContext
+from offload.toolsets.toolspec import Tool, ToolContext, ToolError
 
 logger = logging.getLogger(__name__)
 
@@ -332,27 +334,48 @@ class AIAgent:
             else:
                 run.tool_counts[call["name"]] += 1
                 tool = tools_by_name.get(call["name"])
-                if self.step_log is not None and not (tool is not None and tool.read_only):
-                    self._logged(lambda log: log.tool_started(call))
-                elif self.step_log is not None:  # the reply and earlier results durable before it runs
-                    self._logged(lambda log: log.flush())
+                call_ctx = self._start_mark(call, tool, ctx)
                 if self._interrupt_requested:  # the start mark found another owner: never run it
                     output = INTERRUPTED_BEFORE_START
+                elif call_ctx is None:
+                    output = f"Error: {UNMARKED}"
                 else:
                     with span("offload.tool_call", tool=call["name"]) as traced:
-                        output = execute_tool_call(call, tools_by_name, ctx, self._activity, on_error=traced.fail)
+                        output = execute_tool_call(call, tools_by_name, call_ctx, self._activity,
+                                                   on_error=traced.fail)
             if self.step_log is not None:
                 self._logged(lambda log: log.tool_finished(call, output))
             run.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 
-    def _logged(self, write: Callable[[StepLog], None]) -> None:
-        """One step-log write; a write the ledger refused (another owner has the unit) stops this run."""
+    def _start_mark(self, call: dict[str, str], tool: Tool | None, ctx: ToolContext) -> ToolContext | None:
+        """Write a side-effecting call's start mark now, or (a ``marks_effect`` tool) hand the
+        tool a context whose ``effect_begins`` writes it where its effect begins: a command
+        that waited for approval when its owner died never started, and is asked again."""
+        if self.step_log is None:
+            return ctx
+        if tool is not None and tool.read_only:
+            self._logged(lambda log: log.flush())  # the reply and earlier results durable before it runs
+            return ctx
+        if tool is None or not tool.marks_effect:  # one write with what is queued; None: not written
+            return None if self._logged(lambda log: log.tool_started(call)) is False else ctx
+        self._logged(lambda log: log.flush())  # the reply durable before an approval is asked
+        return dataclasses.replace(ctx, effect_begins=lambda: self._effect_begins(call))
+
+    def _logged(self, write: Callable[[StepLog], Any]) -> Any:
+        """One step-log write (its value); a write the ledger refused (another owner has the unit)
+        stops this run."""
         log = self.step_log
         if log is None or log.lost:
-            return
-        write(log)
+            return None
+        out = write(log)
         if log.lost:
             self.interrupt("Another offload process took this unit over; this one stopped its child.")
+        return out
+
+    def _effect_begins(self, call: dict[str, str]) -> None:
+        """A ``marks_effect`` tool's start mark, from inside it: no effect without it."""
+        if self._logged(lambda log: log.tool_started(call)) is False:
+            raise ToolError(UNMARKED)
 
     def _clear_interrupt(self) -> None:
         self._interrupt_requested = False

@@ -2,18 +2,23 @@
 
 Writing (``StepLog``, attached to a child by the subagents layer): the model's reply with tool
 calls is written before any of those tools runs; a side-effecting tool call (every tool not
-declared ``read_only``, ``delegate_task`` among them) gets a ``tool_start`` mark before it runs;
+declared ``read_only``, ``delegate_task`` among them) gets a ``tool_start`` mark meaning "its
+effect may have begun": right before it is called, or, for a tool declared ``marks_effect``
+(``run_command``), where the tool says its effect begins, after any approval was granted;
 every tool call's result is written after it, before the next model call (or the next call's
 start mark, in the same write). The ledger fences each
 write; a write refused because this process no longer owns the unit sets ``lost``, and the agent
 stops. A write that fails for another reason (the ledger unreachable) is logged and the child
-goes on: the step log then says less, never something false.
+goes on: the step log then says less, never something false -- but a call whose start mark was
+not written is not run (``UNMARKED``): a resume would take it for never started and run it twice.
 
 Reading (``replay``): the conversation a new owner continues from, rebuilt from the child's
 opening messages and its steps: every logged reply and result in order; for the last reply,
 the calls with no result are either ``to_run`` (never started: read-only, or side-effecting
 with no start mark) or answered with ``HOST_DIED`` (started, outcome unknown: never run again);
 with neither, a model call was in flight at the death (``model_call_in_flight``) and is issued again.
+A call of an EARLIER reply with no result was answered ``HOST_DIED`` by an earlier resume
+(which logs no step for it) and is answered so again, so a child resumed twice never repeats it.
 Pure: no I/O, no clock.
 """
 from __future__ import annotations
@@ -28,6 +33,8 @@ logger = logging.getLogger(__name__)
 StepWriter = Callable[[int, str, dict[str, Any]], bool]
 # write_many([(seq, kind, payload), ...]) -> the same, for several steps in one ledger write.
 StepsWriter = Callable[[list[tuple[int, str, dict[str, Any]]]], bool]
+UNMARKED = ("Not run: the ledger could not record that this call was starting (it is unreachable), so after "
+            "a crash no one could tell whether it ran. Nothing was run; try it again.")
 HOST_DIED = ("The host running this tool call died while it ran: it may or may not have taken effect. "
              "Check its effect (read the file, list the state) before you repeat it.")
 
@@ -52,11 +59,13 @@ class StepLog:
         self._queued.append((self.seq, kind, payload))
         self.seq += 1
 
-    def flush(self) -> None:
-        """Write what is queued; a refusal sets ``lost``."""
+    def flush(self) -> bool:
+        """Write what is queued; a refusal sets ``lost``. False when a start mark could not be
+        written (the ledger unreachable): that call must not run, since a resume could not tell
+        whether it had."""
         queued, self._queued = self._queued, []
         if not queued:
-            return
+            return True
         try:
             if self._write_many is not None:
                 kept = self._write_many(queued)
@@ -64,16 +73,18 @@ class StepLog:
                 kept = all(self._write(*step) is not False for step in queued)  # type: ignore[misc]
         except Exception:  # the ledger unreachable: the child goes on, its log says less
             logger.warning("could not write %s step(s) of a background child", len(queued), exc_info=True)
-            kept = True
+            return not any(kind == "tool_start" for _, kind, _ in queued)
         if kept is False:
             self.lost = True
+        return True
 
     def reply(self, message: dict[str, Any]) -> None:
         self._queue("reply", {"message": message})
 
-    def tool_started(self, call: dict[str, Any]) -> None:
+    def tool_started(self, call: dict[str, Any]) -> bool:
+        """Queue the call's start mark and write it with what is queued; False: not written."""
         self._queue("tool_start", {"call_id": call["id"], "name": call["name"]})
-        self.flush()
+        return self.flush()
 
     def tool_finished(self, call: dict[str, Any], content: str) -> None:
         self._queue("tool_result", {"call_id": call["id"], "name": call["name"], "content": content})
@@ -109,6 +120,10 @@ def replay(opening: list[dict[str, Any]], steps: Iterable[Any]) -> Replayed:
     for step in steps:
         out.next_seq = step.seq + 1
         if step.kind == "reply":
+            # A reply after one whose calls still lack a result: an earlier new owner answered them
+            # (HOST_DIED, in its memory only) and went on; answer them the same way again, or the
+            # transcript would miss them and the model would ask for that work once more.
+            out.messages.extend({"role": "tool", "tool_call_id": call_id, "content": HOST_DIED} for call_id in pending)
             message = step.payload.get("message") or {}
             out.messages.append(message)
             out.replies += 1

@@ -6,7 +6,8 @@ A step is ``(delegation_id, task_index, seq, kind, written_at, payload)``; kinds
 
 - ``reply``: the model's reply (its assistant message, with the tool calls it asks for),
   written BEFORE any of those tools runs;
-- ``tool_start``: a side-effecting tool call is about to run (``call_id``, ``name``);
+- ``tool_start``: a side-effecting tool call's effect may have begun (``call_id``, ``name``);
+  a command still waiting for approval has none;
 - ``tool_result``: a tool call's result (``call_id``, ``name``, ``content``), written before
   the next model call starts;
 - ``compression``: reserved for a child's context compression (the whole rewritten message

@@ -16,6 +16,9 @@ Three moments:
 - start (``prepare``): the admission queue adopts the row like any queued row of a dead owner
   (``workers.start_claimed``, with the taker's own credentials); the rebuilt unit gets the
   finished entries and each unfinished child's steps, and each child continues from its replay.
+  The dead owner's pending approval requests of the unit are withdrawn (``withdraw_approvals``):
+  a command waiting for approval had not started (its start mark is written only once it is
+  approved), so the resumed child runs the call again and asks again.
 
 Invariant: a side-effecting call with a start mark and no result is never run again (the
 replay answers it with ``step_log.HOST_DIED``); a model call in flight at the death is issued
@@ -32,6 +35,7 @@ from offload.ledger.protocol import local_host
 from offload.origin import Origin
 
 MARK = "durable"
+WITHDRAWN_BY = "resume: its owner died while it waited; the resumed child asks again"
 
 
 def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] | None:
@@ -123,11 +127,29 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
     for step in ledger.read_steps(row.delegation_id):
         steps.setdefault(step.task_index, []).append(step)
     unit.resume_steps = steps
+    withdraw_approvals(ledger, row.delegation_id)
     after = dict(mark.get("after") or {})
     last = [s.written_at for kept in steps.values() for s in kept] + [after.get("last_write_at") or 0.0]
     after["last_write_at"] = max(last) or None  # the dead owner's last sign of life in the ledger
     unit.resumed = {"resumes": int(mark.get("resumes") or 1), "after": after, "at": time.time(),
                     "first_dispatched_at": mark.get("first_dispatched_at") or row.dispatched_at}
+
+
+def withdraw_approvals(ledger: Any, delegation_id: str) -> list[str]:
+    """Decide the dead owner's pending approval requests of this unit ``denied`` by ``resume``: no
+    child waits on them any more (their command never started, so the resumed child asks again
+    with a new request), and an answer to the old one would move nothing. Returns their ids."""
+    from offload.subagents.approvals import ApprovalError, decide, pending
+
+    withdrawn = []
+    for request in pending(ledger):
+        if request.get("delegation_id") == delegation_id:
+            try:
+                decide(ledger, request["request_id"], allow=False, by=WITHDRAWN_BY)
+                withdrawn.append(request["request_id"])
+            except ApprovalError:  # answered in the same instant: nobody waits on it either way
+                pass
+    return withdrawn
 
 
 def unresumable_entries(task: dict[str, Any], indexes: list[int], why: str) -> list[dict[str, Any]] | None:

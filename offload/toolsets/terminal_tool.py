@@ -308,6 +308,7 @@ def run_command_handler(args: dict[str, Any], ctx: ToolContext) -> str:
         raise home_refusal(_TOOL, named, home)  # type: ignore[arg-type]
     approved = _approval(command, ctx)
     timeout_s, cap_bytes, grace_s = _limits(args, ctx)
+    ctx.effect_begins()  # approved (or no approval needed): from here the command may have run
     if ctx.interrupted.is_set():
         raise ToolError(f"{_TOOL}: the agent was interrupted before the command started; nothing was run.")
     buffer = HeadTailBuffer(cap_bytes)
@@ -378,6 +379,7 @@ run_command = Tool(
         "additionalProperties": False,
     },
     handler=run_command_handler,
+    marks_effect=True,
 )
 
 TOOLS = [run_command]

@@ -27,6 +27,9 @@ class ToolContext:
     interrupted: threading.Event = field(default_factory=threading.Event)
     settings: dict[str, Any] = field(default_factory=dict)
     caller: Any = None  # the agent calling the tool; delegate_task needs its parent
+    # A tool declared ``marks_effect`` calls this right before its effect begins (after any
+    # approval was granted): a background child's step log writes the call's start mark then.
+    effect_begins: Callable[[], None] = field(default=lambda: None)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,10 @@ class Tool:
     # Only looks (reads files, fetches a page): a background child's step log marks no start for
     # it, and a new owner may run it again. Every other tool is side-effecting (delegate_task too).
     read_only: bool = False
+    # Calls ``ctx.effect_begins()`` itself right before its effect (e.g. after a person approved
+    # the command), so a call that never got that far has no start mark and a new owner runs it
+    # again (asking again); other side-effecting tools get the mark right before they are called.
+    marks_effect: bool = False
 
     def schema(self) -> dict[str, Any]:
         """The Chat Completions ``tools`` entry for this tool."""

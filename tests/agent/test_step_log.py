@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from offload.agent.step_log import HOST_DIED, StepLog, replay
+from offload.agent.step_log import HOST_DIED, UNMARKED, StepLog, replay
 from offload.agent.toolsets import register_toolset, unregister_toolset
-from offload.toolsets.toolspec import Tool
+from offload.toolsets.toolspec import Tool, ToolError
 from test_core import ScriptedLLM, answer, call, make_agent, tool_turn
 
 pytestmark = pytest.mark.timeout(30)
@@ -86,18 +86,89 @@ def test_a_refused_write_stops_the_child_before_its_side_effect(effects, tmp_pat
     assert effects == [] and result["exit_reason"] == "interrupted"
 
 
+@pytest.fixture
+def gated(tmp_path):
+    """Toolset "gate": ``ask`` (``marks_effect``: calls ``ctx.effect_begins()`` once "approved",
+    then acts; refuses before that when its argument says so, as a denied approval does)."""
+    ran: list[str] = []
+
+    def ask(args, ctx):
+        if args.get("deny"):
+            raise ToolError("denied, not run")
+        ctx.effect_begins()
+        if ctx.interrupted.is_set():
+            raise ToolError("interrupted before it started")
+        ran.append("ask")
+        return "acted"
+    register_toolset("gate", lambda: [Tool("ask", "gate", "ask", {"type": "object"}, ask, marks_effect=True)])
+    yield ran
+    unregister_toolset("gate")
+
+
+def test_a_marks_effect_tool_is_marked_where_its_effect_begins_and_not_when_refused_first(gated, tmp_path):
+    agent = make_agent(ScriptedLLM(tool_turn(call("c1", "ask", {"deny": True}), call("c2", "ask", {})), answer("ok")),
+                       tmp_path, toolsets=["gate"])
+    steps = _logged(agent)
+    order: list[str] = []
+    real_queue = agent.step_log._queue
+    agent.step_log._queue = lambda kind, payload: (order.append(f"{kind}:{len(gated)}"), real_queue(kind, payload))
+    assert agent.run_conversation("go")["final_response"] == "ok" and gated == ["ask"]
+    assert [(s.kind, s.payload.get("call_id")) for s in steps] == [
+        ("reply", None), ("tool_result", "c1"), ("tool_start", "c2"), ("tool_result", "c2")]
+    assert order[2] == "tool_start:0"  # written before the effect, from inside the tool
+    assert replay([], [Step(0, "reply", {"message": _reply(("c1", "ask"))})]).to_run[0]["id"] == "c1"
+
+
+def test_a_refused_mark_from_inside_a_tool_stops_its_effect(gated, tmp_path):
+    agent = make_agent(ScriptedLLM(tool_turn(call("c1", "ask", {}))), tmp_path, toolsets=["gate"])
+    _logged(agent, accept=lambda seq, kind: kind != "tool_start")  # another owner took the unit
+    result = agent.run_conversation("go")
+    assert gated == [] and result["exit_reason"] == "interrupted"
+
+
 def test_a_ledger_that_fails_does_not_stop_the_child(effects, tmp_path):
     agent = make_agent(ScriptedLLM(tool_turn(call("c1", "poke", {})), answer("done")), tmp_path, toolsets=["fx"])
 
     def broken(seq, kind, payload):
         raise OSError("disk full")
     agent.step_log = StepLog(broken)
-    assert agent.run_conversation("go")["final_response"] == "done" and effects == ["poke"]
+    assert agent.run_conversation("go")["final_response"] == "done"
+    # ... but a side effect whose start mark was not written is not run: a resume would run it again
+    assert effects == [] and UNMARKED in _tool_message(agent, "c1")
+
+
+def test_a_marks_effect_tool_whose_mark_cannot_be_written_does_not_act(gated, tmp_path):
+    agent = make_agent(ScriptedLLM(tool_turn(call("c1", "ask", {})), answer("done")), tmp_path, toolsets=["gate"])
+
+    def broken(seq, kind, payload):
+        if kind == "tool_start":
+            raise OSError("disk full")
+        return True
+    agent.step_log = StepLog(broken)
+    assert agent.run_conversation("go")["final_response"] == "done"
+    assert gated == [] and UNMARKED in _tool_message(agent, "c1")
+
+
+def _tool_message(agent, call_id: str) -> str:
+    return next(m["content"] for m in agent._messages if m.get("role") == "tool" and m.get("tool_call_id") == call_id)
 
 
 def _reply(*calls: tuple[str, str]) -> dict[str, Any]:
     return {"role": "assistant", "content": None, "tool_calls": [
         {"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}} for i, n in calls]}
+
+
+def test_a_child_resumed_twice_is_told_again_that_a_call_of_the_first_death_may_have_run():
+    """Found by tests/chaos/test_resume_faults.py: the first resume answered the started call in
+    memory only; the second replay dropped it, the model saw one tool result fewer and asked
+    for that command again, which ran twice."""
+    steps = [Step(0, "reply", {"message": _reply(("c1", "poke"))}), Step(1, "tool_start", {"call_id": "c1"}),
+             Step(2, "reply", {"message": _reply(("c2", "poke"))}), Step(3, "tool_start", {"call_id": "c2"}),
+             Step(4, "tool_result", {"call_id": "c2", "content": "poked"}), Step(5, "reply", {"message": _reply()})]
+    out = replay([{"role": "user", "content": "go"}], steps)
+    tools = [(m["tool_call_id"], m["content"]) for m in out.messages if m["role"] == "tool"]
+    assert tools == [("c1", HOST_DIED), ("c2", "poked")] and out.to_run == [] and out.unknown_calls == []
+    assert [m["role"] for m in out.messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
 
 
 def test_replay_answers_a_started_call_and_runs_only_those_never_started():

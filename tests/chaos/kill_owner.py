@@ -39,14 +39,7 @@ OUTCOMES = ("ok", "ok", "ok", "fail", "crash")
 
 def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") -> None:
     rng = random.Random(seed)
-    fd = os.open(manifest_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    lock = threading.Lock()
-
-    def log(line: str) -> None:
-        with lock:
-            os.write(fd, (line + "\n").encode())
-            os.fsync(fd)
-
+    log = fsynced_log(manifest_path)
     from offload import Hooks, Offload
     from offload.engine.events import is_interim
     from offload.engine.units import UnitSpec
@@ -107,6 +100,19 @@ def main(manifest_path: str, seed: int, kill_at: int = 0, when: str = "before") 
         time.sleep(rng.uniform(0, 0.1))
     log("DONE")
     time.sleep(3600)  # wait to be killed
+
+
+def fsynced_log(path: str):
+    """``log(line)``: append ``line`` to the manifest at ``path``, fsynced before it returns
+    (so a SIGKILL right after never loses it), from any thread."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    lock = threading.Lock()
+
+    def log(line: str) -> None:
+        with lock:
+            os.write(fd, (line + "\n").encode())
+            os.fsync(fd)
+    return log
 
 
 def _kill_at_ledger_write(ledger_class: type, n: int, when: str) -> None:

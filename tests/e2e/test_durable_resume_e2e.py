@@ -16,7 +16,7 @@ import yaml
 from offload.agent.step_log import HOST_DIED
 from offload.testing.demo_script import request_role, subagent_goal
 from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
-from tests.e2e.conftest import HANDLE_RE, SESSION_RE, scripted_parent, until
+from tests.e2e.conftest import HANDLE_RE, SESSION_RE, offload, scripted_parent, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 MARKER = "echo ran >> marker.txt && sleep 300"
@@ -174,3 +174,50 @@ def test_with_resume_never_nothing_is_logged_and_a_killed_child_is_unknown(cli, 
     assert runtime.ledger().read_steps(did) == [] and "durable" not in runtime.ledger().get(did).task
     _resume(cli, sid, code=6)
     assert runtime.ledger().get(did).state == "unknown"
+
+
+def _pending_requests(runtime) -> list[dict]:
+    from offload.subagents.approvals import pending
+
+    return pending(runtime.ledger())
+
+
+def test_a_command_waiting_for_approval_when_the_owner_died_is_asked_again(cli, model_server, write_config,
+                                                                           runtime, workspace):
+    """The start mark means "the effect may have begun": a command still waiting for a person's
+    approval never started, so the resumed child runs the call again and asks again (the dead
+    owner's request is withdrawn), and the command runs once, after the new approval."""
+    command = "rm -rf build && echo ran >> marker.txt"
+
+    def child(request):
+        if last_message_text(request).startswith("[approved by"):
+            return text_reply("Cleaned the build once.")
+        return tool_call_reply("run_command", {"command": command})
+
+    (workspace / "build").mkdir()
+    server = model_server(scripted_parent(child=child, delegate={"goal": "clean the build"},
+                                          on_result=text_reply("The build is clean.")))
+    write_config(server, approvals="ask")
+    run = cli("run", "--ask-approvals", "clean the build")
+    did = run.wait_for(HANDLE_RE).group(1)
+    [first] = until(lambda: _pending_requests(runtime), "the child's approval request")
+    run.kill()
+    sid = run.wait_for(SESSION_RE).group(1)
+    assert [s.kind for s in runtime.ledger().read_steps(did)] == ["reply"]  # no start mark: it never began
+    again = cli("run", "--resume", sid, "--ask-approvals")
+    [second] = until(lambda: [r for r in _pending_requests(runtime) if r["request_id"] != first["request_id"]],
+                     "the resumed child asking again")
+    assert second["command"] == command and second["delegation_id"] == did
+    old = runtime.ledger().approvals(request_id=first["request_id"])[0]
+    assert old["state"] == "denied" and old["decided_by"].startswith("resume: its owner died"), old
+    assert not (workspace / "marker.txt").exists() and (workspace / "build").exists()  # nothing ran yet
+    answer = offload("approvals", "approve", second["request_id"], "--by", "alice",
+                     HERMES_HOME=str(runtime.home))
+    assert answer.returncode == 0, answer
+    assert again.finish(timeout_s=90) == 0, again.output
+    assert (workspace / "marker.txt").read_text().splitlines() == ["ran"]  # ran once, after the approval
+    assert not (workspace / "build").exists()
+    entry = runtime.ledger().get(did).result["results"][0]
+    assert entry["status"] == "completed" and entry["resumed"]["calls_rerun"] == 1, entry
+    assert entry["resumed"]["unknown_calls"] == []  # never "the host died": it had not started
+    assert len(_child_requests(server)) == 2  # the kept reply was not asked for again
