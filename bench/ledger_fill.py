@@ -42,7 +42,7 @@ def _row(i: int, now: float, delivery_state: str, owner_pid: int) -> tuple[Any, 
               "dispatched_at": dispatched, "completed_at": completed, "updated_at": completed,
               "task_json": dumps(task), "event_json": dumps(event), "result_json": dumps(result),
               "delivery_state": delivery_state, "delivery_attempts": 0, "owner_pid": owner_pid,
-              "owner_started_at": None}
+              "owner_started_at": None, "owner_epoch": 0}
     return tuple(values[name] for name in sqlite_ledger._UPSERT_COLUMNS)
 
 
