@@ -90,12 +90,13 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         handover.on_termination(off)
         if not http:
             server.run()
+            service.close()
             handover.hand_over(off)  # stdin closed: the client left, its work goes on (docs/crash-and-restart.md)
             return
         from offload.mcp_server.http import serve_http
 
         def on_exit(signum: int) -> None:
-            service.watcher.close()
+            service.close()
             if signum in handover.SIGNALS:  # Ctrl-C stops the server and its work; SIGTERM/SIGHUP hand it over
                 handover.hand_over(off)
         serve_http(server, host, port, verify, allow_host,

@@ -32,6 +32,7 @@ from offload.context.approval import (
     reset_current_session_key, reset_no_ask_reason, set_current_session_key, set_no_ask_reason,
 )
 from offload.context.session_env import clear_session_env, reset_session_env, set_async_delivery
+from offload.engine.loop import Loop
 from offload.engine.states import ACTIVE_STATES, QUEUED, RUNNING, UNFINISHED, unit_state
 from offload.errors import CliError
 from offload.ids import resolve
@@ -107,6 +108,20 @@ class McpDelegations:
         # (what they hand over is read from the ledger, where the event was recorded first).
         self.watcher = Watcher(self._fingerprint, off.bus.completion_queue).start(off.ledger())
         self._recover()  # rows a killed server left running
+        # ... and, while it serves, the units of owners that die meanwhile (another server, a
+        # `run` killed on this home; across hosts a lease run out), as chat and the worker do.
+        self.recovery = Loop("offload-mcp-recovery", self._recover_step,
+                             lambda: off.engine.policy().claim_check_interval_s, what="recovery of dead owners' units")
+        self.recovery.start()
+
+    def close(self) -> None:
+        """Stop looking for dead owners' units and end the waits (the server is leaving)."""
+        self.recovery.stop()
+        self.watcher.close()
+
+    def _recover_step(self, _now: float) -> bool:
+        self._recover()
+        return True
 
     def _recover(self) -> None:
         """Settle what dead owners left; a long-lived server resumes their resumable units

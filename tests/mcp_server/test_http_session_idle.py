@@ -93,7 +93,7 @@ def served(tmp_path: Path, model: GatedModel) -> Iterator[tuple[str, str, GatedM
             yield f"http://127.0.0.1:{sock.getsockname()[1]}{MCP_PATH}", TokenStore(tmp_path).get(), model
         finally:
             model.gate.set()
-            service.watcher.close()
+            service.close()
             server.should_exit = True
             thread.join(20)
             sock.close()

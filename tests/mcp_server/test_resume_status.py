@@ -61,3 +61,34 @@ def test_the_tasks_status_and_the_result_say_the_child_resumed(tmp_path, model):
             assert finished.status == "completed" and finished.status_message.startswith(
                 f"delegation completed; {line}"), finished
     anyio.run(body)
+
+
+def test_a_running_server_resumes_a_unit_whose_owner_died_without_being_asked(tmp_path, model):
+    """A server already serving when another owner on its home dies (here another `offload mcp`)
+    takes the unit over within its claim check (2 s), not only at its own start or when a client
+    asks about that row: nothing is called on it before the child's model call is re-issued."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"delegation": {"resume": "auto"}}))
+
+    async def until(check) -> None:
+        with anyio.fail_after(DEADLINE_S):
+            while not await check():
+                await anyio.sleep(0.05)
+
+    async def body():
+        async with mcp_client(tmp_path, model=model) as bystander:  # the same client name: one namespace
+            async with mcp_client(tmp_path, model=model, tolerate_exit=True) as owner_client:
+                did = (await call(owner_client, "delegate_task", goal=f"{HOLD} long")).structured_content[
+                    "delegation_id"]
+                await until(lambda: anyio.to_thread.run_sync(lambda: _held(model) == 1))
+                owner = (await call(owner_client, "delegation_status", delegation_id=did)).structured_content[
+                    "owner_pid"]
+                os.kill(owner, signal.SIGKILL)
+
+            async def reissued() -> bool:  # the bystander's recovery loop resumed it, unasked
+                return _held(model) == 2
+            await until(reissued)
+            model.gate.set()
+            result = await call(bystander, "delegation_result", delegation_id=did, wait_s=DEADLINE_S)
+            done = result.structured_content
+            assert done["state"] == "completed" and done["children"][0]["resumed"]["after"]["pid"] == owner, done
+    anyio.run(body)
