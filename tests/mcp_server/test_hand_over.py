@@ -143,3 +143,31 @@ def test_sigterm_of_the_http_server_hands_a_running_child_to_the_background_work
         anyio.run(later)
     finally:
         again.stop()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stdio_server_told_to_stop_hands_its_running_child_over(tmp_path, model, signum):
+    """SIGTERM/SIGHUP of `offload mcp` over stdio while its client is still connected (a client
+    restarting its servers, a closed terminal): the child goes on in the home's worker."""
+    asked = _count_held(model)
+    goal = f"{HOLD} slow digest"
+
+    async def body():
+        async with mcp_client(tmp_path, model=model, tolerate_exit=True) as first:
+            handle = (await call(first, "delegate_task", goal=goal)).structured_content
+            pid = (await call(first, "delegation_status", delegation_id=handle["delegation_id"])
+                   ).structured_content["owner_pid"]
+            await anyio.to_thread.run_sync(asked.wait, 1)
+            os.kill(pid, signum)
+            taken = await anyio.to_thread.run_sync(_until_taken, tmp_path, handle["delegation_id"], pid)
+        return handle["delegation_id"], taken
+
+    delegation_id, taken = anyio.run(body)
+    assert taken.owner_pid == home_worker.holder(tmp_path)
+    model.gate.set()
+
+    async def later():
+        async with mcp_client(tmp_path, model=model) as second:
+            await _read_completed_once(second, delegation_id, goal)
+    anyio.run(later)
+    assert _row(tmp_path, delegation_id).result["results"][0]["resumed"]["after"]["handed_over"] is True
