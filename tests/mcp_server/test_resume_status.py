@@ -20,17 +20,18 @@ pytestmark = pytest.mark.timeout(120)
 DEADLINE_S = 30.0
 
 
+async def until(check) -> None:
+    with anyio.fail_after(DEADLINE_S):
+        while not await check():
+            await anyio.sleep(0.05)
+
+
 def _held(model) -> int:
     return sum(1 for r in model.server.requests if HOLD in str(r.get("messages")))
 
 
 def test_the_tasks_status_and_the_result_say_the_child_resumed(tmp_path, model):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"delegation": {"resume": "auto"}}))
-
-    async def until(check) -> None:
-        with anyio.fail_after(DEADLINE_S):
-            while not await check():
-                await anyio.sleep(0.05)
 
     async def body():
         async with mcp_client(tmp_path, model=model, extensions=[TasksClient()], tolerate_exit=True) as first:
@@ -68,11 +69,6 @@ def test_a_running_server_resumes_a_unit_whose_owner_died_without_being_asked(tm
     takes the unit over within its claim check (2 s), not only at its own start or when a client
     asks about that row: nothing is called on it before the child's model call is re-issued."""
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"delegation": {"resume": "auto"}}))
-
-    async def until(check) -> None:
-        with anyio.fail_after(DEADLINE_S):
-            while not await check():
-                await anyio.sleep(0.05)
 
     async def body():
         async with mcp_client(tmp_path, model=model) as bystander:  # the same client name: one namespace
