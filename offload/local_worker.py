@@ -64,9 +64,9 @@ class LocalWorker:
             self.say(f"offload worker: another worker (pid {home_worker.holder(self.runtime.home)}) serves "
                      f"{self.runtime.home}; exiting")
             return 0
-        from offload.worker import _preload
+        from offload.subagents.workers import preload
 
-        _preload()
+        preload()
         self.say(f"offload worker on {self.runtime.home} (pid {os.getpid()}): up to {self.capacity} unit(s); "
                  "Ctrl-C drains and exits")
         try:

@@ -29,6 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from offload.errors import CliError
+from offload.subagents.workers import preload
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
@@ -57,7 +58,7 @@ class Worker:
         self._settled: Any = None  # the listener for results settled anywhere, once the fleet was full
 
     def serve(self) -> int:
-        _preload()
+        preload()
         listener = self.ledger.listen(lambda _ids: self.bus.put(WAKE))
         self.say(f"offload worker on {self.ledger.host_id} (pid {os.getpid()}): up to {self.capacity} unit(s) here, "
                  f"{self.cfg.delegation.max_concurrent_children} across all workers; Ctrl-C drains and exits")
@@ -141,21 +142,6 @@ def recovery_interval_s(policy: Any, ledger: Any) -> float:
     checks claims (``claim_check_interval_s``, 2 s), so a resume starts within the lease plus
     that (issue 44); at most half the lease, at least a second."""
     return max(1.0, min(policy.claim_check_interval_s, ledger.lease_seconds / 2))
-
-
-def _preload() -> None:
-    """Pay what the first child of this process would pay once (the HTTP stack's modules and
-    TLS context, the built-in toolsets' modules) before the first claim, not while units run:
-    ~0.1-0.4 s of CPU under the GIL that held back the first units' starts."""
-    from offload.agent.llm import preload
-    from offload.agent.toolsets import resolve_tools
-    from offload.toolsets.toolset_names import BUILTIN_TOOLSET_MODULES
-
-    try:
-        preload()
-        resolve_tools(BUILTIN_TOOLSET_MODULES)
-    except Exception:  # the first child that needs it reports the failure where it matters
-        logger.debug("preloading the HTTP client and toolsets failed", exc_info=True)
 
 
 def serve(off: Offload, concurrency: int | None, say: Callable[[str], None], idle_exit_s: float | None = None) -> int:
