@@ -47,6 +47,9 @@ MOVES: dict[str, str] = {
     "offload.control_requests": "offload.owner.control_requests",
     "offload.journal": "offload.owner.journal",
     "offload.worker": "offload.owner.worker",
+    "offload.local_worker": "offload.owner.local_worker",
+    "offload.handover": "offload.owner.handover",
+    "offload.home_worker": "offload.owner.home_worker",
     # the consumer side of one session
     "offload.conversation": "offload.session.conversation",
     "offload.driver": "offload.session.driver",
@@ -68,6 +71,8 @@ MOVES: dict[str, str] = {
     "bench.baselines": "bench.cases.baselines",
     "bench.harness": "bench.cases.harness",
     "bench.ledger_fill": "bench.cases.ledger_fill",
+    "bench.dbos_rig": "bench.cases.dbos_rig",
+    "bench.step_loop": "bench.cases.step_loop",
     "bench.history_cost": "bench.probes.history_cost",
     "bench.mcp_waits": "bench.probes.mcp_waits",
     "bench.model_server_proc": "bench.probes.model_server_proc",
@@ -87,7 +92,8 @@ PATTERNS: tuple[tuple[str, str], ...] = (
 )
 PACKAGES: dict[str, str] = {
     "offload/owner": "What an owner process runs beside its engine: the owner loop (control requests other\n"
-                     "processes left, activity snapshots), the journal of its units, and ``offload worker``.",
+                     "processes left, activity snapshots), the journal of its units, ``offload worker`` (the\n"
+                     "home's background worker on SQLite too), and the hand-over of its work when it leaves.",
     "offload/session": "The consumer side of one session: its conversation (agent plus stored history), the\n"
                        "driver a frontend runs it with, its inbox of results and the units other processes run.",
     "offload/views": "Read models of the ledger for the CLI, the dashboard and the MCP server: the rows as\n"
