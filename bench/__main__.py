@@ -17,8 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import (case_cost, case_fanout, case_growth, case_postgres, case_resume, case_sandbox, case_scale,
-                   case_steps, report)
+from bench.cases import cost as case_cost, fanout as case_fanout, growth as case_growth, postgres as case_postgres, resume as case_resume, sandbox as case_sandbox, scale as case_scale, steps as case_steps
+import bench.report.output as report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FULL = {"cost_n": 2000, "scale": (100, 1000), "rows": 100_000, "replay": (1000, 10_000), "burst": 300,

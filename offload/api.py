@@ -32,8 +32,8 @@ from offload.agent.session_store import new_session_id
 from offload.context.approval import reset_current_session_key, set_current_session_key
 from offload.context.session_env import set_async_delivery
 from offload.errors import RequestError
-from offload.inbox import Delivery, SessionInbox
-from offload.result import DelegationResult, from_event, from_row
+from offload.session.inbox import Delivery, SessionInbox
+from offload.views.result import DelegationResult, from_event, from_row
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
@@ -194,7 +194,7 @@ class PublicApi:
                                "use an id from a Handle (off.list() shows them)")
         if row.state != "running":
             return False
-        from offload import control_requests
+        from offload.owner import control_requests
 
         control_requests.request(self.ledger(), delegation_id)
         return True

@@ -47,7 +47,7 @@ from offload.home import get_hermes_home
 from offload.ledger import DelegationLedger, open_ledger
 from offload.ledger.config import with_env
 from offload.ledger.select import open_configured_ledger
-from offload.owner_loop import OwnerLoop
+from offload.owner.loop import OwnerLoop
 from offload.render.notification import format_event
 from offload.subagents.admission import Admission
 from offload.subagents.config import DelegationConfig

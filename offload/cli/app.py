@@ -2,7 +2,7 @@
 
 Owns argument parsing and the error boundary. Invariant: every failure a user can cause or
 fix (bad config, unknown session, damaged or unwritable state.db) ends as one clear message
-on stderr and the exit code ``offload.exit_codes`` assigns it — 2 for configuration, usage and
+on stderr and the exit code ``offload.cli.exit_codes`` assigns it — 2 for configuration, usage and
 storage, 3 endpoint, 4 model, 5 unfinished (cut off), 6 no subagent completed, 130 interrupted,
 1 only for a bug — never a traceback
 (``OFFLOAD_DEBUG=1`` shows it for bug reports).
@@ -28,7 +28,7 @@ from offload.cli import tokens as cli_tokens
 from offload.errors import CliError, install_extra
 
 if TYPE_CHECKING:  # the agent runtime (httpx, pydantic) is slow to import: only chat, run and demo load it
-    from offload.driver import SessionDriver
+    from offload.session.driver import SessionDriver
     from offload.cli.views import Ui
 
 # rich_markup_mode=None: plain help text, so --help never imports rich.
@@ -91,7 +91,7 @@ def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: b
     ``ui``: where the session prints (default: the terminal's stdout and stderr)."""
     from offload.cli.views import Ui
     from offload.config import load_config
-    from offload.driver import start_session
+    from offload.session.driver import start_session
     from offload.runtime import Offload
 
     _log_to_stderr(verbose)
@@ -102,7 +102,7 @@ def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: b
 
         cfg = cfg.model_copy(update=start_demo_endpoint(ui))
     with Offload(cfg) as off:
-        from offload import handover
+        from offload.owner import handover
 
         handover.on_termination(off)  # SIGTERM, SIGHUP: the running subagents go on in the home's worker
         yield start_session(off, resume, sync_delegation=sync, ui=ui, wakeable=wakeable)
@@ -155,8 +155,8 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask ('-' or a
         message = _user_error(exc) if as_json else None
         if message is not None:
             from offload.cli.ledger import emit_json
-            from offload.exit_codes import ExitCode
-            from offload.result import run_document
+            from offload.cli.exit_codes import ExitCode
+            from offload.views.result import run_document
 
             emit_json(run_document(resume, [], [], ExitCode.USAGE, error=message))
         raise
@@ -228,7 +228,7 @@ def dashboard(host: str = typer.Option("127.0.0.1", "--host", help="address to b
         raise CliError(f"the dashboard needs its libraries ({exc.name} is missing): "
                        f"{install_extra('dashboard')}") from None
 
-    from offload import token_store
+    from offload.access import tokens as token_store
     from offload.cli.ledger import runtime
     from offload.home import get_hermes_home
 
@@ -319,7 +319,7 @@ def worker(concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"
     units finish), twice exits."""
     from offload.config import load_config
     from offload.runtime import Offload
-    from offload.worker import serve
+    from offload.owner.worker import serve
 
     _log_to_stderr(verbose)
     with Offload(load_config()) as off:
@@ -371,7 +371,7 @@ def _user_error(exc: Exception) -> str | None:
     if isinstance(exc, CliError):
         return str(exc)
     from offload.config import ConfigError
-    from offload.storage_errors import describe
+    from offload.cli.storage_errors import describe
 
     if isinstance(exc, ConfigError):
         return str(exc)
@@ -399,7 +399,7 @@ def _names_a_completion_shell(argv: list[str]) -> bool:
 
 def main() -> None:
     from offload.cli.streams import tolerate_leaving_readers
-    from offload.exit_codes import ExitCode
+    from offload.cli.exit_codes import ExitCode
 
     tolerate_leaving_readers()  # `offload … | head -1` finishes its work and exits with its own code
     if _names_a_completion_shell(sys.argv[1:]):

@@ -24,7 +24,7 @@ import time
 from typing import IO, Iterator
 
 from offload.cli.chat_input import CTRL_C, line_source
-from offload.driver import POLL_S, SessionDriver
+from offload.session.driver import POLL_S, SessionDriver
 from offload.home import get_hermes_home
 from offload.cli.views import session_roster
 
@@ -182,7 +182,7 @@ class ChatLoop:
 
     def _show(self, wanted: str) -> None:
         from offload.cli.ledger import full_result
-        from offload.ledger_view import LedgerView
+        from offload.views.ledger import LedgerView
 
         if not wanted:
             self.ui.error("usage: /show ID (the id in the result's header; a unique prefix is enough)")

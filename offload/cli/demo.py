@@ -33,7 +33,7 @@ from typing import IO, Callable, Iterator
 import offload
 from offload.config import write_config_file
 from offload.testing.demo_script import CRASH_PROMPT, DEMO_MODEL, DEMO_MODEL_LABEL, DEMO_PROMPT, demo_script
-from offload.driver import start_session
+from offload.session.driver import start_session
 from offload.testing.model_server import ScriptedModelServer
 from offload.cli.progress import RosterView
 from offload.cli.views import READ_HINT_START, Ui, read_hint

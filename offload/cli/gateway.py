@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable
 
 from offload.config import ConfigError, OffloadConfig, load_config
-from offload.conversation import Conversation
+from offload.session.conversation import Conversation
 from offload.runtime import Offload
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _serve(off: Offload, cfg: OffloadConfig) -> int:
             fatal += errors
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-        from offload import handover
+        from offload.owner import handover
 
         handover.on_termination(off)  # SIGTERM, SIGHUP: the running subagents go on in the home's worker, then stop
         restored = off.bus.restore_completions()

@@ -3,7 +3,7 @@ any process sees them.
 
 Registered on the app by ``offload.cli.app``; like it, this module imports only typer at load time
 so ``offload --help`` stays fast. Listing works on a read-only ``$HERMES_HOME``
-(``offload.ledger_view``); anything that writes says so and exits 2 there. Ids may be
+(``offload.views.ledger``); anything that writes says so and exits 2 there. Ids may be
 abbreviated to a unique prefix (``offload.ids``).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from offload.errors import CliError
 
 if TYPE_CHECKING:
     from offload.cli.views import Ui
-    from offload.ledger_view import LedgerView
+    from offload.views.ledger import LedgerView
     from offload.runtime import Offload
 
 _JSON = typer.Option(False, "--json", help="print JSON with stable keys (docs/commands.md) instead of text")
@@ -67,7 +67,7 @@ def agents(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
     child done or running with its API calls, current tool and seconds idle as its owner last
     published them), results awaiting delivery and recently delivered ones."""
     from offload.cli.views import Ui
-    from offload.ledger_view import LedgerView
+    from offload.views.ledger import LedgerView
 
     ui = Ui()
     with runtime() as off:
@@ -78,7 +78,7 @@ def _agents(ui: Ui, view: LedgerView, watch: bool, interval_s: float, as_json: b
     from rich.console import Group
     from rich.live import Live
 
-    from offload import ledger_rows
+    from offload.views import rows as ledger_rows
     from offload.cli.views import ledger_finished, ledger_queued, ledger_running
 
     if as_json:
@@ -118,7 +118,7 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
     `offload chat --resume SESSION` delivers them; --ack marks one handled without delivery.
     IDs may be shortened to a unique prefix (deleg_eb85, or eb85)."""
     from offload.cli.views import Ui
-    from offload.ledger_view import LedgerView
+    from offload.views.ledger import LedgerView
 
     ui = Ui()
     with runtime() as off:
@@ -135,7 +135,7 @@ def inbox(ack: list[str] = typer.Option([], "--ack", metavar="ID", help="acknowl
 
 def _inbox(ui: Ui, off: Offload, view: LedgerView, ack: list[str], ack_all: bool, all_rows: bool,
            as_json: bool) -> None:
-    from offload import ledger_rows
+    from offload.views import rows as ledger_rows
     from offload.cli.views import ledger_finished
 
     pending = view.pending()
@@ -228,9 +228,9 @@ def full_result(off: Offload, view: LedgerView, wanted: str) -> str:
 
 
 def result_document(off: Offload, view: LedgerView, full_id: str, event: dict[str, Any] | None = None) -> Any:
-    """``offload.result``'s document of one delegation, from its ledger row (else from
+    """``offload.views.result``'s document of one delegation, from its ledger row (else from
     ``event``, a result this process delivered whose row is gone); text as the agent read it."""
-    from offload import result
+    from offload.views import result
 
     row = view.get(full_id)
     if row is None and event is not None:
@@ -243,8 +243,8 @@ def result_document(off: Offload, view: LedgerView, full_id: str, event: dict[st
 def run_results(driver: Any, dispatched: list[str]) -> dict[str, Any]:
     """``offload run --json``: the delegations this run dispatched, then the results of earlier
     ones it delivered (``--resume``), each as its result document."""
-    from offload import result
-    from offload.ledger_view import LedgerView
+    from offload.views import result
+    from offload.views.ledger import LedgerView
 
     off = driver.runtime
     view = LedgerView(off.ledger())
@@ -269,7 +269,7 @@ def sessions(limit: int = typer.Option(20, "--limit", "-n", min=1, help="how man
     Continue one with `offload chat --resume ID` (a unique prefix is enough)."""
     from offload.agent.session_store import stored_sessions
     from offload.cli.views import Ui, sessions_table
-    from offload.ledger_view import LedgerView
+    from offload.views.ledger import LedgerView
 
     ui = Ui()
     with runtime() as off:
@@ -298,15 +298,15 @@ def stop(wanted: str = typer.Argument(..., metavar="ID", help="a running or queu
 
     Its partial result is still delivered to its session, as with /stop in the chat."""
     from offload.cli.views import Ui
-    from offload.ledger_view import LedgerView
+    from offload.views.ledger import LedgerView
 
     with runtime() as off:
         _stop(Ui(), off, LedgerView(off.ledger()), wanted, wait_s)
 
 
 def _stop(ui: Ui, off: Offload, view: LedgerView, wanted: str, wait_s: float) -> None:
-    from offload import control_requests
-    from offload.exit_codes import ExitCode
+    from offload.owner import control_requests
+    from offload.cli.exit_codes import ExitCode
     from offload.ledger import LedgerError
 
     ledger = off.ledger()
@@ -353,7 +353,7 @@ def _queued_row(view: LedgerView, wanted: str) -> Any:
 
 
 def _running_row(view: LedgerView, wanted: str) -> Any:
-    from offload.ledger_rows import row_state
+    from offload.views.rows import row_state
 
     running = view.running()
     try:

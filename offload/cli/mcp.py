@@ -52,7 +52,7 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
     if namespace is not None and all_namespaces:
         raise CliError("--namespace and --all-namespaces exclude each other; pass one")
     if http:  # the token first: a refused one leaves nothing behind
-        from offload import token_store
+        from offload.access import tokens as token_store
         from offload.home import get_hermes_home
         from offload.mcp_server.http import ENV_TOKEN, token_verifier
 
@@ -83,7 +83,7 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
 
         server = build_server(Tools(service, namespace, all_namespaces, use_roots=workspace is None,
                                     first_run=first_run))
-        from offload import handover
+        from offload.owner import handover
 
         # SIGTERM, SIGHUP: the running children go on in the home's worker (over HTTP uvicorn
         # takes SIGTERM while it serves, and its exit hook below hands over; SIGHUP stays ours).

@@ -11,7 +11,7 @@ import time
 
 from rich.live import Live
 
-from offload.driver import SessionDriver
+from offload.session.driver import SessionDriver
 from offload.cli.views import live_roster
 
 

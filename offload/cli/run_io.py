@@ -19,7 +19,7 @@ import stat
 import sys
 
 from offload.errors import CliError
-from offload.exit_codes import ExitCode
+from offload.cli.exit_codes import ExitCode
 
 _ENDED = {ExitCode.INTERRUPTED: "interrupted", ExitCode.ENDPOINT: "the model endpoint failed",
           ExitCode.MODEL: "the model does not exist", ExitCode.ERROR: "a turn failed",

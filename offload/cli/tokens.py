@@ -1,4 +1,4 @@
-"""``offload token``: the access tokens of this home (``offload.token_store``): the operator
+"""``offload token``: the access tokens of this home (``offload.access.tokens``): the operator
 token the dashboard and ``offload mcp --http`` accept, and named tokens, one per MCP client.
 
 Registered on the app by ``offload.cli.app``; imports only typer at load time. Invariant: a
@@ -18,7 +18,7 @@ _NAME = typer.Argument("operator", help="the token's name (default: operator, th
 
 def _store():
     from offload.home import get_hermes_home
-    from offload.token_store import TokenStore
+    from offload.access.tokens import TokenStore
 
     return TokenStore(get_hermes_home())
 

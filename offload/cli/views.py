@@ -17,7 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from offload.ledger import LedgerRow
-from offload import ledger_rows
+from offload.views import rows as ledger_rows
 from offload.render.text import format_age
 from offload.cli.result_summary import task_lines
 from offload.cli.streams import same_destination

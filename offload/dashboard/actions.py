@@ -3,7 +3,7 @@
 Each returns ``(ok, message)``; the message says what happened or what the user must do.
 A unit this process runs is interrupted at once; a unit of another live offload process (on
 this host, or on any host sharing a PostgreSQL ledger) gets a control request in the ledger
-(``offload.control_requests``), which that process carries out through the same engine call.
+(``offload.owner.control_requests``), which that process carries out through the same engine call.
 A queued unit (issue 29: waiting for a slot) has no process running it: it is taken from the
 queue here and reported to its session as interrupted, never run, as ``offload stop`` does.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from offload import control_requests
+from offload.owner import control_requests
 from offload.engine.states import QUEUED, UNFINISHED
 from offload.ledger import LedgerError
 from offload.ledger.queries import existing_ledger

@@ -1,6 +1,6 @@
 """The dashboard's Starlette application: the pages (``/`` overview and roster, ``/d/ID`` a
 delegation, ``/history``, ``/s/SESSION``), their server-sent events, actions, ``/metrics``
-and the JSON API (``/api/delegations[/ID]``: result documents, ``offload.result``).
+and the JSON API (``/api/delegations[/ID]``: result documents, ``offload.views.result``).
 
 Pages are rendered on the server with Jinja2 (autoescape on: child output is untrusted and
 is only ever printed as text) and are complete without JavaScript. A live part (the roster,
@@ -29,10 +29,10 @@ from starlette.routing import Mount, Route
 from starlette.datastructures import URL
 from starlette.staticfiles import StaticFiles
 
-from offload import token_store
+from offload.access import tokens as token_store
 from offload.dashboard import actions, approvals, history, metrics, model, overview, sessions, timeline, transcript
 from offload.dashboard.security import Guard
-from offload.http_security import HostCheck, HostGuard
+from offload.access.http import HostCheck, HostGuard
 from offload.ledger import LedgerError
 from offload.telemetry import metrics as live_metrics
 from offload.render.resumed import resume_note

@@ -5,7 +5,7 @@ Sources (of the runtime ``off`` every function is given): the ledger (every proc
 this home or shared ledger, through ``offload.ledger.queries`` and ``get``); for units this
 runtime runs, the engine's live roster
 (per-child API calls, current tool, seconds idle, stall clock); for units of other processes
-and hosts, the activity snapshot their owner published in the ledger (``offload.activity``),
+and hosts, the activity snapshot their owner published in the ledger (``offload.owner.activity``),
 with its age. Invariants: nothing here writes, and a value that came from a child is
 passed through as data (the templates escape it).
 """
@@ -15,13 +15,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from offload import activity, result
+from offload.owner import activity
+from offload.views import result
 from offload.engine.states import (ACTIVE_STATES, LIVE_STATES, QUEUED, RUNNING, UNFINISHED, UNIT_STATES, UNKNOWN,
                                    child_state, unit_state)
 from offload.ledger import DelegationLedger, JournalEntry, LedgerError, LedgerRow
 from offload.ledger import queries as ledger_queries
 from offload.ledger.browse import Browse
-from offload.ledger_rows import owner_state, row_state
+from offload.views.rows import owner_state, row_state
 from offload.render.resumed import child_resumed, unit_resumed
 from offload.render.text import clip_words
 from offload.render.truncation import is_truncated
@@ -156,7 +157,7 @@ def history_unit(ledger: DelegationLedger, row: LedgerRow, now: float) -> dict[s
 
 
 def documents(off: Offload, rows: list[LedgerRow]) -> list[dict[str, Any]]:
-    """The JSON API's list: the result document (``offload.result``) of each row."""
+    """The JSON API's list: the result document (``offload.views.result``) of each row."""
     return [result.from_row(row, off.render).to_json() for row in rows]
 
 

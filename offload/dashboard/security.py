@@ -1,7 +1,7 @@
 """Who may reach the dashboard: the token check and the same-origin check of every action.
 
 The dashboard decides for a person (approvals, interrupt, drop), so on loopback too every
-request must show the token (``offload.token_store``: the home's operator token, or
+request must show the token (``offload.access.tokens``: the home's operator token, or
 ``OFFLOAD_DASHBOARD_TOKEN``): any local process — a prompt-injected child's command among
 them — could otherwise press the buttons.
 

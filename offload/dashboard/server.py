@@ -3,7 +3,7 @@ SIGTERM; a process that runs delegations itself (tests, an embedding app) can ``
 beside its work, where the interrupt button reaches its units directly.
 
 Invariant: every request must show the token (``offload.dashboard.security``; on loopback
-too), and the server answers only to the Host names ``offload.http_security`` allows
+too), and the server answers only to the Host names ``offload.access.http`` allows
 (loopback names, the bound address, ``--allow-host`` names).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 import uvicorn
 
 from offload.dashboard.app import create_app
-from offload.http_security import HostCheck
+from offload.access.http import HostCheck
 from offload.errors import CliError
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ running to its finish; a stall warning, an interrupt and the grace after it mark
 where a new owner started it again after its owner died), one lane per child (from dispatch to its end,
 its tool calls as ticks, and a resumed child's resume), then the delivery (finished → claimed → delivered, acknowledged or
 dropped; a dashed "awaiting delivery" while pending). Times come from the ledger row, the
-result's per-child durations and the journal (``offload.journal``); a unit still running
+result's per-child durations and the journal (``offload.owner.journal``); a unit still running
 ends at ``now``. Pure: no I/O, no clock (``now`` is given). Every label is data the template
 escapes; the same lanes are laid out twice, wide (labels beside the bars) and narrow (labels
 above them, for a phone), and CSS shows the one that fits.

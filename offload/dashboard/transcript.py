@@ -1,11 +1,11 @@
-"""What each child of a delegation said, from the journal (``offload.journal``), as items for
+"""What each child of a delegation said, from the journal (``offload.owner.journal``), as items for
 the delegation page: its prompt, its messages, each tool call by name with its arguments and
 the result it got, in the order they happened.
 
 Invariants: every text stays data (the template escapes it: markup in a child's words, a
 tool's arguments or its output is shown as text); a long text is cut to a preview at
 ``PREVIEW_CHARS`` with the whole behind an expander (what the journal kept: it clips each
-text at ``offload.journal.MAX_TEXT_CHARS``); each item has a stable DOM id, so the live page
+text at ``offload.owner.journal.MAX_TEXT_CHARS``); each item has a stable DOM id, so the live page
 keeps an open expander open when it swaps in a newer copy. Pure: no I/O.
 """
 from __future__ import annotations

@@ -118,7 +118,7 @@ class Delegations(UnitProgress):
         """Start one unit; ``{"status": "dispatched", "delegation_id"}`` or ``{"status": "rejected", "error"}``.
 
         ``transcript_fn``: what the children said so far, read by the runtime's journal
-        (``offload.journal``) off this path; kept until the unit is finalized.
+        (``offload.owner.journal``) off this path; kept until the unit is finalized.
         ``hold_slot`` keeps the unit's slot taken even if it finishes at once, until
         ``release_slot_hold``: the caller is still dispatching the other units of one call."""
         invalid = invalid_dispatch(runner, cap) or (

@@ -36,7 +36,7 @@ from offload.gateway.state import GatewayState
 from offload.gateway.watcher import DeliveryWatcher
 
 if TYPE_CHECKING:  # the app builds conversations through ``build``; it never imports the CLI layer
-    from offload.conversation import Conversation
+    from offload.session.conversation import Conversation
     from offload.runtime import Offload
 
 logger = logging.getLogger(__name__)

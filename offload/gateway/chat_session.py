@@ -33,7 +33,7 @@ from offload.gateway.session_context import clear_session_vars, set_session_vars
 from offload.render.truncation import unfinished_reason
 
 if TYPE_CHECKING:  # conversations are built by the caller; the gateway never imports the CLI layer
-    from offload.conversation import Conversation, TurnResult
+    from offload.session.conversation import Conversation, TurnResult
     from offload.engine.delivery import Deliveries
 
 logger = logging.getLogger(__name__)

@@ -47,7 +47,7 @@ def _open_memory(url: SplitResult, raw: str) -> DelegationLedger:
 
 
 def _open_postgres(url: SplitResult, raw: str, **options: Any) -> DelegationLedger:
-    from offload.ledger.postgres import PostgresLedger  # psycopg only for those who use it
+    from offload.ledger.postgres.ledger import PostgresLedger  # psycopg only for those who use it
 
     return PostgresLedger(raw, **options)
 

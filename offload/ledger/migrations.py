@@ -12,7 +12,7 @@ same step on both (the last may be one backend's only):
    ``delivery_claim_token``), the parts of a split result already shown (``delivery_progress``,
    0) and why a result was dropped (``drop_reason``); added empty, rows untouched.
 4. the side tables (control requests, activity snapshots, the pruned-unit tally, the journal:
-   ``sqlite_side`` / ``postgres_side``) and the history's indexes (``browse.INDEXES``), which
+   ``sqlite_side`` / ``postgres.side``) and the history's indexes (``browse.INDEXES``), which
    earlier versions made on first use; created if missing, rows untouched.
 5. ``async_delegation_approvals``: subagents' terminal commands waiting for a person's answer
    (``offload.ledger.approval_table``); created empty.
@@ -20,7 +20,7 @@ same step on both (the last may be one backend's only):
    ledger so every host counts in one place (``offload.ledger.spend_table``); on SQLite the rows
    of the per-home ``subagent_spend`` table earlier versions kept in ``state.db`` move into it.
 7. PostgreSQL only: the functions a unit's dispatch and completion call (``offload_dispatch``,
-   ``offload_complete``: ``offload.ledger.postgres_functions``). SQLite stays at 6 (it has no
+   ``offload_complete``: ``offload.ledger.postgres.functions``). SQLite stays at 6 (it has no
    such step), so an older offload still opens a home's ``state.db``.
 8. ``async_delegation_steps``: background children's durable step logs
    (``offload.ledger.step_table``); created empty. SQLite passes step 7 (nothing to do there) on
@@ -121,7 +121,7 @@ SQLITE_LEDGER = Component("ledger", (_sqlite_tables, _sqlite_states, _sqlite_del
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
 def _postgres_tables(conn: Any) -> None:
-    from offload.ledger.postgres_sql import SCHEMA
+    from offload.ledger.postgres.sql import SCHEMA
 
     for statement in SCHEMA:
         conn.execute(statement)
@@ -139,7 +139,7 @@ def _postgres_delivery_columns(conn: Any) -> None:
 
 
 def _postgres_side_tables(conn: Any) -> None:
-    from offload.ledger.postgres_side import SIDE_TABLES
+    from offload.ledger.postgres.side import SIDE_TABLES
 
     for statement in (*SIDE_TABLES, *BROWSE_INDEXES):
         conn.execute(statement)
@@ -156,7 +156,7 @@ def _postgres_spend(conn: Any) -> None:
 
 
 def _postgres_functions(conn: Any) -> None:
-    from offload.ledger.postgres_functions import FUNCTIONS
+    from offload.ledger.postgres.functions import FUNCTIONS
 
     for statement in FUNCTIONS:
         conn.execute(statement)

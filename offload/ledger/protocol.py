@@ -2,7 +2,7 @@
 
 The engine talks only to this interface; ``open_ledger()`` (``offload/ledger/factory.py``)
 is the one place that names a backend. SQLite (``sqlite.py``, its table in ``sqlite_rows.py``),
-PostgreSQL (``postgres.py``, its statements in ``postgres_sql.py``; it adds the capabilities
+PostgreSQL (``postgres/ledger.py``, its statements in ``postgres/sql.py``; it adds the capabilities
 watch, queue and fencing) and an in-process ``MemoryLedger`` (``memory.py``) implement it;
 every backend must pass ``tests/ledger/test_contract.py`` (``OFFLOAD_TEST_LEDGER=postgresql``
 runs it on PostgreSQL). Nothing here assumes a file: a ledger names where its rows

@@ -7,7 +7,7 @@ pruned units and the journal.
   know which process owns the unit.
 - ``async_delegation_journal``: what happened to a unit beyond its row (stall warnings,
   interrupts, its children's messages and tool calls), appended in batches by the owner loop
-  and pruned with the rows (``offload.journal``).
+  and pruned with the rows (``offload.owner.journal``).
 - ``async_delegation_activity``: per running unit, the owner's latest activity snapshot (per
   child API calls, current tool, last activity; the stall clock) and when it was written, so
   processes that do not run the unit can show it.

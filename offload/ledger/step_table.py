@@ -124,8 +124,8 @@ class PostgresSteps:
 
     def append_step(self, delegation_id: str, task_index: int, seq: int, kind: str, payload: dict[str, Any],
                     owner: tuple[int, int | None], now: float) -> bool:
-        from offload.ledger import postgres_script as script
-        from offload.ledger.postgres_lease import FENCE_LOCK
+        import offload.ledger.postgres.script as script
+        from offload.ledger.postgres.lease import FENCE_LOCK
 
         token = self._tokens.get(delegation_id)
         values = (delegation_id, task_index, seq, _checked(kind), now, dumps(payload), delegation_id, token, token,
@@ -140,8 +140,8 @@ class PostgresSteps:
 
     def append_steps(self, delegation_id: str, task_index: int, steps: list[tuple[int, str, dict[str, Any]]],
                      owner: tuple[int, int | None], now: float) -> bool:
-        from offload.ledger import postgres_script as script
-        from offload.ledger.postgres_lease import FENCE_LOCK
+        import offload.ledger.postgres.script as script
+        from offload.ledger.postgres.lease import FENCE_LOCK
 
         token = self._tokens.get(delegation_id)
         appends = [(POSTGRES_APPEND, (delegation_id, task_index, seq, _checked(kind), now, dumps(payload),

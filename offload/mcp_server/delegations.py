@@ -27,7 +27,8 @@ from typing import Any, Awaitable, Callable
 import anyio
 import anyio.to_thread
 
-from offload import control_requests, ledger_rows, result as result_doc
+from offload.owner import control_requests
+from offload.views import rows as ledger_rows, result as result_doc
 from offload.context.approval import (
     reset_current_session_key, reset_no_ask_reason, set_current_session_key, set_no_ask_reason,
 )
@@ -37,7 +38,7 @@ from offload.engine.states import ACTIVE_STATES, QUEUED, RUNNING, UNFINISHED, un
 from offload.errors import CliError
 from offload.ids import resolve
 from offload.ledger import LedgerRow
-from offload.ledger_view import LedgerView
+from offload.views.ledger import LedgerView
 from offload.mcp_server.watcher import Watcher
 from offload.render.resumed import resume_note
 from offload.runtime import Offload
@@ -212,7 +213,7 @@ class McpDelegations:
         return row
 
     def status(self, row: LedgerRow, text: bool = False) -> dict[str, Any]:
-        """The result document (``offload.result``: ``state``, ``children``, delivery, and with
+        """The result document (``offload.views.result``: ``state``, ``children``, delivery, and with
         ``text`` what the agent reads) plus what an MCP client polls for: ``delegation_id``,
         children done/total, ``delivered``, the owner, and each running child's API calls,
         current tool and idle seconds (published by its owner)."""

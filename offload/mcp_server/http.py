@@ -2,7 +2,7 @@
 behind the checks the MCP transport spec asks for.
 
 Invariants, each applied before a request reaches the SDK:
-- Host: only the names ``offload.http_security`` allows (loopback names, the bound address,
+- Host: only the names ``offload.access.http`` allows (loopback names, the bound address,
   ``--allow-host`` names), the one check of every HTTP server offload runs (DNS rebinding);
 - Origin: a request carrying an ``Origin`` header must come from one of those same names and
   the server's own port, so a page on another site, or another service on localhost, cannot
@@ -13,7 +13,7 @@ Invariants, each applied before a request reaches the SDK:
 - token: every request carries ``Authorization: Bearer TOKEN`` (compared in constant time), on
   loopback too: any local process (a prompt-injected child's command among them) could
   otherwise start subagents or answer approvals. Accepted: ``$OFFLOAD_MCP_TOKEN`` when set,
-  else any token of the home's store (``offload.token_store``: the operator's and each named
+  else any token of the home's store (``offload.access.tokens``: the operator's and each named
   client's); the accepting token's name is put in ``scope["state"]["offload_token"]``, and
   ``offload_token_live`` re-checks that token, so a long request notices a revocation. The 401
   keeps ``WWW-Authenticate: Bearer``, and the OAuth discovery it starts in some clients
@@ -36,9 +36,9 @@ from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from offload import token_store
+from offload.access import tokens as token_store
 from offload.errors import CliError
-from offload.http_security import HostCheck, HostGuard
+from offload.access.http import HostCheck, HostGuard
 from offload.mcp_server.namespaces import STATE_LIVE, STATE_TOKEN
 
 MCP_PATH = "/mcp"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from offload.mcp_server.delegations import McpInputError, Scope
-from offload.token_store import OPERATOR
+from offload.access.tokens import OPERATOR
 
 TOKEN_PREFIX = "token:"
 STATE_TOKEN = "offload_token"  # the accepting token's name, set by http.BearerGuard

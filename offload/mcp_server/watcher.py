@@ -56,7 +56,7 @@ class Watcher:
         if not (isinstance(url, str) and url.startswith(("postgres://", "postgresql://"))):
             return
         try:
-            from offload.ledger.postgres_listen import CompletionListener
+            from offload.ledger.postgres.listen import CompletionListener
 
             self._listener = CompletionListener(url, ledger.location, lambda ids: self.changed()).start()
         except Exception:  # the poller still wakes every waiter, a little later

@@ -90,7 +90,7 @@ def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | 
 
 
 def handed_task(row: LedgerRow, cfg: Any) -> dict[str, Any] | None:
-    """The queued task a live owner hands ``row`` over with (``offload.handover``): as a resume's,
+    """The queued task a live owner hands ``row`` over with (``offload.owner.handover``): as a resume's,
     the leaving owner named and marked ``handed_over``; None if it cannot be resumed."""
     queued, _ = resume_task(row, cfg)
     if not queued:

@@ -15,7 +15,7 @@ from offload.agent.core import AIAgent
 from offload.agent.llm import LLMClient
 from offload.agent.llm_stream import MISSING_FINISH
 from offload.cli.result_summary import task_lines
-from offload.exit_codes import ExitCode, for_event, for_result, for_turn
+from offload.cli.exit_codes import ExitCode, for_event, for_result, for_turn
 from offload.render.notification import async_delegation_display_text, format_event
 from offload.subagents.child import run_single_child
 from llm_fakes import BASE_URL, ScriptedServer, chunk, sse_response, tool_delta

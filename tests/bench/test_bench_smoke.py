@@ -8,8 +8,8 @@ import math
 import pytest
 
 from bench import __main__ as bench_main
-from bench import (case_cost, case_fanout, case_growth, case_resume, case_scale, case_steps, dbos_rig, harness,
-                   readme_table)
+from bench.cases import cost as case_cost, fanout as case_fanout, growth as case_growth, resume as case_resume, scale as case_scale, steps as case_steps, dbos_rig, harness
+import bench.report.readme_table as readme_table
 from offload.engine import engine as offload_engine
 from tools import async_delegation as ad
 

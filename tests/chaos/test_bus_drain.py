@@ -1,7 +1,7 @@
 """The completion bus under 100 concurrent consumers: every event reaches its owner exactly once.
 
-The workload is ``bench.case_bus.drain_race`` (its timing, target < 2 s, is reported by
-``python -m bench.case_bus``, not asserted here); this test checks only who got what.
+The workload is ``bench.cases.bus.drain_race`` (its timing, target < 2 s, is reported by
+``python -m bench.cases.bus``, not asserted here); this test checks only who got what.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from bench.case_bus import PUBLIC_EVERY, drain_race
+from bench.cases.bus import PUBLIC_EVERY, drain_race
 from offload.engine.bus_queue import IndexedQueue
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120)]

@@ -24,7 +24,7 @@ from tests.e2e.conftest import cli_env
 pytestmark = pytest.mark.timeout(60)
 
 HEAVY = ("rich", "yaml", "openai", "httpx", "sqlite3", "agent", "tools", "offload.config",
-         "offload.cli.views", "offload.driver")
+         "offload.cli.views", "offload.session.driver")
 
 # Runs the CLI's entry point in-process, then reports which modules it loaded.
 _RUN_AND_LIST_MODULES = """

@@ -11,9 +11,9 @@ import pytest
 from offload.cli.views import Ui
 from offload.context.approval import get_current_session_key
 from offload.context.session_env import async_delivery_supported
-from offload.conversation import Conversation, _new_messages, delegate_handles
-from offload.driver import SessionDriver
-from offload.inbox import RETRY_FIRST_S, SessionInbox
+from offload.session.conversation import Conversation, _new_messages, delegate_handles
+from offload.session.driver import SessionDriver
+from offload.session.inbox import RETRY_FIRST_S, SessionInbox
 from tests.engine.conftest import drain_queue
 from tests.runtime_support import dispatch, finished
 

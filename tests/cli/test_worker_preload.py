@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(60)
 
 _PRELOAD_AND_LIST = """
 import sys
-from offload import worker
+from offload.owner import worker
 from offload.agent import llm
 from offload.toolsets.toolset_names import BUILTIN_TOOLSET_MODULES
 before = {"httpcore" in sys.modules, llm._shared_ssl_context.cache_info().currsize > 0,

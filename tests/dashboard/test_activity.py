@@ -1,5 +1,5 @@
 """Live activity of units another process runs: its owner publishes a snapshot to the ledger
-(``offload.activity``), and the dashboard roster and ``offload agents`` show it, with its age.
+(``offload.owner.activity``), and the dashboard roster and ``offload agents`` show it, with its age.
 Plus the publisher's rules (only changes, one write; withdrawn when the unit ends)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from offload.ledger import open_ledger
-from offload import activity
+from offload.owner import activity
 from offload.dashboard import model
 from tests.e2e.conftest import until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ledger_fill import fill
+from bench.cases.ledger_fill import fill
 from offload.dashboard.app import create_app
 from offload.dashboard.history import API_MAX_ROWS, API_PAGE_ROWS
 from offload.home import state_db_path

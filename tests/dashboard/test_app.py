@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from offload.dashboard.app import create_app, parse_age
-from offload.http_security import is_loopback
+from offload.access.http import is_loopback
 from tests.dashboard.conftest import LOOPBACK, signed_in
 
 pytestmark = pytest.mark.timeout(60)

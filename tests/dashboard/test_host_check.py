@@ -10,7 +10,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from offload.http_security import HostCheck
+from offload.access.http import HostCheck
 from tests.dashboard.conftest import Served, serve_cli_dashboard
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""The owner loop (``offload.owner_loop``) on a fake clock: when it acts on control requests
+"""The owner loop (``offload.owner.loop``) on a fake clock: when it acts on control requests
 and publishes activity, how a notification wakes it, and that it ends (withdrawing what it
 published) with the last live unit. The real loop across processes: test_activity.py and the
 dashboard's interrupt tests."""
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from offload.owner_loop import POLL_S, SHARED_POLL_S, OwnerLoop
-from offload.activity import INTERVAL_S
+from offload.owner.loop import POLL_S, SHARED_POLL_S, OwnerLoop
+from offload.owner.activity import INTERVAL_S
 from offload.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(30)

@@ -23,7 +23,7 @@ from offload.dashboard.app import create_app
 from offload.dashboard.security import cookie_name, cookie_value
 from offload.errors import CliError
 from offload.subagents import approvals
-from offload.token_store import TokenStore
+from offload.access.tokens import TokenStore
 from tests.dashboard.conftest import LOOPBACK
 from tests.dashboard.test_approvals_page import _ask
 from tests.e2e.conftest import cli_env

@@ -9,9 +9,9 @@ from offload.agent import compression
 from offload.agent.core import AIAgent
 from offload.agent.llm import AssistantTurn
 from offload.cli.views import Ui
-from offload.conversation import Conversation
-from offload.driver import SessionDriver
-from offload.inbox import SessionInbox
+from offload.session.conversation import Conversation
+from offload.session.driver import SessionDriver
+from offload.session.inbox import SessionInbox
 from tests.engine.conftest import drain_queue
 from tests.runtime_support import dispatch
 from tests.runtime_support import finished as finished_on
@@ -201,7 +201,7 @@ def test_a_result_stored_before_compression_is_only_acknowledged_at_the_tip(runt
 
 
 def test_resuming_a_compressed_session_by_id_or_prefix_continues_at_its_tip(store):
-    from offload.conversation import _resolve_session
+    from offload.session.conversation import _resolve_session
 
     a = store.create_session()
     b = store.continue_session(a, [])

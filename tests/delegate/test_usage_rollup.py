@@ -85,9 +85,9 @@ def test_the_agent_totals_its_own_runs_and_what_its_subagents_add(tmp_path):
 
 def test_the_driver_adds_background_usage_when_it_delivers_the_result(tmp_path):
     from offload.agent.session_store import SessionStore
-    from offload.driver import SessionDriver
-    from offload.inbox import SessionInbox
-    from offload.conversation import Conversation
+    from offload.session.driver import SessionDriver
+    from offload.session.inbox import SessionInbox
+    from offload.session.conversation import Conversation
     from offload.cli.views import Ui
     from tools.async_delegation import runtime
     from tools.process_registry import process_registry
@@ -113,7 +113,7 @@ def test_the_driver_adds_background_usage_when_it_delivers_the_result(tmp_path):
 def test_the_run_summary_line_reports_totals_and_says_when_cost_is_unknown(tmp_path):
     from types import SimpleNamespace
 
-    from offload.driver import SessionDriver
+    from offload.session.driver import SessionDriver
     from offload.cli.views import Ui
 
     agent = SimpleNamespace(usage_totals={"input_tokens": 1200, "output_tokens": 30, "cost_usd": None})

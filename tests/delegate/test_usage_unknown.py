@@ -10,7 +10,7 @@ import pytest
 from offload.agent.core import AIAgent
 from offload.agent.llm import LLMClient
 from offload.cli.views import Ui
-from offload.driver import SessionDriver
+from offload.session.driver import SessionDriver
 from offload.subagents.child import run_single_child
 from offload.subagents.usage import roll_up, sum_usage
 from tests.agent.llm_fakes import BASE_URL, ScriptedServer, chunk, sse_response

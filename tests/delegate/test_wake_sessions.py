@@ -58,7 +58,7 @@ def test_building_a_child_cannot_overwrite_the_captured_origin(stateless_request
 
 
 def test_the_woken_session_owns_results_recorded_for_its_raw_id(runtime):
-    from offload.inbox import SessionInbox
+    from offload.session.inbox import SessionInbox
 
     with runtime.session_store() as store:
         inbox = SessionInbox("api-sess-7", store, runtime)

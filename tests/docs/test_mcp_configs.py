@@ -91,7 +91,7 @@ def test_a_stdio_configuration_starts_the_server_with_its_env(tmp_path, name, en
 def test_an_http_configuration_reaches_the_server_with_its_header(tmp_path, name, entry):
     scheme, placeholder = entry["headers"]["Authorization"].split(" ", 1)
     assert scheme == "Bearer" and placeholder in ("TOKEN", "$(offload token add claude-code)") and entry["url"].endswith("/mcp")
-    from offload.token_store import TokenStore
+    from offload.access.tokens import TokenStore
 
     token = TokenStore(tmp_path).add("claude-code")  # what `offload token add claude-code` prints
     server = HttpServer(tmp_path, "--workspace", str(tmp_path))

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from offload import home_worker
+from offload.owner import home_worker
 from offload.testing.demo_script import request_role
 from offload.testing.model_server import hang_reply, last_message_text, text_reply, tool_call_reply
 from tests.e2e.conftest import HANDLE_RE, SESSION_RE, delegating_chat, scripted_parent, until

@@ -9,7 +9,7 @@ import yaml
 
 from offload.agent.session_store import new_session_id
 from offload.config import load_config
-from offload.conversation import Conversation
+from offload.session.conversation import Conversation
 from offload.gateway.chat_session import ChatSession, Claimed
 from offload.gateway.platform import ChatGone, Incoming, Route
 from offload.runtime import Offload

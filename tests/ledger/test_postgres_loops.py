@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from offload.ledger.postgres_lease import OwnerLease
-from offload.ledger.postgres_listen import RECONNECT_BACKOFF_S, CompletionListener
-from offload.ledger.postgres_outbox import WriteOutbox
+from offload.ledger.postgres.lease import OwnerLease
+from offload.ledger.postgres.listen import RECONNECT_BACKOFF_S, CompletionListener
+from offload.ledger.postgres.outbox import WriteOutbox
 from offload.ledger.protocol import LedgerError
 from offload.testing import FakeClock
 

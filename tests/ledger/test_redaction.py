@@ -6,8 +6,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from offload.ledger.postgres_errors import classify
-from offload.ledger.postgres_errors import redact as location
+from offload.ledger.postgres.errors import classify
+from offload.ledger.postgres.errors import redact as location
 from offload.ledger.redaction import redact, scrub
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""Completions waiting to ride the next dispatch's round trip (``postgres_riders``, issue 31):
+"""Completions waiting to ride the next dispatch's round trip (``postgres.riders``, issue 31):
 one is queued only while the process is dispatching, a carrier takes what is queued and answers
 each, and one that no carrier takes withdraws and sends itself."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from offload.ledger import postgres_riders
-from offload.ledger.postgres_riders import RETRY, Riders
+import offload.ledger.postgres.riders as postgres_riders
+from offload.ledger.postgres.riders import RETRY, Riders
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -95,7 +95,7 @@ def _pg_names(url: str) -> set[str]:
 def test_a_version_3_postgres_ledger_gains_them_on_its_first_read(pg):
     import psycopg
 
-    from offload.ledger.postgres_sql import SCHEMA
+    from offload.ledger.postgres.sql import SCHEMA
 
     with psycopg.connect(pg.url, autocommit=True) as conn:
         for statement in SCHEMA:  # the tables version 3 made; no side table, no history index

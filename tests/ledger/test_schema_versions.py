@@ -216,7 +216,7 @@ def pg():
 
 
 def _pg_ledger(url: str):
-    from offload.ledger.postgres import PostgresLedger
+    from offload.ledger.postgres.ledger import PostgresLedger
 
     return PostgresLedger(url, host_id="host-a")
 
@@ -224,7 +224,7 @@ def _pg_ledger(url: str):
 def test_a_postgres_ledger_of_the_previous_layout_is_migrated_once(pg):
     import psycopg
 
-    from offload.ledger.postgres_sql import SCHEMA
+    from offload.ledger.postgres.sql import SCHEMA
 
     with psycopg.connect(pg.url, autocommit=True) as conn:
         for statement in SCHEMA:  # the tables as the previous version made them: no version row...
@@ -302,7 +302,7 @@ def test_a_version_2_sqlite_ledger_gains_the_delivery_columns_and_keeps_its_rows
 def test_a_version_2_postgres_ledger_is_brought_to_the_current_version_by_a_read(pg):
     import psycopg
 
-    from offload.ledger.postgres_sql import SCHEMA
+    from offload.ledger.postgres.sql import SCHEMA
 
     with psycopg.connect(pg.url, autocommit=True) as conn:
         for statement in SCHEMA:

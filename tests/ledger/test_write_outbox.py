@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from offload.ledger.postgres_outbox import WriteOutbox
+from offload.ledger.postgres.outbox import WriteOutbox
 from offload.ledger.protocol import LedgerError
 
 pytestmark = pytest.mark.timeout(30)

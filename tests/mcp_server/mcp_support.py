@@ -85,7 +85,7 @@ class HttpServer:
                                      cwd=str(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.seen: list[str] = []
         self.url = self._await_url()
-        from offload.token_store import TokenStore
+        from offload.access.tokens import TokenStore
 
         self.token = TokenStore(home).get()  # the home's operator token, which the server accepts
 

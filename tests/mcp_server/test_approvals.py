@@ -16,7 +16,7 @@ from mcp_types import ElicitResult
 from offload.mcp_server.tasks_client import CreateTaskResult, TaskState, TasksClient, get_task, poll, update_task
 from offload.testing.demo_script import last_role
 from offload.testing.model_server import ScriptedModelServer, last_message_text, text_reply, tool_call_reply
-from offload.token_store import TokenStore
+from offload.access.tokens import TokenStore
 from tests.mcp_server.mcp_support import HttpServer, call, http_client, mcp_client
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ import anyio
 import pytest
 import yaml
 
-from offload import home_worker
+from offload.owner import home_worker
 from offload.ledger import open_ledger
 from tests.mcp_server.mcp_support import HOLD, HttpServer, call, http_client, mcp_client
 

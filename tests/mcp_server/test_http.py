@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from offload.token_store import TokenStore
+from offload.access.tokens import TokenStore
 from tests.mcp_server.mcp_support import OFFLOAD, HOLD, HttpServer, call, http_client, server_env, tool_error
 
 pytestmark = pytest.mark.timeout(120)

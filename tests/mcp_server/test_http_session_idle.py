@@ -24,7 +24,7 @@ from offload.mcp_server.delegations import McpDelegations
 from offload.mcp_server.http import MCP_PATH, SESSION_HEADER, http_app, token_verifier
 from offload.mcp_server.server import Tools, build_server
 from offload.runtime import Offload
-from offload.token_store import TokenStore
+from offload.access.tokens import TokenStore
 from tests.mcp_server.mcp_support import HOLD, GatedModel
 
 pytestmark = pytest.mark.timeout(60)

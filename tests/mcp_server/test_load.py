@@ -1,5 +1,5 @@
 """Issue 43 point 3, measured: 200 clients wait in ``delegation_result`` on one ``offload mcp
---http`` while another client's ``delegation_status`` is timed (``bench.mcp_waits``). The figures
+--http`` while another client's ``delegation_status`` is timed (``bench.probes.mcp_waits``). The figures
 are printed (run with ``-s``); what is asserted is behaviour: every wait was still open while
 the status calls ran (a wait holds no thread, so none was cut short and none starved the
 probe), every waiter got the completed result once released, and SIGTERM with a wait open ends
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bench import mcp_waits
+from bench.probes import mcp_waits
 
 pytestmark = pytest.mark.timeout(300)
 WAITERS = 200

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from offload.mcp_server.tasks_client import CreateTaskResult, TasksClient, cancel_task, get_task
-from offload.token_store import TokenStore
+from offload.access.tokens import TokenStore
 from tests.mcp_server.mcp_support import HOLD, HttpServer, call, http_client, mcp_client, tool_error
 
 pytestmark = pytest.mark.timeout(120)

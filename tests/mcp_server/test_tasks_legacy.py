@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from bench.mcp_waits import PROTOCOL, Session
+from bench.probes.mcp_waits import PROTOCOL, Session
 from tests.mcp_server.mcp_support import HttpServer
 
 pytestmark = pytest.mark.timeout(120)

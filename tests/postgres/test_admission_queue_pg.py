@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from offload.ledger.postgres import PostgresLedger
+from offload.ledger.postgres.ledger import PostgresLedger
 from offload.ledger.protocol import DispatchRow
 
 pytestmark = pytest.mark.timeout(60)

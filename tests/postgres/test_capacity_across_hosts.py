@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import tools.delegate_tool as dt
-from offload.ledger.postgres import PostgresLedger
+from offload.ledger.postgres.ledger import PostgresLedger
 from offload.ledger.protocol import DispatchRow
 from offload.testing.model_server import text_reply
 from tests.delegate.fakes import FakeParent

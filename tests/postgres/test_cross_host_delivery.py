@@ -14,7 +14,7 @@ import pytest
 
 from tests.postgres.conftest import Host
 from offload.ledger import DispatchRow
-from offload.ledger.postgres import PostgresLedger
+from offload.ledger.postgres.ledger import PostgresLedger
 
 pytestmark = pytest.mark.timeout(120)
 NOTIFY_ONLY_S = 3600.0  # sweep interval and claim lease so long that only notifications can deliver

@@ -1,6 +1,6 @@
 """The lease fence on a real server: every fenced write takes its lease's fence lock shared
 (an advisory lock, nothing written), and whoever deletes a lease takes it exclusive first
-(``offload.ledger.postgres_lease``). So a write after a takeover is refused, a takeover waits
+(``offload.ledger.postgres.lease``). So a write after a takeover is refused, a takeover waits
 for a write in flight (and then finds the row no longer running), and a write that starts
 while a takeover is open waits for it and is then refused."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Callable
 import psycopg
 import pytest
 
-from offload.ledger.postgres import PostgresLedger
-from offload.ledger.postgres_lease import FENCE_LOCK
+from offload.ledger.postgres.ledger import PostgresLedger
+from offload.ledger.postgres.lease import FENCE_LOCK
 from offload.ledger.protocol import DispatchRow, LedgerError
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,8 +7,8 @@ import anyio
 import psycopg
 import pytest
 
-from offload.ledger.postgres import PostgresLedger
-from offload.ledger.postgres_sql import notify_channel
+from offload.ledger.postgres.ledger import PostgresLedger
+from offload.ledger.postgres.sql import notify_channel
 from offload.mcp_server.watcher import Watcher
 
 pytestmark = pytest.mark.timeout(60)

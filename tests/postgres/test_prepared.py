@@ -1,4 +1,4 @@
-"""The hot scripts run as server-side prepared statements (``postgres_prepared``, issue 31):
+"""The hot scripts run as server-side prepared statements (``postgres.prepared``, issue 31):
 each statement is prepared once per connection, in the same string as its first use, and used
 from then on; a failed script leaves the connection usable (prepared statements outlive the
 failed transaction, so the set is read back instead of guessed); results are the script's own."""
@@ -7,7 +7,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from offload.ledger import postgres_prepared, postgres_script
+import offload.ledger.postgres.prepared as postgres_prepared
+import offload.ledger.postgres.script as postgres_script
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -172,7 +172,7 @@ class Ledger:
     """The test's own view of the shared ledger: queueing units and watching their rows."""
 
     def __init__(self, url: str) -> None:
-        from offload.ledger.postgres import PostgresLedger
+        from offload.ledger.postgres.ledger import PostgresLedger
 
         self.url = url
         self.ledger = PostgresLedger(url, host_id="host-test")

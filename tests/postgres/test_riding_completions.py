@@ -1,4 +1,4 @@
-"""A completion rides the next dispatch's round trip on a real server (``postgres_riders``,
+"""A completion rides the next dispatch's round trip on a real server (``postgres.riders``,
 issue 31): both writes in one statement and one transaction, each under its own fence; the
 completion first, so the slot it frees is free for the dispatch; a rider whose lease is gone
 is refused as a write of its own would be; a rider whose row vanished is written whole; and
@@ -12,11 +12,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench import worker_probe
-from offload.ledger import postgres_connections, postgres_riders
-from offload.ledger.postgres import PostgresLedger
-from offload.ledger.postgres_capacity import CAPACITY_LOCK_KEY
-from offload.ledger.postgres_lease import TAKEOVER_LOCK
+from bench.probes import worker_probe
+import offload.ledger.postgres.connections as postgres_connections
+import offload.ledger.postgres.riders as postgres_riders
+from offload.ledger.postgres.ledger import PostgresLedger
+from offload.ledger.postgres.capacity import CAPACITY_LOCK_KEY
+from offload.ledger.postgres.lease import TAKEOVER_LOCK
 from offload.ledger.protocol import DispatchRow, LedgerError
 
 pytestmark = pytest.mark.timeout(60)

@@ -4,7 +4,7 @@ and a local dispatch with or without the cross-host capacity check; and a worker
 wakes for units queued, not for results settled (those wake only a worker that waits for a
 slot, through ``listen(settled=True)``).
 
-Round trips are counted as ``bench.worker_probe`` counts a worker's: every exchange of a psycopg
+Round trips are counted as ``bench.probes.worker_probe`` counts a worker's: every exchange of a psycopg
 connection with the server. A pooled connection is lent without a liveness check while it was
 used within ``CHECK_IDLE_S``; the tests set that long, so a slow machine does not add checks."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench import worker_probe
-from offload.ledger import postgres_connections
-from offload.ledger.postgres import PostgresLedger
+from bench.probes import worker_probe
+import offload.ledger.postgres.connections as postgres_connections
+from offload.ledger.postgres.ledger import PostgresLedger
 from offload.ledger.protocol import DispatchRow
 
 pytestmark = pytest.mark.timeout(60)

@@ -19,7 +19,7 @@ from tools import async_delegation as ad
 from tools import async_delegation_delivery as delivery
 from offload.ledger import DispatchRow, LedgerError
 from offload.ledger.select import MisconfiguredLedger
-from offload.ledger.postgres import PostgresLedger
+from offload.ledger.postgres.ledger import PostgresLedger
 from offload.ledger.sqlite import SqliteLedger
 from offload.subagents.config import ConfigError
 from offload.home import config_path

@@ -9,7 +9,7 @@ import queue
 
 import pytest
 
-from offload import worker as worker_mod
+from offload.owner import worker as worker_mod
 from offload.config import OffloadConfig
 from offload.runtime import Offload
 

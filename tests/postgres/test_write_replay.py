@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from offload.ledger.postgres import PostgresLedger
+from offload.ledger.postgres.ledger import PostgresLedger
 from offload.ledger.protocol import DispatchRow, LedgerError
 from offload.testing import FakeClock
 

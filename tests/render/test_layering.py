@@ -38,7 +38,7 @@ LAYERS = (
     ("offload.ledger", 0, "ledger"),
     ("offload.engine", 1, "engine"),
     ("offload.render", 2, "render"),
-    ("offload.result", 2, "render"),  # the result document: a pure rendering of a row or an event
+    ("offload.views.result", 2, "render"),  # the result document: a pure rendering of a row or an event
     ("offload.context", 3, "context"),
     ("offload.toolsets", 4, "toolsets"),
     ("offload.agent", 5, "agent"),
@@ -47,13 +47,23 @@ LAYERS = (
     ("offload.config", 7, "runtime"),  # what the runtime is built from
     ("offload.config_file", 7, "runtime"),
     ("offload.gateway.config", 7, "runtime"),  # the gateway section of that config: a pydantic model
-    ("offload.conversation", 7, "runtime"),
-    ("offload.owner_loop", 7, "runtime"),
-    ("offload.control_requests", 7, "runtime"),
-    ("offload.activity", 7, "runtime"),
+    ("offload.session.conversation", 7, "runtime"),
+    ("offload.owner.loop", 7, "runtime"),
+    ("offload.owner.control_requests", 7, "runtime"),
+    ("offload.owner.activity", 7, "runtime"),
     ("offload.api", 7, "runtime"),  # Offload's public methods (it inherits them)
-    ("offload.inbox", 7, "runtime"),  # the consumer path those methods deliver through
-    ("offload.journal", 7, "runtime"),
+    ("offload.session.inbox", 7, "runtime"),  # the consumer path those methods deliver through
+    ("offload.owner.journal", 7, "runtime"),
+    # A package of issue 46 whose modules serve two layers: the app's named first, the rest
+    # and the package itself in the lower layer that imports it.
+    ("offload.owner.worker", 9, "app"),
+    ("offload.owner", 7, "runtime"),
+    ("offload.session.driver", 9, "app"),
+    ("offload.session.units", 9, "app"),
+    ("offload.session", 7, "runtime"),
+    ("offload.views.rows", 9, "app"),
+    ("offload.views.ledger", 9, "app"),
+    ("offload.views", 2, "render"),
     ("offload.gateway", 8, "gateway"),
     ("offload", 9, "app"),
 )

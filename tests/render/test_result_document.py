@@ -1,10 +1,10 @@
-"""The result document (``offload.result``): one pure definition from an event or a ledger row."""
+"""The result document (``offload.views.result``): one pure definition from an event or a ledger row."""
 from __future__ import annotations
 
 import json
 
 from offload.ledger import LedgerRow
-from offload.result import SCHEMA, from_event, from_row, run_document
+from offload.views.result import SCHEMA, from_event, from_row, run_document
 
 KEYS = ["schema", "id", "session", "label", "state", "children", "group", "text", "error", "dispatched_at",
         "completed_at", "delivery_state", "delivery_attempts", "delivered_at", "stop_reason", "stall_quiet_s", "resumed"]

@@ -10,7 +10,7 @@ from typing import Any
 from offload.agent.step_log import replay
 from offload.ledger import LedgerRow
 from offload.render.resumed import child_resumed, resume_note, unit_resumed
-from offload.result import from_event, from_row
+from offload.views.result import from_event, from_row
 from offload.subagents.resume import resumed_entry, span_attributes
 
 AFTER = {"pid": 4242, "host": "box-a", "last_write_at": 1_700_000_000.0}

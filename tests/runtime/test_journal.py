@@ -1,4 +1,4 @@
-"""The journal (offload/journal.py): what happened to a unit beyond its row -- its children's
+"""The journal (offload/owner/journal.py): what happened to a unit beyond its row -- its children's
 messages, tool calls and results with the time each was said, stall warnings, interrupts, each
 child's end -- buffered by the runtime that runs it and written to the ledger in batches."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from offload.engine.units import batch_spec
 from offload.origin import Origin
-from offload.journal import MAX_TEXT_CHARS, Journal, message_entry
+from offload.owner.journal import MAX_TEXT_CHARS, Journal, message_entry
 from offload.ledger import open_ledger
 from offload.runtime import Offload
 from tests.e2e.conftest import offload

@@ -31,7 +31,7 @@ import pytest
 
 from offload.testing.model_server import ScriptedModelServer, last_message_text, text_reply, tool_call_reply
 from offload.testing.demo_script import last_role
-from offload.token_store import TokenStore
+from offload.access.tokens import TokenStore
 from tests.e2e.conftest import cli, offload, open_dashboard, scripted_parent, until, workspace  # noqa: F401 - fixtures
 from tests.e2e.test_approvals_e2e import REMOVE, _setup
 

@@ -1,4 +1,4 @@
-"""The token store of a home (``offload.token_store``): made on first need, mode 0600, refused
+"""The token store of a home (``offload.access.tokens``): made on first need, mode 0600, refused
 when others may read it, short tokens refused wherever they come from, named tokens, atomic
 rewrites, and one operator token when several processes start at once; ``offload token``."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from offload.errors import CliError
-from offload.token_store import FILE_NAME, MIN_LENGTH, OPERATOR, TokenStore, resolve
+from offload.access.tokens import FILE_NAME, MIN_LENGTH, OPERATOR, TokenStore, resolve
 from tests.e2e.conftest import offload
 
 pytestmark = pytest.mark.timeout(60)
@@ -87,7 +87,7 @@ def test_named_tokens_match_and_are_revoked_alone(tmp_path):
 
 
 def test_processes_starting_at_once_agree_on_one_operator_token(tmp_path):
-    script = "import sys; from offload.token_store import TokenStore; print(TokenStore(sys.argv[1]).get())"
+    script = "import sys; from offload.access.tokens import TokenStore; print(TokenStore(sys.argv[1]).get())"
     def start(_):
         return subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
                               timeout=30).stdout.strip()

@@ -1,0 +1,2 @@
+"""Measurements to rerun by hand, each its own ``python -m bench.probes.NAME``.
+"""

@@ -1,0 +1,2 @@
+"""Where the time goes: pyinstrument / CPU profiles, ``python -m bench.profilers.NAME``.
+"""
