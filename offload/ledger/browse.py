@@ -12,13 +12,12 @@ Invariant: nothing here writes a row.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from offload.ledger.delivery_sql import Dialect
 from offload.ledger.protocol import LedgerRow, local_host
+from offload.ledger.reads import PAGE_ROWS, Browse  # the page query, named here too
 
-PAGE_ROWS = 50
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS idx_async_delegations_browse ON async_delegations(dispatched_at, delegation_id)",
     # Only the queued rows (few): the roster's and the admission queue's read, not a scan of every row.
@@ -31,27 +30,6 @@ INDEXES = (
 )
 FINISHED_SINCE = ("SELECT dispatched_at, completed_at, delivered_at, state FROM async_delegations"
                   " WHERE completed_at >= ? ORDER BY completed_at")
-
-
-@dataclass(frozen=True)
-class Browse:
-    """One page of the history: filters (empty: any) and where the page starts.
-
-    ``states``: unit states stored on the row; ``session``: any of its session ids; ``owner``: the
-    owner's pid, or its host (``DelegationLedger.owner_host``); ``model``: the task's model; ``text``: words
-    of the goal(s); ``since``: dispatched at or after; ``finished_since``: finished at or after;
-    ``before``: the keyset of the last row of the previous page."""
-
-    states: tuple[str, ...] = ()
-    delivery_state: str = ""
-    session: str = ""
-    owner: str = ""
-    model: str = ""
-    text: str = ""
-    since: float | None = None
-    finished_since: float | None = None
-    before: tuple[float, str] | None = None
-    limit: int = PAGE_ROWS
 
 
 def _like(text: str) -> str:

@@ -26,7 +26,7 @@ import json
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from offload.origin import Origin
 
@@ -34,10 +34,7 @@ from offload.origin import Origin
 OwnerCheck = Callable[[int | None, int | None], bool]
 
 from offload.engine.errors import OffloadError
-
-if TYPE_CHECKING:
-    from offload.ledger.browse import Browse
-    from offload.ledger.tally import UnitCounts
+from offload.ledger.reads import Browse, UnitCounts
 
 
 class LedgerError(OffloadError):

@@ -25,28 +25,9 @@ from typing import Any, Callable, Iterable
 
 from offload.engine.states import COMPLETED, STALLED, STOP_STALL
 from offload.ledger.delivery_sql import POSTGRES, SQLITE, Dialect
+from offload.ledger.reads import Key, UnitCounts  # what a tally read returns
 
 PRUNED_TABLE = "offload_pruned_units"
-Key = tuple[str, str]  # (state, delivery_state) of a row
-
-
-@dataclass(frozen=True)
-class UnitCounts:
-    """``rows``: rows in the ledger now by (state, delivery_state); ``pruned``: rows prune
-    deleted over the ledger's life, by the same key; ``delivery_attempts``: summed over ``rows``;
-    ``recent``: of ``rows``, those that finished at or after the ``since`` asked for (keys with
-    none left out; empty when no ``since`` was asked); ``recent_stops``: of those, the ones not
-    completed that stopped early, by (state, the event's ``stop_reason``: stall | user)."""
-
-    rows: dict[Key, int] = field(default_factory=dict)
-    pruned: dict[Key, int] = field(default_factory=dict)
-    delivery_attempts: int = 0
-    recent: dict[Key, int] = field(default_factory=dict)
-    recent_stops: dict[Key, int] = field(default_factory=dict)  # (state, stop_reason) of ``recent``'s early stops
-
-    def ever(self) -> Counter[Key]:
-        """Every unit the ledger has held, by its state now (or when it was pruned)."""
-        return Counter(self.rows) + Counter(self.pruned)
 
 
 _BY_STATE = ("SELECT state, delivery_state, count(*), coalesce(sum(delivery_attempts), 0), {recent}"
