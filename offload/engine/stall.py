@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from offload.engine.events import stalled_result
 from offload.engine.log import logger
@@ -23,7 +23,6 @@ from offload.engine.states import STOP_STALL
 from offload.engine.monitor import UNREADABLE, Decisions, Observation, Thresholds, latest_activity_at, sweep
 
 if TYPE_CHECKING:
-    from offload.engine.engine import Delegations
     from offload.engine.monitor import Stall
 
 
@@ -42,8 +41,20 @@ def _watched(record: dict[str, Any]) -> bool:
     return record.get("status") == "stalling" or (record.get("status") == "running" and bool(record.get("progress_fn")))
 
 
+class Engine(Protocol):
+    """What the stall loop reads and calls on the engine it hangs off (``engine.Delegations``),
+    named here so the loop does not know the module that owns it and builds it."""
+
+    lock: Any  # guards ``records``
+    records: dict[str, Any]
+
+    def policy(self) -> Any: ...
+
+    def finalize(self, delegation_id: str, result: Any, status: str) -> bool: ...
+
+
 class StallLoop:
-    def __init__(self, engine: Delegations, clock: Clock | None = None) -> None:
+    def __init__(self, engine: Engine, clock: Clock | None = None) -> None:
         self.engine = engine
         self.loop = Loop("async-delegate-stale-monitor", self.check, lambda: check_interval_s(engine.policy()),
                          clock=clock, still_idle=lambda: not self._has_watched(), what="stall check")
