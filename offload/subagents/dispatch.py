@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from offload.engine.units import batch_spec
 from offload.origin import Origin
@@ -27,7 +27,19 @@ from offload.subagents.usage import roll_up, sum_usage
 
 if TYPE_CHECKING:
     from offload.engine.engine import Delegations
-    from offload.subagents.admission import Admission
+
+
+class AdmissionQueue(Protocol):
+    """What a call at capacity asks of the runtime's admission queue (``admission.Admission``,
+    which dispatches the calls it admits through this module): named here, where it is used, so
+    neither this module nor the tool knows the queue's."""
+
+    def waiting_here(self) -> bool: ...
+
+    def queue_call(self, call_id: str, units: list[Batch], origin: Origin) -> dict[str, Any]: ...
+
+    def reclaim_dead(self) -> bool: ...
+
 
 _NOTES = {
     "background": ("Running in the background. Each result arrives as a new message after you END YOUR TURN; "
@@ -80,7 +92,7 @@ def units_of(batch: Batch) -> list[Batch]:
 
 
 def dispatch_background(engine: Delegations, batch: Batch, origin: Origin,
-                        admission: Admission | None = None, *, reclaimed: bool = False) -> dict[str, Any]:
+                        admission: AdmissionQueue | None = None, *, reclaimed: bool = False) -> dict[str, Any]:
     """Start ``batch``'s units in the background; at capacity, once, first reclaim the slots of
     owners that died (``Admission.reclaim_dead``), then follow ``delegation.at_capacity``."""
     units = units_of(batch)
@@ -119,7 +131,7 @@ def dispatch_background(engine: Delegations, batch: Batch, origin: Origin,
     return handle
 
 
-def at_capacity(batch: Batch, refusal: dict[str, Any], admission: Admission | None, call_id: str,
+def at_capacity(batch: Batch, refusal: dict[str, Any], admission: AdmissionQueue | None, call_id: str,
                 units: list[Batch], origin: Origin) -> dict[str, Any]:
     """What a call whose first unit the engine refused does (``delegation.at_capacity``): wait
     in the admission queue, come back as an error, or run inline. A refusal that is not about

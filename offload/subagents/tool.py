@@ -39,8 +39,8 @@ from offload.toolsets.toolspec import Tool, ToolContext
 
 if TYPE_CHECKING:
     from offload.engine.engine import Delegations
-    from offload.subagents.admission import Admission
     from offload.ledger import DelegationLedger
+    from offload.subagents.dispatch import AdmissionQueue
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class DelegateTool:
     def __init__(self, engine: Delegations, ledger: Callable[[], DelegationLedger], seams: Seams,
                  spend: SpendStore | None = None) -> None:
         self.engine, self.ledger, self.seams = engine, ledger, seams
-        self.admission: Admission | None = None  # the runtime's admission queue (delegation.at_capacity: queue)
+        self.admission: AdmissionQueue | None = None  # the runtime's queue (delegation.at_capacity: queue)
         self.spend = spend  # where subagents' tokens are counted per session and day (None: not counted)
         # Whether a person can answer approval requests of this process's subagents (None: yes,
         # through the ledger) and a surface told of each request (``Offload.set_approval_surface``).
