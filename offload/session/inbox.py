@@ -24,14 +24,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from offload.agent.session_store import SessionStore
 from offload.engine.events import is_interim
 from offload.origin import Origin
 
 if TYPE_CHECKING:
-    from offload.runtime import Offload
+    from offload.engine.bus import CompletionBus
+    from offload.engine.delivery import Deliveries
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +62,17 @@ class Delivery:
         return self.delegation_id or None
 
 
+class Runtime(Protocol):
+    """What an inbox takes from its ``offload.Offload``: the completion bus it drains and the
+    deliveries it claims through (named here, so the inbox does not know the runtime's module,
+    whose public API delivers through it)."""
+
+    bus: CompletionBus
+    deliveries: Deliveries
+
+
 class SessionInbox:
-    def __init__(self, session_id: str, store: SessionStore, runtime: Offload,
+    def __init__(self, session_id: str, store: SessionStore, runtime: Runtime,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.session_id = session_id
         self.clock = clock
