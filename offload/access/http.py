@@ -11,6 +11,10 @@ and names the user allows explicitly (``--allow-host``). When it binds every int
 (0.0.0.0, ::) an IP-address Host is accepted too: rebinding needs a DNS name, so an address
 literal cannot be one, and that is how such a server is reached.
 
+An ``Origin`` header is read here too (``origin_netloc``, ``url_port``); what each server accepts
+from it differs on purpose: the dashboard wants exactly its own host:port for a state change,
+the MCP server any name it answers to on its own port.
+
 Invariant: a request whose Host names anything else is refused (403, saying how to allow the
 name) before it reaches the application. A request without a Host header is not a browser's.
 """
@@ -27,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from offload.errors import CliError
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def is_loopback(host: str) -> bool:
@@ -73,6 +78,23 @@ def request_host(header: str) -> str | None:
         return urlsplit("//" + header).hostname
     except ValueError:
         return None
+
+
+def origin_netloc(origin: str | None) -> str | None:
+    """The ``host[:port]`` an ``Origin`` header names; None for none, ``null`` or one that does
+    not parse. (The dashboard and the MCP server each decide what they accept from it.)"""
+    if not origin or origin == "null":
+        return None
+    try:
+        return urlsplit(origin).netloc or None
+    except ValueError:
+        return None
+
+
+def url_port(url: str) -> int | None:
+    """A URL's port, else its scheme's default (http 80, https 443). ValueError: a bad port."""
+    parts = urlsplit(url)
+    return parts.port or _DEFAULT_PORTS.get(parts.scheme)
 
 
 class HostCheck:

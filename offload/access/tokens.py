@@ -84,7 +84,7 @@ class TokenStore:
         """The name of the token ``offered`` is (compared in constant time), else None."""
         found = None
         for name, token in self.tokens().items():
-            if hmac.compare_digest(offered.encode(), token.encode()):
+            if same_token(offered, token):
                 found = name
         return found
 
@@ -206,6 +206,12 @@ def _write_atomic(path: Path, content: bytes) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def same_token(offered: str, token: str) -> bool:
+    """``offered`` is ``token``, compared in constant time (the one compare every server uses);
+    an empty offer never is."""
+    return bool(offered) and hmac.compare_digest(offered.encode(), token.encode())
 
 
 def check_length(token: str, source: str, fix: str) -> str:

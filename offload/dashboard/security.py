@@ -24,12 +24,14 @@ import hashlib
 import hmac
 from html import escape
 from typing import Callable
-from urllib.parse import urlsplit
 
 from starlette.datastructures import URL
 from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from offload.access.http import origin_netloc
+from offload.access.tokens import same_token as _matches
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _COOKIE_PURPOSE = b"offload dashboard session cookie v1"
@@ -91,10 +93,6 @@ def _offered(conn: HTTPConnection, token: str) -> str | None:
     return None
 
 
-def _matches(offered: str, token: str) -> bool:
-    return bool(offered) and hmac.compare_digest(offered.encode(), token.encode())
-
-
 def _refusal(conn: HTTPConnection, token: str) -> Response | None:
     how = _offered(conn, token)
     if how is None or how == "query":  # ?token= signs a browser in (GET); it never authorizes an action
@@ -127,12 +125,6 @@ def _adopt_token(conn: HTTPConnection, token: str) -> Response:
 
 def same_origin(conn: HTTPConnection) -> bool:
     """The request's ``Origin`` is this dashboard's own (same host:port as its Host header)."""
-    origin = conn.headers.get("origin")
-    if not origin or origin == "null":
-        return False
-    try:
-        netloc = urlsplit(origin).netloc
-    except ValueError:
-        return False
+    netloc = origin_netloc(conn.headers.get("origin"))
     host = conn.headers.get("host", "")
-    return bool(netloc) and netloc.lower().rstrip(".") == host.lower().rstrip(".")
+    return netloc is not None and netloc.lower().rstrip(".") == host.lower().rstrip(".")

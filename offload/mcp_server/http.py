@@ -23,12 +23,10 @@ Invariants, each applied before a request reaches the SDK:
 """
 from __future__ import annotations
 
-import hmac
 import socket
 import time
 from pathlib import Path
 from typing import Callable, Iterable
-from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
@@ -38,11 +36,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from offload.access import tokens as token_store
 from offload.errors import CliError
-from offload.access.http import HostCheck, HostGuard
+from offload.access.http import HostCheck, HostGuard, origin_netloc, url_port
 from offload.mcp_server.namespaces import STATE_LIVE, STATE_TOKEN
 
 MCP_PATH = "/mcp"
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 LISTEN_BACKLOG = 2048  # uvicorn's own default
 ENV_TOKEN = "OFFLOAD_MCP_TOKEN"
 SESSION_IDLE_S = 3900.0  # an idle session expires after longer than the longest wait (3600 s)
@@ -68,14 +65,13 @@ class OriginGuard:
     def _accepts(self, origin: str, host: str | None) -> bool:
         """The origin names a host this server answers to, on this server's port (the Host
         header's): another service on localhost is another origin."""
+        netloc = origin_netloc(origin)
         try:
-            parts = urlsplit(origin)
-            served = urlsplit(f"//{host}") if host else None
-            origin_port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
-            served_port = (served.port or 80) if served is not None else None
+            origin_port = url_port(origin)
+            served_port = url_port(f"http://{host}") if host else None
         except ValueError:
             return False
-        return bool(parts.netloc) and self.check.accepts(parts.netloc) and origin_port == served_port
+        return netloc is not None and self.check.accepts(netloc) and origin_port == served_port
 
 
 NO_OAUTH = PlainTextResponse("404: this MCP server does not use OAuth; send Authorization: Bearer <token> "
@@ -92,7 +88,7 @@ def token_verifier(home: Path, token: str | None = None) -> Verifier:
     fixed, _source = token_store.resolve(home, env_var=ENV_TOKEN) if token is None else (
         token_store.check_length(token, "the MCP token given", "pass a long random value"), "")
     if fixed is not None:
-        return lambda offered: token_store.OPERATOR if hmac.compare_digest(offered.encode(), fixed.encode()) else None
+        return lambda offered: token_store.OPERATOR if token_store.same_token(offered, fixed) else None
     store = token_store.TokenStore(home)
     store.get(token_store.OPERATOR)
     return store.match
