@@ -196,6 +196,13 @@ def test_the_import_graph_has_no_cycles_but_the_known_ones():
     assert set(_cycles(_graph())) == KNOWN_CYCLES
 
 
+def test_the_package_root_holds_the_composition_root_and_the_base_only():
+    """Every other module lives in a package whose name says its owner (issue 46): a new one
+    goes there, or this list says why every layer needs it."""
+    root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert root == ["api", "config", "config_file", "errors", "home", "ids", "origin", "runtime"]
+
+
 def test_counting_type_only_imports_the_graph_has_no_cycles_but_the_known_ones():
     assert set(_cycles(_graph(type_checking=True))) == KNOWN_TYPE_CYCLES
 
