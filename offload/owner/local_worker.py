@@ -64,7 +64,7 @@ class LocalWorker:
             self.say(f"offload worker: another worker (pid {home_worker.holder(self.runtime.home)}) serves "
                      f"{self.runtime.home}; exiting")
             return 0
-        from offload.subagents.workers import preload
+        from offload.agent.preload import preload
 
         preload()
         self.say(f"offload worker on {self.runtime.home} (pid {os.getpid()}): up to {self.capacity} unit(s); "

@@ -29,7 +29,6 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from offload.errors import CliError
-from offload.subagents.workers import preload
 
 if TYPE_CHECKING:
     from offload.runtime import Offload
@@ -58,6 +57,8 @@ class Worker:
         self._settled: Any = None  # the listener for results settled anywhere, once the fleet was full
 
     def serve(self) -> int:
+        from offload.agent.preload import preload
+
         preload()
         listener = self.ledger.listen(lambda _ids: self.bus.put(WAKE))
         self.say(f"offload worker on {self.ledger.host_id} (pid {os.getpid()}): up to {self.capacity} unit(s) here, "

@@ -8,7 +8,6 @@ reaches the parent's host through the ledger (LISTEN/NOTIFY), as a new turn ther
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from typing import Any
 
@@ -71,18 +70,3 @@ def _report_unrunnable(tool: DelegateTool, row: LedgerRow, spec: dict[str, Any],
     unit = batch_spec(goals, indexes, role="leaf", model=spec.get("model"), delegation_id=row.delegation_id,
                       subagent_config=spec.get("subagent_config"), origin=origin)
     return tool.engine.dispatch(unit, lambda: {"results": failed}, max_here)
-
-
-def preload() -> None:
-    """Pay what the first child of this process would pay once (the HTTP stack's modules and
-    TLS context, the built-in toolsets' modules) before the first claim, not while units run:
-    ~0.1-0.4 s of CPU under the GIL that held back the first units' starts."""
-    from offload.agent.llm import preload as preload_http
-    from offload.agent.toolsets import resolve_tools
-    from offload.toolsets.toolset_names import BUILTIN_TOOLSET_MODULES
-
-    try:
-        preload_http()
-        resolve_tools(BUILTIN_TOOLSET_MODULES)
-    except Exception:  # the first child that needs it reports the failure where it matters
-        logging.getLogger(__name__).debug("preloading the HTTP client and toolsets failed", exc_info=True)

@@ -15,12 +15,12 @@ pytestmark = pytest.mark.timeout(60)
 
 _PRELOAD_AND_LIST = """
 import sys
-from offload.owner import worker
+from offload.agent.preload import preload
 from offload.agent import llm
 from offload.toolsets.toolset_names import BUILTIN_TOOLSET_MODULES
 before = {"httpcore" in sys.modules, llm._shared_ssl_context.cache_info().currsize > 0,
           *(m in sys.modules for m in BUILTIN_TOOLSET_MODULES.values())}
-worker._preload()
+preload()
 after = {"httpcore" in sys.modules, llm._shared_ssl_context.cache_info().currsize > 0,
          *(m in sys.modules for m in BUILTIN_TOOLSET_MODULES.values())}
 print(sorted(before), sorted(after))
