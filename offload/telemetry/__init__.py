@@ -7,21 +7,12 @@ installs tracing (and the GenAI token metrics) when the standard ``OTEL_*`` vari
 """
 from __future__ import annotations
 
-import os
 import sys
-from typing import Mapping
 
 from offload.errors import install_extra
+from offload.telemetry.env import tracing_wanted
 
-
-def tracing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether the standard OTEL_* variables ask for traces (read without importing OpenTelemetry)."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:
-        return exporter != "none"
-    return bool(environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+__all__ = ["install_tracing_from_env", "tracing_wanted"]
 
 
 def install_tracing_from_env(flush_on_signals: bool = False) -> bool:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from offload.telemetry import flush, tracing_wanted
+import offload.telemetry.flush as flush
+from offload.telemetry.env import tracing_wanted
 
 logger = logging.getLogger("offload.telemetry")
 
@@ -179,7 +180,7 @@ def shutdown_bounded(exporting: Exporting) -> bool:
 
 def flush_at_signal(exporting: Exporting, name: str) -> bool:
     """At a termination signal: end the delivery spans in flight, then flush what has ended."""
-    from offload.telemetry import tracing
+    import offload.telemetry.tracing as tracing
 
     tracing.end_deliveries(name)
     return _bounded(exporting, final=False, when=f"at {name}")
@@ -211,7 +212,9 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> Exporting | Non
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         from offload import __version__
-        from offload.telemetry import genai_metrics, tracing, unit_metrics
+        import offload.telemetry.genai_metrics as genai_metrics
+        import offload.telemetry.tracing as tracing
+        import offload.telemetry.unit_metrics as unit_metrics
         from offload.telemetry.spans import tracer_provider
 
         found = exporters(environ)

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from offload.telemetry import genai_metrics
+import offload.telemetry.genai_metrics as genai_metrics
 
 PROPAGATOR = TraceContextTextMapPropagator()
 # Attributes that hold what a person or a model wrote (a subagent's task): exported only when the

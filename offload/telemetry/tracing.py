@@ -36,9 +36,12 @@ from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from offload.engine import observers
 from offload.engine.states import NOT_COMPLETED
-from offload.telemetry import flush, genai_metrics, recovered, unit_metrics
-from offload.telemetry import spans as sp
-from offload.telemetry import tracing_wanted
+import offload.telemetry.flush as flush
+import offload.telemetry.genai_metrics as genai_metrics
+import offload.telemetry.recovered as recovered
+import offload.telemetry.spans as sp
+import offload.telemetry.unit_metrics as unit_metrics
+from offload.telemetry.env import tracing_wanted
 
 RECENT_UNITS = 256  # finished units whose context this process keeps for their delivery spans
 OPEN_DELIVERIES = 1024  # delivery attempts in flight here at most; older ones lost their claim
