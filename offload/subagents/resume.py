@@ -62,9 +62,12 @@ def step_writer(engine: Any, unit_id: str) -> Any:
     return functools.partial(engine.record_steps, unit_id)
 
 
-def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | None]:
+def resume_task(row: LedgerRow, cfg: Any, *, handing_over: bool = False) -> tuple[dict[str, Any] | None, str | None]:
     """``(queued task, None)`` to resume ``row``; ``(None, why not)`` for a marked row that is
-    settled ``unknown`` instead; ``(None, None)`` for a row without the mark (recovered as before)."""
+    settled ``unknown`` instead; ``(None, None)`` for a row without the mark (recovered as before).
+    ``handing_over``: its live owner gives it away (a client closed), which is no death: it is
+    counted in ``handovers``, never against ``delegation.max_resumes`` (that bounds a unit whose
+    owners keep dying: one that may be what kills them)."""
     task = row.task if isinstance(row.task, dict) else {}
     mark = task.get(MARK)
     if not isinstance(mark, dict) or not isinstance(mark.get("spec"), dict):
@@ -72,7 +75,7 @@ def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | 
     if cfg.resume == "never":
         return None, "delegation.resume is `never`, so a unit whose owner died is not resumed"
     resumes = int(mark.get("resumes") or 0)
-    if resumes >= cfg.max_resumes:
+    if resumes >= cfg.max_resumes and not handing_over:
         return None, (f"it was resumed {resumes} time(s), delegation.max_resumes is {cfg.max_resumes}; raise it "
                       "to let it continue again")
     recorded = [r for r in ((row.result or {}).get("results") or []) if isinstance(r, dict)]
@@ -82,8 +85,10 @@ def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | 
              "last_write_at": row.updated_at}
     first = mark.get("first_dispatched_at") or row.dispatched_at  # a new owner's dispatch writes its own
     queued = {**mark["spec"], "run_on": "local", "owner_cwd": task.get("owner_cwd"),
-              MARK: {**mark, "resumes": resumes + 1, "recorded": recorded, "after": after,
+              MARK: {**mark, "resumes": resumes + (0 if handing_over else 1), "recorded": recorded, "after": after,
                      "first_dispatched_at": first}}
+    if handing_over:
+        queued[MARK]["handovers"] = int(mark.get("handovers") or 0) + 1
     if task.get("slot_key"):
         queued["slot_key"] = task["slot_key"]
     return queued, None
@@ -92,7 +97,7 @@ def resume_task(row: LedgerRow, cfg: Any) -> tuple[dict[str, Any] | None, str | 
 def handed_task(row: LedgerRow, cfg: Any) -> dict[str, Any] | None:
     """The queued task a live owner hands ``row`` over with (``offload.owner.handover``): as a resume's,
     the leaving owner named and marked ``handed_over``; None if it cannot be resumed."""
-    queued, _ = resume_task(row, cfg)
+    queued, _ = resume_task(row, cfg, handing_over=True)
     if not queued:
         return None
     mark = queued[MARK]
