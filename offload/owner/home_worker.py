@@ -21,6 +21,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import IO
 
@@ -76,6 +77,8 @@ def ensure(home: Path, idle_exit_s: float = IDLE_EXIT_S) -> int | None:
                 [sys.executable, "-m", "offload", "worker", "--idle-exit-s", f"{idle_exit_s:g}"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 close_fds=True, env={**os.environ, "HERMES_HOME": str(home)})
+        # Reaped when it exits (a long-lived gateway would otherwise keep a zombie until its own end).
+        threading.Thread(target=child.wait, name="offload-home-worker-reaper", daemon=True).start()
         logger.info("started the background worker of %s (pid %d, log %s)", home, child.pid, log)
         return child.pid
     except Exception:
