@@ -24,7 +24,6 @@ interrupt flag, its liveness record and how a child agent is derived from it. In
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -42,9 +41,10 @@ from offload.agent.toolsets import KNOWN_TOOLSETS, ToolLoader, resolve_tools, va
 from offload.engine.observers import span
 from offload.agent.run_state import UNKNOWN_TOTAL_KEYS, Run, Stamped, run_result
 from offload.agent.step_log import UNMARKED, StepLog
+from offload.agent.step_marks import StepMarks
 from offload.render.truncation import CUT_OFF_EXIT_REASON
 from offload.toolsets.child_tools import allowed_only, blocked_tool_message
-from offload.toolsets.toolspec import Tool, ToolContext, ToolError
+from offload.toolsets.toolspec import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class TurnStreamer(Protocol):
     ) -> AssistantTurn: ...
 
 
-class AIAgent:
+class AIAgent(StepMarks):
     """An LLM agent with toolsets, run one conversation turn at a time."""
 
     def __init__(
@@ -346,36 +346,6 @@ class AIAgent:
             if self.step_log is not None:
                 self._logged(lambda log: log.tool_finished(call, output))
             run.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
-
-    def _start_mark(self, call: dict[str, str], tool: Tool | None, ctx: ToolContext) -> ToolContext | None:
-        """Write a side-effecting call's start mark now, or (a ``marks_effect`` tool) hand the
-        tool a context whose ``effect_begins`` writes it where its effect begins: a command
-        that waited for approval when its owner died never started, and is asked again."""
-        if self.step_log is None:
-            return ctx
-        if tool is not None and tool.read_only:
-            self._logged(lambda log: log.flush())  # the reply and earlier results durable before it runs
-            return ctx
-        if tool is None or not tool.marks_effect:  # one write with what is queued; None: not written
-            return None if self._logged(lambda log: log.tool_started(call)) is False else ctx
-        self._logged(lambda log: log.flush())  # the reply durable before an approval is asked
-        return dataclasses.replace(ctx, effect_begins=lambda: self._effect_begins(call))
-
-    def _logged(self, write: Callable[[StepLog], Any]) -> Any:
-        """One step-log write (its value); a write the ledger refused (another owner has the unit)
-        stops this run."""
-        log = self.step_log
-        if log is None or log.lost:
-            return None
-        out = write(log)
-        if log.lost:
-            self.interrupt("Another offload process took this unit over; this one stopped its child.")
-        return out
-
-    def _effect_begins(self, call: dict[str, str]) -> None:
-        """A ``marks_effect`` tool's start mark, from inside it: no effect without it."""
-        if self._logged(lambda log: log.tool_started(call)) is False:
-            raise ToolError(UNMARKED)
 
     def _clear_interrupt(self) -> None:
         self._interrupt_requested = False
