@@ -179,6 +179,8 @@ def _run_one(driver: SessionDriver, prompt: str | None, sync: bool, as_json: boo
         turn = driver.user_turn(prompt)
         dispatched = [u.get("delegation_id") for h in turn.dispatched for u in (h.get("units") or [h])]
         expected = len(dispatched)
+        if turn.ctrl_c and driver.live_count():  # one Ctrl-C ends a run, the work it started too
+            ui.warn(f"stopping {driver.stop_background()} background delegation(s) this run started")
     if sync:
         ui.say("--sync: delegations ran synchronously inside the turn; nothing to wait for", style="yellow")
     expected = max(expected, driver.live_count())

@@ -74,6 +74,7 @@ class TurnResult:
     error_kind: str | None = None  # "model" | "endpoint" | "internal" when exit_reason is "error"
     compressed_from: str | None = None  # the session this turn's context was compressed out of
     finish_reason: str | None = None  # how the model's last reply ended ("length": cut off)
+    ctrl_c: bool = False  # the user pressed Ctrl-C while it ran
 
     @property
     def dispatched(self) -> list[dict[str, Any]]:
@@ -127,9 +128,12 @@ class Conversation:
                         on_wait()
                 except KeyboardInterrupt:
                     self.agent.interrupt("stopped by the user (Ctrl-C)")
+                    box["ctrl_c"] = True
             if "error" in box:
                 raise box["error"]
-            return box["result"]
+            result = box["result"]
+            result.ctrl_c = bool(box.get("ctrl_c"))
+            return result
         finally:
             self._turn_lock.release()
 

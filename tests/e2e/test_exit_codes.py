@@ -112,7 +112,7 @@ def test_an_answer_cut_off_at_the_output_limit_exits_5_and_says_so(model_server,
 ])
 def test_a_background_result_in_which_every_child_failed_is_not_success(model_server, write_config, child_reply,
                                                                         code):
-    from tests.e2e.conftest import scripted_parent
+    from tests.e2e.conftest import scripted_parent, until
 
     parent = scripted_parent(child=lambda request: child_reply,
                              delegate={"tasks": [{"goal": "count the files"}, {"goal": "list the users"}]})
@@ -123,7 +123,7 @@ def test_a_background_result_in_which_every_child_failed_is_not_success(model_se
 
 
 def test_a_background_result_with_a_cut_off_child_exits_5(model_server, write_config):
-    from tests.e2e.conftest import scripted_parent
+    from tests.e2e.conftest import scripted_parent, until
 
     parent = scripted_parent(child=lambda request: text_reply("half an ans", finish_reason="length"),
                              delegate={"goal": "write a poem"})
@@ -131,3 +131,29 @@ def test_a_background_result_with_a_cut_off_child_exits_5(model_server, write_co
     done = offload("run", "delegate it")
     assert done.returncode == 5, done
     assert "TRUNCATED" in done.stderr
+
+
+def test_ctrl_c_during_the_turn_also_stops_the_background_work_it_started(model_server, write_config):
+    """A script's one Ctrl-C ends `offload run`: landing while the turn still runs (the parent's
+    model call after it delegated), it stops the subagents that turn started too, instead of
+    waiting on them (a child hung on its model would hold the run for its whole time cap)."""
+    from offload.testing.demo_script import request_role
+    from tests.e2e.conftest import scripted_parent, until
+
+    server = model_server(scripted_parent(child=lambda request: hang_reply("child thinking…"),
+                                          delegate={"goal": "a long job"}, after_tool=hang_reply("parent thinking…")))
+    write_config(server)
+    proc = subprocess.Popen([sys.executable, "-m", "offload", "run", "hello"], env=cli_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        def both_in_flight() -> bool:
+            roles = [request_role(r) for r in server.requests]
+            return roles.count("subagent") >= 1 and roles.count("parent") >= 2
+        until(both_in_flight, "the child's and the parent's second model calls both arrived")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "(turn interrupted)" in err and "stopping 1 background delegation(s) this run started" in err, err
