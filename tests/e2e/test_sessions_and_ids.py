@@ -63,7 +63,7 @@ def test_agents_json_has_the_documented_keys_and_per_child_status():
             "delivery_attempts", "owner_pid", "owner", "children"} <= set(row)
     assert (row["id"], row["session"], row["state"], row["owner"]) == ("deleg_abc123", "sess_j", "running", "running")
     idle = {"api_calls": None, "current_tool": None, "seconds_since_activity": None,  # nothing published
-            "last_text": None, "last_tool": None}
+            "last_text": None, "last_tool": None, "resumed": None}  # neither resumed after a death
     assert [child.pop("truncated") for child in row["children"]] == [False, False]  # neither was cut off
     assert row["children"] == [
         {"task": 1, "goal": "alpha", "state": "running", "duration_s": None, **idle},  # offload.result/1's keys
