@@ -43,10 +43,10 @@ class UnitProgress:
             return True  # nothing durable to fence against: the child goes on
         cut = next((i for i, (_, kind, _) in enumerate(steps) if self.handover.parks(delegation_id, kind)), len(steps))
         kept = True
-        for part in (steps[:cut], steps[cut:]):
+        for parked, part in ((False, steps[:cut]), (True, steps[cut:])):
             if not part:
                 continue
-            if part[0][0] != steps[0][0]:
+            if parked:
                 self.handover.park()
             self.handover.track(delegation_id, task_index, part, "tool_start")  # running from now on
             kept = ledger.append_steps(delegation_id, task_index, part, current_owner(), time.time()) and kept

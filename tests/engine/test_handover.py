@@ -48,3 +48,37 @@ def test_other_units_are_never_parked_and_a_handed_unit_is_remembered():
     assert done == ["reply", "tool_start"]
     handover.handed("u2")
     assert handover.was_handed("u2") and not handover.was_handed("u1")
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.writes: list[list[str]] = []
+
+    def append_steps(self, delegation_id, task_index, steps, owner, now) -> bool:
+        self.writes.append([kind for _, kind, _ in steps])
+        return True
+
+
+def _unit_progress(ledger: _Ledger):
+    from offload.engine.unit_progress import UnitProgress
+
+    unit = UnitProgress()
+    unit.lock, unit.records, unit.handover = threading.Lock(), {"u1": {"_ledger": ledger}}, HandOver()
+    return unit
+
+
+@pytest.mark.parametrize("batch, before_park", [
+    ([(0, "reply", {}), (1, "tool_start", {"call_id": "c1"})], []),  # parked before anything is written
+    ([(2, "tool_result", {"call_id": "c1"}), (3, "tool_start", {"call_id": "c2"})], [["tool_result"]]),
+])
+def test_a_batch_of_steps_writes_its_results_and_parks_before_a_reply_or_mark(batch, before_park):
+    ledger = _Ledger()
+    unit = _unit_progress(ledger)
+    unit.handover.begin(["u1"])
+    thread = threading.Thread(target=unit.record_steps, args=("u1", 0, batch), daemon=True)
+    thread.start()
+    thread.join(0.2)
+    assert thread.is_alive() and ledger.writes == before_park  # a result written first, the rest waits
+    unit.handover.release()
+    thread.join(5)
+    assert [kind for write in ledger.writes for kind in write] == [kind for _, kind, _ in batch]
