@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -147,9 +148,23 @@ def test_subagents_reuse_one_kept_alive_connection_to_the_model_server(model_ser
     connection and client per subagent were a twentieth of a worker's CPU per unit)."""
     server = model_server(Reply(text="ok"))
     first, second = _client(server.url), _client(server.url)
-    assert _turn(first).content == "ok" and _turn(second).content == "ok"
+    assert _turn(first).content == "ok"
+    _until_back_in_the_pool()  # a turn returns at [DONE]; its reader puts the connection back after
+    assert _turn(second).content == "ok"
     assert len(server.requests) == 2
     assert server.open_connections == 1
+
+
+def _until_back_in_the_pool(timeout_s: float = 10.0) -> None:
+    """Until the shared client holds an idle connection (no event says so: the reader thread
+    reads the response's end after the turn returned, slower on a loaded machine)."""
+    from offload.agent.llm import shared_http_client
+
+    pool = shared_http_client()._transport._pool
+    deadline = time.monotonic() + timeout_s
+    while not any(connection.is_idle() for connection in pool.connections):
+        assert time.monotonic() < deadline, "the first call's connection never went back to the pool"
+        time.sleep(0.005)
 
 
 def test_a_server_that_keeps_the_stream_open_after_done_does_not_hold_the_turn():
