@@ -22,7 +22,9 @@ def test_a_new_offload_is_not_refused_for_the_units_of_a_process_that_died(tmp_p
     died = subprocess.run([sys.executable, str(HERE / "fill_and_die.py"), str(home), model.url],
                           capture_output=True, text=True, timeout=WAIT_S + 30)
     assert f"filled {SLOTS} running {QUEUED} queued" in died.stdout, died.stdout + died.stderr
-    with open_offload(home, model, delegation={"max_concurrent_children": SLOTS,
+    # resume: never -- the dead owner's running units are recovered, not queued again to resume
+    # (resumed, they would fill the session's queue: a call then is refused, saying so).
+    with open_offload(home, model, delegation={"max_concurrent_children": SLOTS, "resume": "never",
                                                "max_queued_per_session": QUEUED}) as off:
         handle = off.delegate(QUICK, session="fill")  # refused before: "all 10 background slots are busy ..."
         documents = {doc["id"]: doc for doc in off.list("fill")}

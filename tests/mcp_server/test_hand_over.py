@@ -19,7 +19,9 @@ from offload.owner import home_worker
 from offload.ledger import open_ledger
 from tests.mcp_server.mcp_support import HOLD, HttpServer, call, http_client, mcp_client
 
-pytestmark = pytest.mark.timeout(120)
+# The per-home background worker is the single-host ledger's; on PostgreSQL any host's `offload worker`
+# takes a handed-over unit (tests/e2e/test_hand_over_pg_e2e.py).
+pytestmark = [pytest.mark.sqlite_only, pytest.mark.timeout(120)]
 DEADLINE_S = 30.0
 EXIT_WITHIN_S = 3.0  # an MCP server must be gone within a couple of seconds of its client
 
