@@ -219,3 +219,17 @@ def parent_requests_with_results(server: ScriptedModelServer, interim: bool = Fa
     return [r for r in server.requests if request_role(r) == "parent"
             and r["messages"][-1]["role"] == "user" and last_message_text(r).startswith("[ASYNC DELEGATION")
             and last_message_text(r).startswith(INTERIM_HEADER) == interim]
+
+
+@pytest.fixture
+def shared_ledger(_isolated_hermes_home, monkeypatch) -> str:
+    """A fresh PostgreSQL schema as this home's ``ledger.url`` (this process uses it too)."""
+    from tools import async_delegation_delivery as delivery
+    from tests.postgres_support import FreshSchema
+
+    schema = FreshSchema()
+    monkeypatch.setenv("OFFLOAD_LEDGER_URL", schema.url)
+    delivery.reset_for_tests()
+    yield schema.url
+    delivery.reset_for_tests()
+    schema.drop()

@@ -41,19 +41,21 @@ def _child_requests(server) -> list[dict]:
     return [r for r in server.requests if request_role(r) == "subagent"]
 
 
-def test_sigterm_of_run_mid_command_hands_the_child_over_and_the_result_is_in_the_inbox(
-        cli, model_server, write_config, runtime, workspace, _isolated_hermes_home):
-    gone = threading.Event()
-
+def marking_parent(gone: threading.Event):
+    """A parent delegating "mark once": its child runs the marker command, then its next model
+    call waits for ``gone`` (in flight while the run leaves) and ends the child."""
     def child(request):
         if any(m.get("role") == "tool" for m in request.get("messages") or []):
-            gone.wait(60)  # the call after the command is in flight while the run leaves
+            gone.wait(60)
             return text_reply("Marked it once. Done.")
         return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 60})
+    return scripted_parent(child=child, delegate={"goal": "mark once"},
+                           on_result=text_reply("The handed-over child is done."))
 
-    server = model_server(scripted_parent(child=child, delegate={"goal": "mark once"},
-                                          on_result=text_reply("The handed-over child is done.")))
-    write_config(server, resume="auto")
+
+def sigterm_mid_command(cli, workspace):
+    """``offload run`` of ``marking_parent``, SIGTERMed while its child's marker command runs:
+    the run, the unit's id, the session's id and the marker file."""
     marker = workspace / "marker.txt"
     run = cli("run", "do the marked thing")
     did = run.wait_for(HANDLE_RE).group(1)
@@ -61,6 +63,15 @@ def test_sigterm_of_run_mid_command_hands_the_child_over_and_the_result_is_in_th
     until(marker.exists, "the child's command started")
     run.proc.send_signal(signal.SIGTERM)
     assert run.proc.wait(timeout=10) == -signal.SIGTERM
+    return run, did, sid, marker
+
+
+def test_sigterm_of_run_mid_command_hands_the_child_over_and_the_result_is_in_the_inbox(
+        cli, model_server, write_config, runtime, workspace, _isolated_hermes_home):
+    gone = threading.Event()
+    server = model_server(marking_parent(gone))
+    write_config(server, resume="auto")
+    run, did, sid, marker = sigterm_mid_command(cli, workspace)
     gone.set()
     row = until(lambda: (r := runtime.ledger().get(did)) is not None and r.state == "completed" and r,
                 "the background worker finished the handed-over child")

@@ -6,56 +6,27 @@ continues the child from its last step (the command ran once), and ``run --resum
 the result to the session, once."""
 from __future__ import annotations
 
-import signal
 import threading
 
 import pytest
 import yaml
 
 from offload.testing.demo_script import request_role
-from offload.testing.model_server import text_reply, tool_call_reply
-from tests.e2e.conftest import HANDLE_RE, SESSION_RE, scripted_parent, until
-from tests.postgres_support import FreshSchema
+from tests.e2e.conftest import until
+from tests.e2e.test_hand_over_e2e import marking_parent, sigterm_mid_command
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-MARKER = "echo ran >> marker.txt && sleep 0.3"  # a command that outlives the SIGTERM a little
 WORKER_UP = r"offload worker on \S+ \(pid (\d+)\)"
-
-
-@pytest.fixture
-def shared_ledger(_isolated_hermes_home, monkeypatch):
-    from tools import async_delegation_delivery as delivery
-
-    schema = FreshSchema()
-    monkeypatch.setenv("OFFLOAD_LEDGER_URL", schema.url)
-    delivery.reset_for_tests()
-    yield schema.url
-    delivery.reset_for_tests()
-    schema.drop()
 
 
 def test_sigterm_of_run_hands_the_unit_to_the_shared_queue_and_a_worker_finishes_it(
         shared_ledger, cli, model_server, write_config, runtime, workspace, _isolated_hermes_home):
     gone = threading.Event()
-
-    def child(request):
-        if any(m.get("role") == "tool" for m in request.get("messages") or []):
-            gone.wait(60)  # the call after the command is in flight while the run leaves
-            return text_reply("Marked it once. Done.")
-        return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 60})
-
-    server = model_server(scripted_parent(child=child, delegate={"goal": "mark once"},
-                                          on_result=text_reply("The handed-over child is done.")))
+    server = model_server(marking_parent(gone))
     write_config(server, resume="auto")
     config = _isolated_hermes_home / "config.yaml"
     config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "ledger": {"url": shared_ledger}}))
-    marker = workspace / "marker.txt"
-    run = cli("run", "do the marked thing")
-    did = run.wait_for(HANDLE_RE).group(1)
-    sid = run.wait_for(SESSION_RE).group(1)
-    until(marker.exists, "the child's command started")
-    run.proc.send_signal(signal.SIGTERM)
-    assert run.proc.wait(timeout=10) == -signal.SIGTERM
+    run, did, sid, marker = sigterm_mid_command(cli, workspace)
     row = runtime.ledger().get(did)
     assert row.state == "queued" and row.task["durable"]["after"]["handed_over"] is True, row
     gone.set()

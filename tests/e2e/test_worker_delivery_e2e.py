@@ -17,23 +17,9 @@ from offload.testing.demo_script import request_role
 from offload.testing.model_server import text_reply
 from tests.e2e.conftest import HANDLE_RE, SESSION_RE, parent_requests_with_results, scripted_parent
 from tests.e2e.gateway_harness import DM, TOKEN, chat_parent, echo_goal, shown, write_gateway_config
-from tests.postgres_support import FreshSchema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 WORKER_UP = r"offload worker on \S+ \(pid (\d+)\)"
-
-
-@pytest.fixture
-def shared_ledger(_isolated_hermes_home, monkeypatch) -> str:
-    """A fresh PostgreSQL schema as this home's ``ledger.url`` (this process uses it too)."""
-    from tools import async_delegation_delivery as delivery
-
-    schema = FreshSchema()
-    monkeypatch.setenv("OFFLOAD_LEDGER_URL", schema.url)
-    delivery.reset_for_tests()
-    yield schema.url
-    delivery.reset_for_tests()
-    schema.drop()
 
 
 @pytest.fixture
