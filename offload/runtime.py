@@ -240,10 +240,9 @@ class Offload(PublicApi):
         """What recovery does with a dead owner's unit (``offload.subagents.resume``): requeued
         to resume here if this process adopts its session's work, left for another long-lived
         process if not, settled ``unknown`` (with why) if it cannot be resumed."""
-        from offload.subagents.config import DelegationConfig
         from offload.subagents.resume import resume_task
 
-        queued, why_not = resume_task(row, DelegationConfig.model_validate(self.delegate_tool.seams.load_config()))
+        queued, why_not = resume_task(row, self.delegate_tool.delegation_config())
         if queued is not None and not self.admission.adopts(row):
             return {}, None
         return queued, why_not

@@ -50,7 +50,6 @@ def hand_over(off: Offload, *, bound_s: float = BOUND_S, start_worker: bool = Tr
 
 def _hand_over(off: Offload, bound_s: float, start_worker: bool) -> list[str]:
     from offload.engine.states import ACTIVE_STATES, STOP_USER
-    from offload.subagents.config import DelegationConfig
     from offload.subagents.resume import handed_task
 
     off.admission.adopts = lambda row: False  # a leaving process takes nothing (it would hand it back)
@@ -65,7 +64,7 @@ def _hand_over(off: Offload, bound_s: float, start_worker: bool) -> list[str]:
     try:
         if not engine.handover.wait_quiet(ids, time.monotonic() + bound_s):
             logger.info("a tool call still ran after %.1f s; the process that takes it over tells its model so", bound_s)
-        cfg = DelegationConfig.model_validate(off.delegate_tool.seams.load_config())
+        cfg = off.delegate_tool.delegation_config()
         handed = [did for did in ids if _give(off.ledger(), did, cfg, handed_task)]
         for did in handed:
             engine.handover.handed(did)

@@ -47,9 +47,7 @@ class LocalWorker:
 
     def _config(self) -> Any:
         """The delegation settings the queue is pumped with: this worker's capacity."""
-        from offload.subagents.config import DelegationConfig
-
-        base = DelegationConfig.model_validate(self.runtime.delegate_tool.seams.load_config())
+        base = self.runtime.delegate_tool.delegation_config()
         return base.model_copy(update={"max_concurrent_children": self.capacity})
 
     @property

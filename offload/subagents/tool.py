@@ -111,6 +111,10 @@ class DelegateTool:
         self.tool = Tool(DELEGATE_TASK_SCHEMA["name"], "delegation", DELEGATE_TASK_SCHEMA["description"],
                          DELEGATE_TASK_SCHEMA["parameters"], self._handle)
 
+    def delegation_config(self) -> DelegationConfig:
+        """The ``delegation`` settings as configured now (read per use: the home may change)."""
+        return DelegationConfig.model_validate(self.seams.load_config())
+
     def _handle(self, args: dict[str, Any], ctx: ToolContext) -> str:
         return self(**args, parent_agent=ctx.caller)
 
@@ -123,7 +127,7 @@ class DelegateTool:
             args = DelegateArgs(goal=goal, context=context, toolsets=toolsets, tasks=tasks, background=background,
                                 max_iterations=max_iterations, role=role, **extra)
             task_list = args.task_list()
-            cfg = DelegationConfig.model_validate(self.seams.load_config())
+            cfg = self.delegation_config()
         except ValidationError as exc:
             return _error(_describe_validation(exc))
         except (ValueError, ConfigError) as exc:
