@@ -3,8 +3,9 @@ safe point at which a leaving process's children stop, and the silence of a unit
 
 While a hand-over is under way (``begin``), a child of a unit being handed over that is about to
 write its next model reply or the start mark of its next side-effecting tool call is parked
-there (``step``): that is its safe point -- nothing it did is lost (its last reply and results
-are logged) and nothing new starts. A tool call already running may finish and write its result
+there (``parks``/``park``, asked by ``engine.unit_progress`` before each write): that is its
+safe point -- nothing it did is lost (its last reply and results are logged) and nothing new
+starts. A tool call already running may finish and write its result
 (``wait_quiet`` waits for that, within a bound). Once the units are handed over (``release``) the
 parked children go on into the ledger, which refuses their writes (the owner epoch on SQLite, the
 lease token on PostgreSQL), so each stops; the model reply a parked child held is dropped and
@@ -31,14 +32,6 @@ class HandOver:
         self._leaving: set[str] = set()  # units being handed over
         self._handed: set[str] = set()  # units handed over: they finalize silently
         self._released = threading.Event()
-
-    def step(self, delegation_id: str, task_index: int, kind: str, call_id: str | None) -> None:
-        """Before a child's step is written: park it at its safe point while its unit is being
-        handed over; track the side-effecting calls that are running."""
-        if self.parks(delegation_id, kind):
-            self.park()
-        else:
-            self.track(delegation_id, task_index, [(0, kind, {"call_id": call_id})], kind)
 
     def parks(self, delegation_id: str, kind: str) -> bool:
         """Whether a step of this kind must wait here: its unit is being handed over."""

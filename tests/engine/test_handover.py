@@ -13,43 +13,6 @@ from offload.engine.handover import HandOver
 pytestmark = pytest.mark.timeout(30)
 
 
-def _stepping(handover: HandOver, *steps: tuple[str, str | None]) -> tuple[threading.Thread, list[str]]:
-    done: list[str] = []
-
-    def child() -> None:
-        for kind, call_id in steps:
-            handover.step("u1", 0, kind, call_id)
-            done.append(kind)
-    thread = threading.Thread(target=child, daemon=True)
-    thread.start()
-    return thread, done
-
-
-def test_a_running_call_may_finish_and_the_next_reply_is_parked_until_release():
-    handover = HandOver()
-    handover.step("u1", 0, "reply", None)
-    handover.step("u1", 0, "tool_start", "c1")  # a side-effecting call runs now
-    handover.begin(["u1"])
-    assert not handover.wait_quiet(["u1"], time.monotonic() + 0.05)  # still running: the bound passes
-    thread, done = _stepping(handover, ("tool_result", "c1"), ("reply", None))
-    assert handover.wait_quiet(["u1"], time.monotonic() + 5)  # its result was written: quiet
-    thread.join(0.2)
-    assert done == ["tool_result"] and thread.is_alive()  # the next reply waits at the safe point
-    handover.release()
-    thread.join(5)
-    assert done == ["tool_result", "reply"]
-
-
-def test_other_units_are_never_parked_and_a_handed_unit_is_remembered():
-    handover = HandOver()
-    handover.begin(["u2"])
-    thread, done = _stepping(handover, ("reply", None), ("tool_start", "c1"))
-    thread.join(5)
-    assert done == ["reply", "tool_start"]
-    handover.handed("u2")
-    assert handover.was_handed("u2") and not handover.was_handed("u1")
-
-
 class _Ledger:
     def __init__(self) -> None:
         self.writes: list[list[str]] = []
@@ -65,6 +28,49 @@ def _unit_progress(ledger: _Ledger):
     unit = UnitProgress()
     unit.lock, unit.records, unit.handover = threading.Lock(), {"u1": {"_ledger": ledger}}, HandOver()
     return unit
+
+
+def _step(unit, kind: str, call_id: str | None) -> None:
+    unit.record_steps("u1", 0, [(0, kind, {"call_id": call_id})])
+
+
+def _stepping(unit, *steps: tuple[str, str | None]) -> tuple[threading.Thread, list[str]]:
+    done: list[str] = []
+
+    def child() -> None:
+        for kind, call_id in steps:
+            _step(unit, kind, call_id)
+            done.append(kind)
+    thread = threading.Thread(target=child, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def test_a_running_call_may_finish_and_the_next_reply_is_parked_until_release():
+    unit = _unit_progress(_Ledger())
+    handover = unit.handover
+    _step(unit, "reply", None)
+    _step(unit, "tool_start", "c1")  # a side-effecting call runs now
+    handover.begin(["u1"])
+    assert not handover.wait_quiet(["u1"], time.monotonic() + 0.05)  # still running: the bound passes
+    thread, done = _stepping(unit, ("tool_result", "c1"), ("reply", None))
+    assert handover.wait_quiet(["u1"], time.monotonic() + 5)  # its result was written: quiet
+    thread.join(0.2)
+    assert done == ["tool_result"] and thread.is_alive()  # the next reply waits at the safe point
+    handover.release()
+    thread.join(5)
+    assert done == ["tool_result", "reply"]
+
+
+def test_other_units_are_never_parked_and_a_handed_unit_is_remembered():
+    unit = _unit_progress(_Ledger())
+    handover = unit.handover
+    handover.begin(["u2"])
+    thread, done = _stepping(unit, ("reply", None), ("tool_start", "c1"))
+    thread.join(5)
+    assert done == ["reply", "tool_start"]
+    handover.handed("u2")
+    assert handover.was_handed("u2") and not handover.was_handed("u1")
 
 
 @pytest.mark.parametrize("batch, before_park", [
