@@ -150,7 +150,9 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask ('-' or a
         with _driver(verbose, resume, sync, demo_model, wakeable=True, ui=ui) as driver:
             if not ask_approvals:  # nobody sits at a non-interactive run to answer
                 driver.runtime.set_approval_surface(no_ask_reason=RUN_CANNOT_ASK)
-            code = _run_one(driver, prompt, sync, as_json)
+            from offload.cli.run_io import run_one
+
+            code = run_one(driver, prompt, sync, as_json)
     except Exception as exc:  # a script that asked for --json still gets a document saying why
         message = _user_error(exc) if as_json else None
         if message is not None:
@@ -165,43 +167,6 @@ def run(prompt: Optional[str] = typer.Argument(None, help="what to ask ('-' or a
 
 RUN_CANNOT_ASK = ("`offload run` answers no questions unless started with --ask-approvals (then `offload "
                   "approvals approve ID` answers from another terminal)")
-
-
-def _run_one(driver: SessionDriver, prompt: str | None, sync: bool, as_json: bool) -> int:
-    from offload.cli.run_io import closing_line
-
-    ui = driver.ui
-    ui.say(f"offload run — session {driver.session_id}", style="bold")
-    driver.deliver_ready()  # results replayed for a resumed session come before the new prompt
-    expected, dispatched = 0, []
-    if prompt:
-        ui.answer(prompt, label="you")
-        turn = driver.user_turn(prompt)
-        dispatched = [u.get("delegation_id") for h in turn.dispatched for u in (h.get("units") or [h])]
-        expected = len(dispatched)
-        if turn.ctrl_c and driver.live_count():  # one Ctrl-C ends a run, the work it started too
-            ui.warn(f"stopping {driver.stop_background()} background delegation(s) this run started")
-    if sync:
-        ui.say("--sync: delegations ran synchronously inside the turn; nothing to wait for", style="yellow")
-    expected = max(expected, driver.live_count())
-    if expected:
-        ui.say(f"waiting for {expected} background result(s)… (Ctrl-C stops them)", style="yellow")
-    for unit in driver.units():
-        if unit.get("where"):  # run by another process: say which, so a user can tell a missing worker
-            ui.say(f"  {unit['delegation_id']}: {unit['where']}", style="dim")
-    from offload.cli.progress import RosterView
-
-    with RosterView(driver, transient=True) as view:  # live on a terminal; nothing extra on a pipe
-        driver.wait_for_background(on_wait=view.refresh)
-    usage = driver.usage_line()
-    if usage:
-        ui.say(usage, style="dim")
-    ui.say(closing_line(driver.exit_code, driver.session_id), style="dim")
-    if as_json:
-        from offload.cli.ledger import emit_json, run_results
-
-        emit_json(run_results(driver, dispatched))
-    return int(driver.exit_code)
 
 
 app.command()(cli_ledger.agents)

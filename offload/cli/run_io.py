@@ -1,4 +1,5 @@
-"""``offload run`` for scripts: the prompt from stdin, and the closing line that says how it ended.
+"""``offload run`` for scripts: the prompt from stdin, the turn and the wait for its background
+results (``run_one``), and the closing line that says how it ended.
 
 When stdin is read (the rule users rely on, also in docs/commands.md):
 - ``offload run -``, or no prompt with stdin not a terminal (and not only collecting results
@@ -17,9 +18,13 @@ import os
 import select
 import stat
 import sys
+from typing import TYPE_CHECKING
 
 from offload.errors import CliError
 from offload.cli.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from offload.session.driver import SessionDriver
 
 _ENDED = {ExitCode.INTERRUPTED: "interrupted", ExitCode.ENDPOINT: "the model endpoint failed",
           ExitCode.MODEL: "the model does not exist", ExitCode.ERROR: "a turn failed",
@@ -71,3 +76,40 @@ def closing_line(code: ExitCode, session_id: str) -> str:
     if code == ExitCode.OK:
         return f"done; continue with: offload chat --resume {session_id}"
     return f"{_ENDED.get(code, 'failed')} (exit {int(code)}); the session is kept: offload chat --resume {session_id}"
+
+
+def run_one(driver: SessionDriver, prompt: str | None, sync: bool, as_json: bool) -> int:
+    """One turn of ``prompt`` (none: only collect what the session awaits), then wait for its
+    background results, each injected as a turn; the exit code the driver settled on."""
+    ui = driver.ui
+    ui.say(f"offload run — session {driver.session_id}", style="bold")
+    driver.deliver_ready()  # results replayed for a resumed session come before the new prompt
+    expected, dispatched = 0, []
+    if prompt:
+        ui.answer(prompt, label="you")
+        turn = driver.user_turn(prompt)
+        dispatched = [u.get("delegation_id") for h in turn.dispatched for u in (h.get("units") or [h])]
+        expected = len(dispatched)
+        if turn.ctrl_c and driver.live_count():  # one Ctrl-C ends a run, the work it started too
+            ui.warn(f"stopping {driver.stop_background()} background delegation(s) this run started")
+    if sync:
+        ui.say("--sync: delegations ran synchronously inside the turn; nothing to wait for", style="yellow")
+    expected = max(expected, driver.live_count())
+    if expected:
+        ui.say(f"waiting for {expected} background result(s)… (Ctrl-C stops them)", style="yellow")
+    for unit in driver.units():
+        if unit.get("where"):  # run by another process: say which, so a user can tell a missing worker
+            ui.say(f"  {unit['delegation_id']}: {unit['where']}", style="dim")
+    from offload.cli.progress import RosterView
+
+    with RosterView(driver, transient=True) as view:  # live on a terminal; nothing extra on a pipe
+        driver.wait_for_background(on_wait=view.refresh)
+    usage = driver.usage_line()
+    if usage:
+        ui.say(usage, style="dim")
+    ui.say(closing_line(driver.exit_code, driver.session_id), style="dim")
+    if as_json:
+        from offload.cli.ledger import emit_json, run_results
+
+        emit_json(run_results(driver, dispatched))
+    return int(driver.exit_code)
