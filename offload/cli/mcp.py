@@ -84,6 +84,7 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
         server = build_server(Tools(service, namespace, all_namespaces, use_roots=workspace is None,
                                     first_run=first_run))
         from offload.owner import handover
+        from offload.owner.signals import SIGNALS
 
         # SIGTERM, SIGHUP: the running children go on in the home's worker (over HTTP uvicorn
         # takes SIGTERM while it serves, and its exit hook below hands over; SIGHUP stays ours).
@@ -97,7 +98,7 @@ def mcp(demo_model: bool = typer.Option(False, "--demo-model", help="children ta
 
         def on_exit(signum: int) -> None:
             service.close()
-            if signum in handover.SIGNALS:  # Ctrl-C stops the server and its work; SIGTERM/SIGHUP hand it over
+            if signum in SIGNALS:  # Ctrl-C stops the server and its work; SIGTERM/SIGHUP hand it over
                 handover.hand_over(off)
         serve_http(server, host, port, verify, allow_host,
                    lambda url: typer.echo(f"offload mcp on {url} (Ctrl-C stops it); clients send Authorization: "

@@ -25,8 +25,6 @@ Invariant: this process adopts nothing once it has started leaving, and returns 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -35,7 +33,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 BOUND_S = 1.0  # how long a running tool call may take to finish and be recorded
-SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def hand_over(off: Offload, *, bound_s: float = BOUND_S, start_worker: bool = True) -> list[str]:
@@ -90,24 +87,11 @@ def _give(ledger: Any, delegation_id: str, cfg: Any, handed_task: Callable[[Any,
     return task is not None and ledger.hand_over(row, task, time.time())
 
 
-def on_termination(off: Offload, signals: tuple[int, ...] = SIGNALS) -> None:
-    """At each of ``signals``, hand the running units over, then do what the signal did before
-    (flush telemetry, exit with 128+n). Off the main thread (an embedding app's), nothing is installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for signum in signals:
-        previous = signal.getsignal(signum)
-        if previous is signal.SIG_IGN:
-            continue
-        signal.signal(signum, lambda n, frame, previous=previous: _then(off, previous, n, frame))
+def on_termination(off: Offload) -> None:
+    """At SIGTERM and SIGHUP, hand the running units over, then do what the signal did before
+    (flush telemetry, exit with 128+n): ``offload.owner.signals``, which runs the hand-over off
+    the handler (the main thread may hold a lock it needs). Off the main thread (an embedding
+    app's), nothing is installed."""
+    from offload.owner.signals import before_termination
 
-
-def _then(off: Offload, previous: Any, signum: int, frame: Any) -> None:
-    hand_over(off)
-    if callable(previous):
-        previous(signum, frame)
-        return
-    import os
-
-    signal.signal(signum, signal.SIG_DFL)  # then die of it, as without the handler (status 128+n)
-    os.kill(os.getpid(), signum)
+    before_termination(lambda name: hand_over(off))

@@ -8,19 +8,17 @@
 - **At SIGTERM and SIGHUP** (``on_termination``): everything ended is exported, traces and metrics
   side by side, waiting at most the exit wait; delivery spans in flight are ended
   (``offload.ended_by=SIGTERM``). Unit spans are not: the process that recovers the unit emits
-  them. Then the signal does what it did before (by default the process dies of it: exit status
-  128+n, 143 for SIGTERM), or the previous Python handler runs.
+  them. The flush runs on its own thread (``offload.owner.signals``: the handler's main thread may
+  hold the tracer's lock); then the signal does what it did before (by default the process dies
+  of it: exit status 128+n, 143 for SIGTERM), or the previous Python handler runs.
 - **At exit**: ``export.shutdown_bounded`` (an ``atexit`` hook).
 
-Invariant: no export runs on the engine's or an agent's thread; a flush is awaited only in a
-signal handler or at exit, and then for at most ``export.exit_wait_s``.
+Invariant: no export runs on the engine's or an agent's thread; a flush is awaited only at a
+termination signal or at exit, and then for at most ``export.exit_wait_s``.
 """
 from __future__ import annotations
 
-import functools
 import logging
-import os
-import signal
 import threading
 import time
 from typing import Any, Callable
@@ -31,7 +29,6 @@ logger = logging.getLogger("offload.telemetry")
 
 DISPATCH = "offload.delegation.dispatch"
 URGENT = frozenset({DISPATCH, "offload.subagent", "offload.turn"})  # flushed as soon as they end
-SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class FlushSoon(SpanProcessor):
@@ -75,23 +72,10 @@ def in_parallel(steps: list[Callable[[], Any]], wait_s: float) -> bool:
     return not any(thread.is_alive() for thread in threads)
 
 
-def on_termination(flush: Callable[[str], Any], signals: tuple[int, ...] = SIGNALS) -> None:
-    """Before each of ``signals`` does what it did, ``flush(signal name)``. Call from the main
-    thread (Python sets signal handlers only there); a signal set to be ignored stays ignored."""
-    for signum in signals:
-        previous = signal.getsignal(signum)
-        if previous is signal.SIG_IGN:
-            continue
-        signal.signal(signum, functools.partial(_flush_then, flush, previous))
+def on_termination(flush: Callable[[str], Any]) -> None:
+    """Before SIGTERM and SIGHUP do what they did, ``flush(signal name)``, on its own thread
+    (``offload.owner.signals``). Call from the main thread (Python sets signal handlers only
+    there); a signal set to be ignored stays ignored."""
+    from offload.owner.signals import before_termination
 
-
-def _flush_then(flush: Callable[[str], Any], previous: Any, signum: int, frame: Any) -> None:
-    try:
-        flush(signal.Signals(signum).name)
-    except Exception:  # the signal must still end the process
-        logger.debug("flushing telemetry at a signal failed", exc_info=True)
-    if callable(previous):
-        previous(signum, frame)
-        return
-    signal.signal(signum, signal.SIG_DFL)  # then die of it, as without the handler (status 128+n)
-    os.kill(os.getpid(), signum)
+    before_termination(flush)
