@@ -14,7 +14,9 @@ Three moments:
   next owner needs: each finished child's entry (kept, never re-run), the dead owner, the
   resume count. Else it is settled ``unknown`` as before, its reason in the event.
 - start (``prepare``): the admission queue adopts the row like any queued row of a dead owner
-  (``workers.start_claimed``, with the taker's own credentials); the rebuilt unit gets the
+  (``workers.start_claimed``, with the taker's own credentials; a taker in another workspace, or
+  without a key where the dead owner's children had one, settles the unfinished children
+  ``unknown`` saying so); the rebuilt unit gets the
   finished entries and each unfinished child's steps, and each child continues from its replay.
   The dead owner's pending approval requests of the unit are withdrawn (``withdraw_approvals``):
   a command waiting for approval had not started (its start mark is written only once it is
@@ -50,7 +52,10 @@ def durable_mark(unit: Any, origin: Origin, resumes: int = 0) -> dict[str, Any] 
             or not isinstance(unit.parent, AIAgent) or unit.cfg.resume != "auto"):
         return None  # (with ``delegation.resume: never`` no step is logged at all)
     workspace = getattr(unit.parent, "workspace", None)
-    mark = {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None}
+    # ``keyed``: whether its children called their endpoint with a key (never the key: credentials
+    # come from the taker's own configuration, and ``prepare`` refuses a taker that has none).
+    mark = {"spec": unit_spec(unit, origin), "resumes": resumes, "workspace": str(workspace) if workspace else None,
+            "keyed": bool((unit.creds or {}).get("api_key"))}
     if unit.resumed:  # a resumed unit's row keeps saying so while it runs (``render.resumed.unit_resumed``)
         mark.update({k: unit.resumed.get(k) for k in ("after", "first_dispatched_at", "at")})
     return mark
@@ -125,6 +130,11 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
     if ran_in and here is not None and str(here) != ran_in:
         raise RuntimeError(f"its children worked in {ran_in} and the process that took it over works in {here}; "
                            "a unit is resumed only by an offload process whose workspace is the one it ran in")
+    if mark.get("keyed") and not (unit.creds or {}).get("api_key"):
+        endpoint = (unit.creds or {}).get("base_url") or "the model endpoint"
+        raise RuntimeError(f"its children called {endpoint} with an API key and the process that took it over has "
+                           "none; a unit is resumed only by an offload process that has the key (api_key_env or "
+                           "OFFLOAD_API_KEY in its environment, or delegation.api_key_env)")
     # A child that finished before the death keeps its entry as it was: it was not resumed.
     unit.recorded = {int(e["task_index"]): dict(e) for e in mark.get("recorded") or []
                      if isinstance(e.get("task_index"), int)}

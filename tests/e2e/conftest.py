@@ -52,8 +52,8 @@ def one_line(stderr: str) -> str:
 
 
 class Cli:
-    def __init__(self, args: tuple[str, ...], home: Path, cwd: Path) -> None:
-        env = cli_env(HERMES_HOME=str(home))
+    def __init__(self, args: tuple[str, ...], home: Path, cwd: Path, **extra: str) -> None:
+        env = cli_env(HERMES_HOME=str(home), **extra)
         self.proc = subprocess.Popen([sys.executable, "-m", "offload", *args], cwd=cwd, env=env, text=True,
                                      encoding="utf-8", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT)
@@ -141,8 +141,9 @@ def workspace(tmp_path) -> Path:
 def cli(_isolated_hermes_home, workspace) -> Iterator[Callable[..., Cli]]:
     started: list[Cli] = []
 
-    def start(*args: str) -> Cli:
-        proc = Cli(args, _isolated_hermes_home, workspace)
+    def start(*args: str, **env: str) -> Cli:
+        """``offload ARGS``; ``env`` adds variables (a key: ``OFFLOAD_API_KEY="..."``)."""
+        proc = Cli(args, _isolated_hermes_home, workspace, **env)
         started.append(proc)
         return proc
 

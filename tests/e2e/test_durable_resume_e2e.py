@@ -47,9 +47,10 @@ def _marks_once(request):
     return tool_call_reply("run_command", {"command": MARKER, "timeout_s": 600})
 
 
-def _start_and_kill(cli, ready) -> tuple[str, str, str]:
-    """``offload run`` until ``ready(delegation id)``, then SIGKILL; its session, delegation id and output."""
-    run = cli("run", "do the marked thing")
+def _start_and_kill(cli, ready, **env) -> tuple[str, str, str]:
+    """``offload run`` (``env`` added to its environment) until ``ready(delegation id)``, then
+    SIGKILL; its session, delegation id and output."""
+    run = cli("run", "do the marked thing", **env)
     did = run.wait_for(HANDLE_RE).group(1)
     until(lambda: ready(did), "the child reached the point where the owner is killed")
     run.kill()
@@ -138,6 +139,27 @@ def test_a_taker_in_another_workspace_keeps_the_finished_child_and_reports_the_o
     assert (quick["status"], quick["summary"]) == ("completed", "quick answer"), row.result  # kept
     assert slow["status"] == "unknown" and "worked in" in slow["error"] and str(elsewhere) in slow["error"], slow
     assert len(_child_requests(server)) == 2  # the slow child was not asked again
+
+
+@pytest.mark.parametrize("taker_key", [None, "sk-the-owners-key"])
+def test_a_taker_without_the_key_the_children_used_reports_them_unknown_saying_so(
+        cli, model_server, write_config, runtime, taker_key):
+    def child(request):  # the first call hangs until its owner is killed; a resumed child answers
+        return hang_reply("thinking") if len(_child_requests(server)) == 1 else text_reply("the answer")
+
+    server = model_server(scripted_parent(child=child, delegate={"goal": "answer"}, on_result=text_reply("Noted.")))
+    write_config(server)
+    sid, did, said = _start_and_kill(cli, lambda did: _child_requests(server), OFFLOAD_API_KEY="sk-the-owners-key")
+    taker = {"OFFLOAD_API_KEY": taker_key} if taker_key else {}
+    cli("run", "--resume", sid, **taker).finish(timeout_s=90)
+    (entry,) = runtime.ledger().get(did).result["results"]
+    if taker_key:  # the control: a taker with a key continues the child
+        assert entry["status"] == "completed" and entry["summary"] == "the answer", entry
+        assert len(_child_requests(server)) == 2
+    else:
+        assert entry["status"] == "unknown" and "with an API key" in entry["error"], entry
+        assert server.url in entry["error"] and "OFFLOAD_API_KEY" in entry["error"], entry
+        assert len(_child_requests(server)) == 1  # never called without the key
 
 
 def _plain_config(home, server, workspace, **delegation) -> None:
