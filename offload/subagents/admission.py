@@ -239,7 +239,9 @@ class Admission:
         with self._lock:
             if row.delegation_id in self._held or row.delegation_id in self._adopted:
                 return True
-        return (not is_this_process(row.owner_pid, row.owner_started_at) and ledger.is_abandoned(row, self.owner_alive)
+        # Not ours while we hold it (by pid, and by a live lease where the ledger has leases): a
+        # sibling ``Offload`` of this process that closed gave its lease up, so its rows are taken.
+        return (not ledger.owned_here(row, is_this_process) and ledger.is_abandoned(row, self.owner_alive)
                 and self.adopts(row))
 
     def _works_where(self, row: LedgerRow) -> bool:

@@ -50,7 +50,8 @@ def test_a_second_offload_delivers_what_the_first_left_pending(tmp_path, model, 
         assert list(third.results("s", timeout_s=WAIT_S)) == []
 
 
-def test_a_second_offload_delivers_what_a_first_one_closed_while_its_child_ran(tmp_path, finalized):
+@pytest.mark.parametrize("resume", ["auto", "never"])
+def test_a_second_offload_delivers_what_a_first_one_closed_while_its_child_ran(tmp_path, finalized, resume):
     release = threading.Event()
 
     def child(request):
@@ -58,23 +59,25 @@ def test_a_second_offload_delivers_what_a_first_one_closed_while_its_child_ran(t
         return text_reply("the late answer")
 
     home = tmp_path / "home"
+    on_postgres = os.environ.get("OFFLOAD_TEST_LEDGER") == "postgresql"
     with ScriptedModelServer(child) as server:
-        # About the closed owner's late write (on PostgreSQL: fenced, the row recovered unknown),
-        # not about resuming the child: that is tests/e2e/test_durable_resume_e2e.py's.
-        never = {"delegation": {"resume": "never"}}
-        first = open_offload(home, server, **never)
+        settings = {"delegation": {"resume": resume}}
+        first = open_offload(home, server, **settings)
         handle = first.delegate(QUICK, session="s")
         assert server.wait_for_requests(1, timeout_s=WAIT_S)  # the child is at work
         first.close()  # its child keeps running and records its result when it ends
         release.set()
         assert finalized.wait(WAIT_S)
-        with open_offload(home, server, **never) as second:
+        with open_offload(home, server, **settings) as second:
             [again] = drain(second, "s")
             assert again.id == handle.id
-            if os.environ.get("OFFLOAD_TEST_LEDGER") == "postgresql":
+            if not on_postgres:  # the closed instance's child recorded its result
+                assert "the late answer" in again.text and len(server.requests) == 1
+            elif resume == "never":
                 assert again.state == "unknown"  # closing ended the owner's lease: recovered, the late write fenced
-            else:
-                assert "the late answer" in again.text
+            else:  # ... and resumed by the second instance: its model call in flight issued once more
+                assert again.state == "completed" and "the late answer" in again.text
+                assert len(server.requests) == 2 and second.ledger().get(handle.id).task["durable"]["resumes"] == 1
 
 
 def test_a_closed_offload_refuses_results_and_takes_nothing(tmp_path, model, finalized):
