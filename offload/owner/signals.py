@@ -67,7 +67,9 @@ class _Leaving:
             logger.warning("leaving at %s took over %.0f s; ending without waiting for it",
                            signal.Signals(signum).name, self.limit_s)
         self.done.set()
-        os.kill(os.getpid(), signum)  # back on the main thread: now the signal does what it did
+        # Back on the main thread (aimed at it, so a system call it waits in is interrupted): now
+        # the signal does what it did.
+        signal.pthread_kill(threading.main_thread().ident or 0, signum)
 
     def _work(self, name: str) -> None:
         try:
