@@ -105,7 +105,13 @@ def _driver(verbose: bool, resume: str | None, sync: bool = False, demo_model: b
         from offload.owner import handover
 
         handover.on_termination(off)  # SIGTERM, SIGHUP: the running subagents go on in the home's worker
-        yield start_session(off, resume, sync_delegation=sync, ui=ui, wakeable=wakeable)
+        try:
+            yield start_session(off, resume, sync_delegation=sync, ui=ui, wakeable=wakeable)
+        finally:  # what still runs as the client leaves (an earlier session's, after /new) goes on there too
+            handed = handover.hand_over(off)
+            if handed:
+                ui.say(f"{len(handed)} background delegation(s) of earlier sessions go on in this home's background "
+                       f"worker: {', '.join(handed)}", style="dim")
 
 
 @app.command()

@@ -1,7 +1,8 @@
 """Closing a client hands its work over (issue 44, point 4): what a long-lived offload process
 (``mcp``, ``mcp --http``, ``chat``, ``gateway``, ``run``) does with its running background units
 when it leaves without being asked to stop them -- stdin EOF of ``offload mcp``, SIGTERM, SIGHUP,
-the chat's second Ctrl-C.
+the chat's second Ctrl-C, the end of a ``chat`` or ``run`` with work still running (an earlier
+session's, after ``/new``: the session it waited for has nothing left).
 
 ``hand_over(off)``: every running unit whose children write a step log (``delegation.resume:
 auto`` at dispatch, offload's own agent loop) is given to a process that outlives this one:
@@ -25,6 +26,7 @@ Invariant: this process adopts nothing once it has started leaving, and returns 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -33,12 +35,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 BOUND_S = 1.0  # how long a running tool call may take to finish and be recorded
+_one_at_a_time = threading.Lock()
 
 
 def hand_over(off: Offload, *, bound_s: float = BOUND_S, start_worker: bool = True) -> list[str]:
-    """Hand this runtime's durable running units over; the ids handed over. Never raises."""
+    """Hand this runtime's durable running units over; the ids handed over. Never raises. Calls
+    that overlap (a signal's and the client's own exit) run one after the other, and a unit is
+    handed over once."""
     try:
-        return _hand_over(off, bound_s, start_worker)
+        with _one_at_a_time:
+            return _hand_over(off, bound_s, start_worker)
     except Exception:  # leaving must never fail: what was not handed over is recovered later
         logger.warning("handing running subagents over failed; the next offload process on this home resumes "
                        "them", exc_info=True)
@@ -54,7 +60,8 @@ def _hand_over(off: Offload, bound_s: float, start_worker: bool) -> list[str]:
     with engine.lock:
         ids = [did for did, record in engine.records.items()
                if record.get("status") in ACTIVE_STATES and record.get("_durable")
-               and record.get("_ledger") is not None and record.get("_stop_reason") != STOP_USER]  # stopping: not ours to pass on
+               and record.get("_ledger") is not None and record.get("_stop_reason") != STOP_USER  # stopping: not ours to pass on
+               and not engine.handover.was_handed(did)]
     if not ids:
         return []
     engine.handover.begin(ids)

@@ -183,6 +183,38 @@ def test_sighup_of_chat_hands_the_child_over_and_the_resumed_chat_gets_its_resul
     assert runtime.ledger().get(did).delivery_state == "delivered"
 
 
+def test_quitting_a_chat_after_new_hands_the_earlier_session_s_child_over(cli, model_server, write_config,
+                                                                          runtime):
+    """/quit waits only for the current session's results: a child of the session before /new
+    still thinking is handed over as the chat leaves (not left to die with it), and the home's
+    worker finishes it for that session's next visit."""
+    hold = threading.Event()
+
+    def child(request):
+        if len(_child_requests(server)) == 1:
+            hold.wait(60)  # in flight when the chat leaves
+            return text_reply("too late")
+        return text_reply("Answered after the chat left.")
+
+    server = model_server(scripted_parent(child=child, delegate={"goal": "answer"},
+                                          on_result=text_reply("Got it.")))
+    write_config(server, resume="auto")
+    chat, did = delegating_chat(cli)
+    first_session = chat.wait_for(SESSION_RE).group(1)
+    until(lambda: _child_requests(server), "the child's model call started")
+    chat.send("/new")
+    chat.wait_for(rf"session (?!{first_session})sess_[0-9a-f]+")
+    chat.send("/quit")
+    assert chat.finish() == 0, chat.output
+    assert f"go on in this home's background worker: {did}" in chat.output
+    hold.set()
+    row = until(lambda: (r := runtime.ledger().get(did)) is not None and r.state == "completed" and r,
+                "the background worker finished the handed-over child")
+    assert row.result["results"][0]["summary"] == "Answered after the chat left."
+    assert row.result["results"][0]["resumed"]["after"]["handed_over"] is True
+    assert row.delivery_state == "pending" and len(_child_requests(server)) == 2
+
+
 def test_sigterm_of_the_gateway_hands_the_child_over_and_the_restarted_gateway_delivers_it(
         cli, model_server, runtime, monkeypatch, _isolated_hermes_home, workspace):
     from offload.gateway.telegram.fake_api import FakeBotApi
