@@ -150,25 +150,33 @@ def test_the_sqlite_worker_takes_queued_units_within_its_capacity(cli, model_ser
     assert most[0] == 1 and len(_child_requests(server)) == 4, (most, len(_child_requests(server)))
 
 
-def test_sighup_of_chat_hands_the_child_over_and_the_resumed_chat_gets_its_result(cli, model_server, write_config,
-                                                                                   runtime):
-    """A closed terminal (SIGHUP) while the chat's child thinks: the child's call is issued again
-    by the home's worker, and ``chat --resume`` later delivers the result as a new turn."""
+def _chat_child_in_flight(cli, model_server, write_config, answer: str, parent_reply: str):
+    """``offload chat`` whose child's first model call hangs (until ``hold`` is set) and whose
+    next one answers ``answer``: the hold, the server, the chat, the delegation and session ids,
+    once that first call is in flight."""
     hold = threading.Event()
 
     def child(request):
         if len(_child_requests(server)) == 1:
-            hold.wait(60)  # in flight when the terminal closes
+            hold.wait(60)  # in flight when the chat goes
             return text_reply("too late")
-        return text_reply("Answered after the hang-up.")
+        return text_reply(answer)
 
     server = model_server(scripted_parent(child=child, delegate={"goal": "answer"},
-                                          on_result=text_reply("Got the answer after the hang-up.")))
+                                          on_result=text_reply(parent_reply)))
     write_config(server, resume="auto")
-    chat = delegating_chat(cli)[0]
-    did = chat.wait_for(HANDLE_RE).group(1)
+    chat, did = delegating_chat(cli)
     sid = chat.wait_for(SESSION_RE).group(1)
     until(lambda: _child_requests(server), "the child's model call started")
+    return hold, server, chat, did, sid
+
+
+def test_sighup_of_chat_hands_the_child_over_and_the_resumed_chat_gets_its_result(cli, model_server, write_config,
+                                                                                   runtime):
+    """A closed terminal (SIGHUP) while the chat's child thinks: the child's call is issued again
+    by the home's worker, and ``chat --resume`` later delivers the result as a new turn."""
+    hold, server, chat, did, sid = _chat_child_in_flight(cli, model_server, write_config, "Answered after the hang-up.",
+                                                         "Got the answer after the hang-up.")
     chat.proc.send_signal(signal.SIGHUP)
     assert chat.proc.wait(timeout=10) == -signal.SIGHUP
     hold.set()
@@ -188,20 +196,8 @@ def test_quitting_a_chat_after_new_hands_the_earlier_session_s_child_over(cli, m
     """/quit waits only for the current session's results: a child of the session before /new
     still thinking is handed over as the chat leaves (not left to die with it), and the home's
     worker finishes it for that session's next visit."""
-    hold = threading.Event()
-
-    def child(request):
-        if len(_child_requests(server)) == 1:
-            hold.wait(60)  # in flight when the chat leaves
-            return text_reply("too late")
-        return text_reply("Answered after the chat left.")
-
-    server = model_server(scripted_parent(child=child, delegate={"goal": "answer"},
-                                          on_result=text_reply("Got it.")))
-    write_config(server, resume="auto")
-    chat, did = delegating_chat(cli)
-    first_session = chat.wait_for(SESSION_RE).group(1)
-    until(lambda: _child_requests(server), "the child's model call started")
+    hold, server, chat, did, first_session = _chat_child_in_flight(cli, model_server, write_config,
+                                                                   "Answered after the chat left.", "Got it.")
     chat.send("/new")
     chat.wait_for(rf"session (?!{first_session})sess_[0-9a-f]+")
     chat.send("/quit")
