@@ -18,6 +18,8 @@ import threading
 
 import pytest
 
+from offload.ledger.reads import Browse
+from offload.subagents.resume import handed_over
 from offload.testing.demo_script import CRASH_PROMPT
 from tests.e2e.conftest import cli_env
 from tests.e2e.test_terminal import Terminal
@@ -79,3 +81,30 @@ def test_a_second_ctrl_c_leaves_at_once_with_130():
         assert term.close() == 130
     finally:
         term.proc.kill()
+
+
+def test_a_second_ctrl_c_hands_over_what_the_first_did_not_stop(runtime):
+    """The first Ctrl-C stops the subagents of the session the chat waits for; the second leaves
+    and hands over what still runs -- here the slow child of the session before ``/new`` (issue
+    44: the second Ctrl-C hands work over)."""
+    term = ControllingTerminal("chat", "--demo-model")
+    try:
+        term.wait_for(r"you>")
+        term.type(CRASH_PROMPT + "\r")
+        at = term.wait_for(r"agent> I've started the subagents")
+        term.type("/new\r")
+        at = term.wait_for(r"new session", at)
+        term.type(CRASH_PROMPT + "\r")
+        at = term.wait_for(r"agent> I've started the subagents", at)
+        term.type("/quit\r")
+        at = term.wait_for(r"waiting for 1 background result\(s\) before leaving", at)
+        term.type("\x03")
+        at = term.wait_for(r"stopping 1 background delegation\(s\)", at)
+        term.type("\x03")
+        term.wait_for(r"1 still running go on in this home's background worker", at)
+        assert term.close() == 130
+    finally:
+        term.proc.kill()
+    rows = runtime.ledger().browse(Browse(limit=10))
+    handed = [row for row in rows if handed_over(row) or (row.result or {}).get("resumed")]
+    assert len(rows) == 2 and len(handed) == 1, [(r.delegation_id, r.state, r.task) for r in rows]
