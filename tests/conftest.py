@@ -7,9 +7,20 @@ them at teardown.
 engine, restore and chaos suites prove the same promises on both backends.
 """
 import os
+import signal
 from typing import Any, Callable, Iterator
 
 import pytest
+
+
+def pytest_configure(config):
+    """The default dispositions of SIGINT and SIGHUP, whatever launched the suite: a run started
+    in the background (``cmd &`` ignores SIGINT) or under ``nohup`` (SIGHUP) would hand its
+    ignoring to every ``offload`` process the tests start, and the tests of what Ctrl-C, a
+    closed terminal or the driver's own handler do would then test the launcher instead."""
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL)):
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, default)
 
 
 def pytest_collection_modifyitems(config, items):
