@@ -78,9 +78,13 @@ class LocalWorker:
 
     def _loop(self) -> None:
         idle_since = time.monotonic()
+        told_draining = False
         while not (self.draining.is_set() and self.running == 0):
             if not self.draining.is_set():
                 self._take()
+            elif not told_draining:
+                told_draining = True
+                self.say(f"offload worker: draining {self.running} running unit(s); Ctrl-C again to exit now")
             if self.running or self._startable():
                 idle_since = time.monotonic()
             elif self.idle_exit_s is not None and time.monotonic() - idle_since >= self.idle_exit_s:
@@ -132,7 +136,6 @@ def on_signal(worker: LocalWorker) -> Callable[[int, Any], None]:
     def handler(_signum: int, _frame: Any) -> None:
         if worker.draining.is_set():
             raise KeyboardInterrupt
-        worker.draining.set()
-        worker.say(f"offload worker: draining {worker.running} running unit(s); Ctrl-C again to exit now")
+        worker.draining.set()  # the loop says so: printing here could land inside one of its prints
     return handler
 

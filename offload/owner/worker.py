@@ -63,10 +63,14 @@ class Worker:
         listener = self.ledger.listen(lambda _ids: self.bus.put(WAKE))
         self.say(f"offload worker on {self.ledger.host_id} (pid {os.getpid()}): up to {self.capacity} unit(s) here, "
                  f"{self.cfg.delegation.max_concurrent_children} across all workers; Ctrl-C drains and exits")
+        told_draining = False
         try:
             while not (self.draining.is_set() and not self.running):
                 if not self.draining.is_set():
                     self._claim_while_room()
+                elif not told_draining:
+                    told_draining = True
+                    self.say(f"offload worker: draining {len(self.running)} running unit(s); Ctrl-C again to exit now")
                 self._recover_when_due()
                 self._wait()
         finally:
@@ -157,9 +161,8 @@ def serve(off: Offload, concurrency: int | None, say: Callable[[str], None], idl
     def on_signal(signum: int, _frame: Any) -> None:
         if worker.draining.is_set():
             raise KeyboardInterrupt
-        worker.draining.set()
+        worker.draining.set()  # the serve loop says so: printing here could land inside one of its prints
         worker.bus.put(WAKE)
-        say(f"offload worker: draining {len(worker.running)} running unit(s); Ctrl-C again to exit now")
 
     def abandoned() -> None:
         worker.ledger.lease.release()  # fences out our unfinished units: any host recovers them now
