@@ -19,6 +19,7 @@ import threading
 import pytest
 
 from offload.ledger.reads import Browse
+from offload.owner import home_worker
 from offload.subagents.resume import handed_over
 from offload.testing.demo_script import CRASH_PROMPT
 from tests.e2e.conftest import cli_env
@@ -48,15 +49,30 @@ class ControllingTerminal(Terminal):
         threading.Thread(target=self._read, daemon=True).start()
 
 
-def _quit_with_the_slow_task_running() -> tuple[ControllingTerminal, int]:
+def _quit_with_the_slow_task_running(sessions: int = 1) -> tuple[ControllingTerminal, int]:
+    """``offload chat`` after ``sessions`` crash drills (``/new`` between them), told ``/quit``
+    while the last one's slow task runs on."""
     term = ControllingTerminal("chat", "--demo-model")
-    term.wait_for(r"you>")
-    term.type(CRASH_PROMPT + "\r")
-    at = term.wait_for(r"delegated 2 task\(s\) in the background")
-    at = term.wait_for(r"agent> I've started the subagents", at)  # the turn is over; the slow task runs on
+    at = term.wait_for(r"you>")
+    for n in range(sessions):
+        if n:
+            term.type("/new\r")
+            at = term.wait_for(r"new session", at)
+        term.type(CRASH_PROMPT + "\r")
+        at = term.wait_for(r"delegated 2 task\(s\) in the background", at)
+        at = term.wait_for(r"agent> I've started the subagents", at)  # the turn is over; the slow task runs on
     term.type("/quit\r")
     at = term.wait_for(r"waiting for 1 background result\(s\) before leaving; Ctrl-C stops them", at)
     return term, at
+
+
+def _two_ctrl_cs(term: ControllingTerminal, at: int, leaving: str) -> int:
+    """The first Ctrl-C stops the waited session's subagents, the second leaves: the exit code."""
+    term.type("\x03")
+    at = term.wait_for(r"stopping 1 background delegation\(s\)", at)
+    term.type("\x03")
+    term.wait_for(leaving, at)
+    return term.close()
 
 
 def test_the_first_ctrl_c_after_quit_stops_the_subagents():
@@ -74,37 +90,23 @@ def test_the_first_ctrl_c_after_quit_stops_the_subagents():
 def test_a_second_ctrl_c_leaves_at_once_with_130():
     term, at = _quit_with_the_slow_task_running()
     try:
-        term.type("\x03")
-        at = term.wait_for(r"stopping 1 background delegation\(s\)", at)
-        term.type("\x03")
-        term.wait_for(r"leaving now: unfinished results stay in the ledger", at)
-        assert term.close() == 130
+        assert _two_ctrl_cs(term, at, r"leaving now: unfinished results stay in the ledger") == 130
     finally:
         term.proc.kill()
 
 
-def test_a_second_ctrl_c_hands_over_what_the_first_did_not_stop(runtime):
+def test_a_second_ctrl_c_hands_over_what_the_first_did_not_stop(runtime, _isolated_hermes_home):
     """The first Ctrl-C stops the subagents of the session the chat waits for; the second leaves
     and hands over what still runs -- here the slow child of the session before ``/new`` (issue
     44: the second Ctrl-C hands work over)."""
-    term = ControllingTerminal("chat", "--demo-model")
+    term, at = _quit_with_the_slow_task_running(sessions=2)
     try:
-        term.wait_for(r"you>")
-        term.type(CRASH_PROMPT + "\r")
-        at = term.wait_for(r"agent> I've started the subagents")
-        term.type("/new\r")
-        at = term.wait_for(r"new session", at)
-        term.type(CRASH_PROMPT + "\r")
-        at = term.wait_for(r"agent> I've started the subagents", at)
-        term.type("/quit\r")
-        at = term.wait_for(r"waiting for 1 background result\(s\) before leaving", at)
-        term.type("\x03")
-        at = term.wait_for(r"stopping 1 background delegation\(s\)", at)
-        term.type("\x03")
-        term.wait_for(r"1 still running go on in this home's background worker", at)
-        assert term.close() == 130
+        assert _two_ctrl_cs(term, at, r"1 still running go on in this home's background worker") == 130
     finally:
         term.proc.kill()
     rows = runtime.ledger().browse(Browse(limit=10))
     handed = [row for row in rows if handed_over(row) or (row.result or {}).get("resumed")]
     assert len(rows) == 2 and len(handed) == 1, [(r.delegation_id, r.state, r.task) for r in rows]
+    worker = home_worker.holder(_isolated_hermes_home)  # the background worker it started: stop it
+    if worker and worker > 0:
+        os.kill(worker, signal.SIGKILL)
