@@ -140,4 +140,7 @@ def _arm(point: str, die, ledger_class: type) -> None:
 
 
 if __name__ == "__main__":
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for the stacks of a process past its deadline
     main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), json.loads(sys.argv[6]))

@@ -31,6 +31,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -152,9 +153,12 @@ class Trial:
                     proc.kill()
             return proc.wait(timeout=PROCESS_DEADLINE_S)
         except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # its threads' stacks into its stderr file, to say where it hung
+            time.sleep(1.0)
             proc.kill()
             proc.wait()
-            raise AssertionError(f"a trial process took over {PROCESS_DEADLINE_S:g} s") from None
+            raise AssertionError(f"a trial process took over {PROCESS_DEADLINE_S:g} s; its stderr and stacks:\n"
+                                 f"{self._stderr(len(self.manifests) - 1)}") from None
 
     def _stderr(self, index: int) -> str:
         return (self.base / f"stderr-{index}").read_text(errors="replace")[-3000:]
