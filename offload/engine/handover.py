@@ -57,8 +57,11 @@ class HandOver:
             self._open.pop(delegation_id, None)
 
     def begin(self, delegation_ids: list[str]) -> None:
+        """A hand-over of these units starts: their children park at their next safe point (a
+        process may hand over more than once: a signal's, then its own exit's)."""
         with self._lock:
             self._leaving.update(delegation_ids)
+            self._released.clear()
 
     def wait_quiet(self, delegation_ids: list[str], deadline: float) -> bool:
         """Wait (until monotonic ``deadline``) for the running side-effecting calls of these
@@ -79,5 +82,8 @@ class HandOver:
             return delegation_id in self._handed
 
     def release(self) -> None:
-        """The units are handed over (or the hand-over gave up): parked children go on."""
-        self._released.set()
+        """The units are handed over (or the hand-over gave up): parked children go on, and none
+        parks again until the next ``begin``."""
+        with self._lock:
+            self._leaving.clear()
+            self._released.set()

@@ -62,6 +62,23 @@ def test_a_running_call_may_finish_and_the_next_reply_is_parked_until_release():
     assert done == ["tool_result", "reply"]
 
 
+def test_a_second_hand_over_parks_again():
+    unit = _unit_progress(_Ledger())
+    handover = unit.handover
+    handover.begin(["u1"])
+    handover.release()  # the first (a signal's) ended
+    thread, done = _stepping(unit, ("reply", None))
+    thread.join(5)
+    assert done == ["reply"]  # between hand-overs nothing parks
+    handover.begin(["u1"])  # the second (the client's own exit)
+    thread, done = _stepping(unit, ("reply", None))
+    thread.join(0.2)
+    assert done == [] and thread.is_alive()  # parked at its safe point again
+    handover.release()
+    thread.join(5)
+    assert done == ["reply"]
+
+
 def test_other_units_are_never_parked_and_a_handed_unit_is_remembered():
     unit = _unit_progress(_Ledger())
     handover = unit.handover
