@@ -130,8 +130,9 @@ def prepare(unit: Any, row: LedgerRow, ledger: Any) -> None:
     if ran_in and here is not None and str(here) != ran_in:
         raise RuntimeError(f"its children worked in {ran_in} and the process that took it over works in {here}; "
                            "a unit is resumed only by an offload process whose workspace is the one it ran in")
-    if mark.get("keyed") and not (unit.creds or {}).get("api_key"):
-        endpoint = (unit.creds or {}).get("base_url") or "the model endpoint"
+    creds = unit.creds or {}
+    if mark.get("keyed") and not creds.get("api_key"):
+        endpoint = creds.get("base_url") or "the model endpoint"
         raise RuntimeError(f"its children called {endpoint} with an API key and the process that took it over has "
                            "none; a unit is resumed only by an offload process that has the key (api_key_env or "
                            "OFFLOAD_API_KEY in its environment, or delegation.api_key_env)")
