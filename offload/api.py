@@ -32,6 +32,7 @@ from offload.agent.session_store import new_session_id
 from offload.context.approval import reset_current_session_key, set_current_session_key
 from offload.context.session_env import set_async_delivery
 from offload.errors import RequestError
+from offload.origin import Origin
 from offload.session.inbox import Delivery, SessionInbox
 from offload.views.result import DelegationResult, from_event, from_row
 
@@ -143,7 +144,11 @@ class PublicApi:
             ready = self._api_state().take(self, inbox)
             yield from ready
             if not ready and not live:
-                return
+                # The poll may have recovered a dead owner's unit of this session and queued it to
+                # resume here (a consumer's first look, or a sweep): look again, the ledger's queue too.
+                live = self._api_state().live_ids(self, inbox, queued_in_ledger=True)
+                if not live:
+                    return
             if not ready:
                 _wait_for_bus(self, deadline, inbox.session_id, live)
 
@@ -253,13 +258,27 @@ class _ApiState:
             ready.append(_result_of(off, inbox.session_id, item))
         return ready
 
-    def live_ids(self, off: Offload, inbox: SessionInbox) -> list[str]:
+    def live_ids(self, off: Offload, inbox: SessionInbox, *, queued_in_ledger: bool = False) -> list[str]:
+        """The ids of the session's units this ``Offload`` runs or will start: on the engine's
+        roster, in its admission queue and (``queued_in_ledger``) waiting in the ledger's queue
+        for it. Read in the order a unit moves (it enters the next before it leaves the one
+        before), so none slips between two reads."""
         from offload.engine.states import LIVE_STATES
 
-        queued = off.admission.items()  # first: a unit leaves the queue only once it is on the engine's roster
+        waiting = self._queued_in_ledger(off, inbox) if queued_in_ledger else []
+        queued = off.admission.items()
         live = [str(u.get("delegation_id")) for u in off.engine.list()
                 if u.get("status") in LIVE_STATES and inbox.owns(u)]
-        return live + [str(u["delegation_id"]) for u in queued if u["delegation_id"] not in live and inbox.owns(u)]
+        live += [str(u["delegation_id"]) for u in queued if u["delegation_id"] not in live and inbox.owns(u)]
+        return live + [did for did in waiting if did not in live]
+
+    @staticmethod
+    def _queued_in_ledger(off: Offload, inbox: SessionInbox) -> list[str]:
+        ledger = off.ledger()
+        if not ledger.exists():
+            return []
+        return [row.delegation_id for row in ledger.queued_rows()
+                if inbox.owns({"origin": Origin.of_row(row).to_json()}) and off.admission.may_start(ledger, row)]
 
     def pop_handed(self, delegation_id: str) -> tuple[SessionInbox, Delivery] | None:
         with self.lock:

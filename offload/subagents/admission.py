@@ -212,13 +212,27 @@ class Admission:
             slot_key = (row.task or {}).get("slot_key")
             if not engine.has_room(cap, slot_key):
                 break  # first queued, first started: nothing overtakes the head of the queue
-            taken = ledger.claim_queued(row.delegation_id, time.time(), current_owner(), cap)
+            taken = self._claim(ledger, row, cap)
             if taken is None:
                 continue  # another owner took it
             if not self._start(ledger, taken, cfg, cap):
                 break
             started += 1
         return started
+
+    def _claim(self, ledger: DelegationLedger, row: LedgerRow, cap: int) -> LedgerRow | None:
+        """``ledger.claim_queued`` with the row listed as starting first (``items``): a reader of
+        the ledger's queue, then ``items``, then the engine's roster never misses it."""
+        with self._lock:
+            self._starting[row.delegation_id] = row
+        taken = None
+        try:
+            taken = ledger.claim_queued(row.delegation_id, time.time(), current_owner(), cap)
+            return taken
+        finally:
+            if taken is None:
+                with self._lock:
+                    self._starting.pop(row.delegation_id, None)
 
     def _forget_taken(self, queued_ids: set[str], read_at: float) -> None:
         """Drop held units whose row left the queue without this process (stopped by ``offload
@@ -338,15 +352,18 @@ class Admission:
 
     # -- views ------------------------------------------------------------------------------------
     def items(self) -> list[dict[str, Any]]:
-        """Units this process queued that have not reached the engine's roster, in the shape of
-        the engine's ``list()`` items (``status`` ``queued``) -- so a driver that reads this
-        before the engine's roster never misses a unit between the two."""
+        """Units this process queued, or took from the ledger's queue, that have not reached the
+        engine's roster, in the shape of the engine's ``list()`` items (``status`` ``queued``)
+        -- so a driver that reads this before the engine's roster never misses a unit between
+        the two."""
         with self._lock:
             held = list(self._held.values())
-        return [{"delegation_id": h.row.delegation_id, "status": QUEUED, "goal": h.unit.goals[0] if h.unit.goals
+            starting = [row for unit_id, row in self._starting.items() if unit_id not in self._held]
+        return [*({"delegation_id": h.row.delegation_id, "status": QUEUED, "goal": h.unit.goals[0] if h.unit.goals
                  else "", "goals": h.unit.goals, "group": h.unit.group, "task_indexes": h.unit.indexes,
                  "dispatched_at": h.row.dispatched_at, **h.origin.flat(), "origin": h.origin.to_json(),
-                 "where": "queued: starts when a background slot frees"} for h in held]
+                 "where": "queued: starts when a background slot frees"} for h in held),
+                *(_starting_item(row) for row in starting)]
 
     def reset(self) -> None:
         """Forget the units held here (tests and embedding apps; their rows stay queued)."""
@@ -357,6 +374,16 @@ class Admission:
     def starting(self) -> set[str]:
         with self._lock:
             return set(self._starting)
+
+
+def _starting_item(row: LedgerRow) -> dict[str, Any]:
+    """A row taken from the ledger's queue (a dead owner's, or one handed over) on its way to
+    the engine's roster, in the shape of ``items``."""
+    task, origin = row.task or {}, Origin.of_row(row)
+    goals = task.get("goals") or [task.get("goal") or ""]
+    return {"delegation_id": row.delegation_id, "status": QUEUED, "goal": goals[0] if goals else "", "goals": goals,
+            "group": task.get("group"), "task_indexes": task.get("task_indexes"),
+            "dispatched_at": row.dispatched_at, **origin.flat(), "origin": origin.to_json(), "where": "starting"}
 
 
 def _as_dispatch(row: LedgerRow) -> DispatchRow:
