@@ -6,7 +6,8 @@ scripted model at BASE_URL, delegates GOAL for SESSION and prints ``dispatched I
 - ``crash``: waits until the ledger lists the unit as finished (recorded, unacknowledged), prints
   ``finished ID`` and dies at once (``os._exit(9)``: nothing closed, acknowledged or given back);
 - ``close``: takes the result from ``results()``, prints ``took ID``, and closes the ``Offload``
-  without acknowledging it (exit 0).
+  without acknowledging it (exit 0);
+- ``hang``: waits (its unit running) until the test kills it.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ def main(mode: str, home: str, base_url: str, goal: str, session: str) -> None:
     off = Offload(home=home, model=DEMO_MODEL, base_url=base_url)
     handle = off.delegate(goal, session=session)
     print(f"dispatched {handle.id}", flush=True)
+    if mode == "hang":
+        time.sleep(FINISH_WITHIN_S)
+        os._exit(2)
     if mode == "close":
         for result in off.results(session, timeout_s=FINISH_WITHIN_S):
             print(f"took {result.id}", flush=True)
