@@ -140,17 +140,17 @@ class PublicApi:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             _refuse_closed(self)
+            requeued = self.deliveries.requeued  # a poll may recover a dead owner's unit, queued to resume here
             live = self._api_state().live_ids(self, inbox)  # BEFORE polling: a unit queues its event first
             ready = self._api_state().take(self, inbox)
             yield from ready
-            if not ready and not live:
-                # The poll may have recovered a dead owner's unit of this session and queued it to
-                # resume here (a consumer's first look, or a sweep): look again, the ledger's queue too.
-                live = self._api_state().live_ids(self, inbox, queued_in_ledger=True)
-                if not live:
+            if ready:
+                continue
+            if not live:
+                if self.deliveries.requeued == requeued:
                     return
-            if not ready:
-                _wait_for_bus(self, deadline, inbox.session_id, live)
+                continue  # look again: the unit it queued is waiting, starting or running now
+            _wait_for_bus(self, deadline, inbox.session_id, live)
 
     async def aresults(self: Offload, session: str, *, timeout_s: float | None = None) -> AsyncIterator[Result]:
         """``results`` for asyncio: the waits run in a worker thread, never on the event loop."""
@@ -258,19 +258,22 @@ class _ApiState:
             ready.append(_result_of(off, inbox.session_id, item))
         return ready
 
-    def live_ids(self, off: Offload, inbox: SessionInbox, *, queued_in_ledger: bool = False) -> list[str]:
+    def live_ids(self, off: Offload, inbox: SessionInbox) -> list[str]:
         """The ids of the session's units this ``Offload`` runs or will start: on the engine's
-        roster, in its admission queue and (``queued_in_ledger``) waiting in the ledger's queue
-        for it. Read in the order a unit moves (it enters the next before it leaves the one
-        before), so none slips between two reads."""
+        roster, in its admission queue, and (when neither holds one) waiting in the ledger's
+        queue for it. The last look reads in the order a unit moves (the ledger's queue, the
+        admission, the roster: it enters each before it leaves the one before), so none slips
+        between two reads."""
+        return self._here(off, inbox) or list(dict.fromkeys(self._queued_in_ledger(off, inbox) + self._here(off, inbox)))
+
+    @staticmethod
+    def _here(off: Offload, inbox: SessionInbox) -> list[str]:
         from offload.engine.states import LIVE_STATES
 
-        waiting = self._queued_in_ledger(off, inbox) if queued_in_ledger else []
-        queued = off.admission.items()
+        queued = off.admission.items()  # first: a unit leaves it only once it is on the engine's roster
         live = [str(u.get("delegation_id")) for u in off.engine.list()
                 if u.get("status") in LIVE_STATES and inbox.owns(u)]
-        live += [str(u["delegation_id"]) for u in queued if u["delegation_id"] not in live and inbox.owns(u)]
-        return live + [did for did in waiting if did not in live]
+        return live + [str(u["delegation_id"]) for u in queued if u["delegation_id"] not in live and inbox.owns(u)]
 
     @staticmethod
     def _queued_in_ledger(off: Offload, inbox: SessionInbox) -> list[str]:
