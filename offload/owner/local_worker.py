@@ -42,6 +42,7 @@ class LocalWorker:
         self.bus = off.bus.completion_queue  # nobody else drains it in a worker
         self.draining = threading.Event()
         self._parents: dict[str | None, Any] = {}
+        self._told_refused: set[str] = set()  # units it could not start, said once each
         off.admission.parent_for, off.admission.any_workspace = self._parent_for, True
         off.admission.config = self._config
 
@@ -99,13 +100,21 @@ class LocalWorker:
             logger.debug("recovery pass failed", exc_info=True)
         if off.admission.pump(foreign=True):
             self.say(f"running {self.running} unit(s)")
+        for unit_id, why in off.admission.refused().items():
+            if unit_id not in self._told_refused:
+                self._told_refused.add(unit_id)
+                self.say(f"offload worker: cannot start {unit_id} ({why}); it stays queued for the next offload "
+                         "process on this home that can run it")
 
     def _startable(self) -> bool:
-        """Whether a queued row waits that this worker may start (its capacity aside)."""
+        """Whether a queued row waits that this worker may start (its capacity aside) and has not
+        failed to start here: one it cannot run (no credentials for it) must not keep it alive."""
         ledger = self.runtime.ledger()
         try:
             rows = ledger.queued_rows() if ledger.exists() else []
-            return any(self.runtime.admission.may_start(ledger, row) for row in rows)
+            refused = self.runtime.admission.refused()
+            return any(row.delegation_id not in refused and self.runtime.admission.may_start(ledger, row)
+                       for row in rows)
         except Exception:
             logger.debug("reading the queue failed", exc_info=True)
             return False

@@ -79,6 +79,7 @@ class Admission:
         self._held: dict[str, Held] = {}
         self._starting: dict[str, LedgerRow] = {}  # taken from the ledger, not yet on the engine's roster
         self._adopted: set[str] = set()  # rows of a dead owner this process took and had to put back
+        self._refused: dict[str, str] = {}  # of those, why this process could not start them (e.g. no credentials)
         self._lock = threading.Lock()  # guards the dicts and the set
         self._pumping = threading.Lock()  # one pump at a time: rows are taken in order
         self._admitting = threading.Lock()  # one bound check and its writes at a time: the queue holds its limit
@@ -291,6 +292,7 @@ class Admission:
                 with self._lock:
                     self._held.pop(row.delegation_id, None)
                     self._adopted.discard(row.delegation_id)
+                    self._refused.pop(row.delegation_id, None)
                 logger.info("Started queued delegation %s", row.delegation_id)
                 return True
             logger.info("Queued delegation %s could not start yet (%s); it stays queued", row.delegation_id,
@@ -298,6 +300,7 @@ class Admission:
             if held is None:
                 with self._lock:
                     self._adopted.add(row.delegation_id)  # now under this owner: start it later
+                    self._refused[row.delegation_id] = str(res.get("error"))
             ledger.requeue_unit(held.row if held is not None else _as_dispatch(row), time.time())
             return False
         finally:
@@ -370,10 +373,13 @@ class Admission:
         with self._lock:
             self._held.clear()
             self._adopted.clear()
+            self._refused.clear()
 
-    def starting(self) -> set[str]:
+    def refused(self) -> dict[str, str]:
+        """The rows this process took from the queue and could not start, with why (for a
+        worker: no credentials for them here); each is tried again at every pump."""
         with self._lock:
-            return set(self._starting)
+            return dict(self._refused)
 
 
 def _starting_item(row: LedgerRow) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from offload.owner import home_worker
 from offload.testing.demo_script import request_role
@@ -118,6 +119,26 @@ def test_the_worker_resumes_a_dead_owner_s_unit_on_sqlite_and_exits_when_idle(cl
     assert row.state == "completed" and row.result["results"][0]["summary"] == "Answered by the worker."
     assert row.result["results"][0]["resumed"]["after"]["pid"] == run.proc.pid
     assert len(_child_requests(server)) == 2  # the call in flight at the death, issued once more
+
+
+def test_a_worker_that_cannot_run_a_unit_says_why_and_still_exits_when_idle(cli, model_server, write_config,
+                                                                            runtime, _isolated_hermes_home):
+    """A unit whose model the worker has no credentials for (here: the config lost its
+    base_url, so the default endpoint needs a key nobody set) stays queued for a process that
+    can run it; the worker says why once and leaves when idle (it ran forever, trying every
+    second, while the unit counted as work it could start)."""
+    server = model_server(scripted_parent(child=lambda request: hang_reply("thinking"), delegate={"goal": "answer"}))
+    write_config(server, resume="auto")
+    run = cli("run", "ask something")
+    did = run.wait_for(HANDLE_RE).group(1)
+    until(lambda: _child_requests(server), "the child's model call started")
+    run.kill()
+    (_isolated_hermes_home / "config.yaml").write_text(yaml.safe_dump({"model": "demo-model"}), encoding="utf-8")
+    worker = cli("worker", "--idle-exit-s", "1")
+    assert worker.finish(timeout_s=60) == 0, worker.output
+    assert f"cannot start {did} (ConfigError: no API key" in worker.output, worker.output
+    assert worker.output.count(f"cannot start {did}") == 1 and "idle, exiting" in worker.output, worker.output
+    assert runtime.ledger().get(did).state == "queued"  # left for the next process that can run it
 
 
 def test_the_sqlite_worker_takes_queued_units_within_its_capacity(cli, model_server, write_config, runtime):
