@@ -8,11 +8,14 @@ import json
 
 import pytest
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.dashboard.test_owner_fate import _killed_mid_run, dashboard_url  # noqa: F401 (fixture)
 from tests.e2e.conftest import offload, resume_never
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+WAIT_S = 30.0
 _BARS = """var found = {};
 document.querySelectorAll('#chart-outcomes rect[data-outcome]').forEach(function (r) {
   found[r.dataset.outcome] = (found[r.dataset.outcome] || 0) + Number(r.dataset.count); });
@@ -41,6 +44,7 @@ def test_counters_charts_filters_and_search_from_real_runs(browser, dashboard_ur
     # the recovered unit: unknown (a failure of the last hour), its result not yet delivered
     assert counters == {"running": 0, "queued": 0, "pending": 1, "failed": 1, "stalled": 0}
     browser.find_element("css selector", "#counter-failed a").click()
+    WebDriverWait(browser, WAIT_S).until(EC.url_contains("/history"))  # the page it links to, not the overview
     assert [did for did, _ in _rows(browser)] == [died]  # the counter's link lists what it counts
 
     browser.get(dashboard_url.url + "/history")
@@ -49,6 +53,7 @@ def test_counters_charts_filters_and_search_from_real_runs(browser, dashboard_ur
     search = browser.find_element("tag name", "body")
     search.send_keys("/")  # the goal search, from the keyboard
     browser.switch_to.active_element.send_keys("survey every file", Keys.ENTER)
+    WebDriverWait(browser, WAIT_S).until(EC.url_contains("q=survey"))  # the search's page, not the one before it
     assert [did for did, _ in _rows(browser)] == [died]  # the crash drill's slow task
     browser.get(dashboard_url.url + "/history?state=completed")
     assert sorted(s for _, s in _rows(browser)) == ["completed", "completed"]
