@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -148,28 +147,8 @@ def run(n_waiters: int = 200, n_probes: int = 200, wait_s: float = 60.0) -> dict
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
-            _kill_home_worker(Path(tmp))
+            home_worker.kill(Path(tmp))  # the SIGTERM handed the held delegation over to it
     return figures
-
-
-def _kill_home_worker(home: Path, within_s: float = 10.0) -> None:
-    """The SIGTERM handed the held delegation over to the home's background worker: kill it
-    before its home is removed (started just before the server exited, it may not hold its lock
-    yet; its log says one was started)."""
-    if not (home / home_worker.LOG_NAME).exists():
-        return
-    killed, deadline = False, time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        pid = home_worker.holder(home)
-        if pid is None and killed:
-            return
-        if pid is not None and pid > 0:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            killed = True
-        time.sleep(0.05)  # a process starting up: nothing to wait on but its lock
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -63,6 +65,26 @@ def holder(home: Path) -> int | None:
         return int(lock_path(home).read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return -1  # held, by a worker still writing its pid
+
+
+def kill(home: Path, within_s: float = 10.0) -> None:
+    """SIGKILL this home's worker if one was started (tests and benches, before their home goes).
+    One started a moment ago may not hold its lock yet: when the home's worker log exists, wait
+    (at most ``within_s``) for a holder to kill, then for its lock to be free."""
+    if not (Path(home) / LOG_NAME).exists():
+        return
+    killed, deadline = False, time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        pid = holder(home)
+        if pid is None and killed:
+            return
+        if pid is not None and pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            killed = True
+        time.sleep(0.05)  # a process starting up: nothing to wait on but its lock
 
 
 def ensure(home: Path, idle_exit_s: float = IDLE_EXIT_S) -> int | None:

@@ -11,7 +11,6 @@ Resuming is opted into explicitly (``delegation.resume: auto``) whatever the def
 """
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -33,9 +32,7 @@ MARKER = "echo ran >> marker.txt && sleep 0.3"  # a command that outlives the SI
 @pytest.fixture(autouse=True)
 def stop_the_background_worker(_isolated_hermes_home):
     yield
-    pid = home_worker.holder(_isolated_hermes_home)
-    if pid and pid > 0:
-        os.kill(pid, signal.SIGKILL)
+    home_worker.kill(_isolated_hermes_home)
 
 
 def _child_requests(server) -> list[dict]:

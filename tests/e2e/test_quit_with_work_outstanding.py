@@ -107,6 +107,4 @@ def test_a_second_ctrl_c_hands_over_what_the_first_did_not_stop(runtime, _isolat
     rows = runtime.ledger().browse(Browse(limit=10))
     handed = [row for row in rows if handed_over(row) or (row.result or {}).get("resumed")]
     assert len(rows) == 2 and len(handed) == 1, [(r.delegation_id, r.state, r.task) for r in rows]
-    worker = home_worker.holder(_isolated_hermes_home)  # the background worker it started: stop it
-    if worker and worker > 0:
-        os.kill(worker, signal.SIGKILL)
+    home_worker.kill(_isolated_hermes_home)  # the background worker it started

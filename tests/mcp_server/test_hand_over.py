@@ -30,9 +30,7 @@ EXIT_WITHIN_S = 3.0  # an MCP server must be gone within a couple of seconds of 
 def resume_auto(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"delegation": {"resume": "auto"}}), encoding="utf-8")
     yield
-    pid = home_worker.holder(tmp_path)  # the background worker the test started: stop it
-    if pid and pid > 0:
-        os.kill(pid, signal.SIGKILL)
+    home_worker.kill(tmp_path)  # the background worker the test started
 
 
 class Asked:

@@ -159,9 +159,7 @@ def test_sigterm_ends_an_open_long_poll_at_once_with_its_current_state(tmp_path,
     finally:
         model.gate.set()
         running.stop()
-        worker = home_worker.holder(tmp_path)  # SIGTERM handed the child to the home's worker
-        if worker and worker > 0:
-            os.kill(worker, signal.SIGKILL)
+        home_worker.kill(tmp_path)  # SIGTERM handed the child to the home's worker
     # Its state then, not a wait of 3600 s: still running here, or already handed over (queued for
     # the home's worker) when the hand-over's write came first.
     assert outcome["result"].structured_content["state"] in ("running", "queued"), outcome["result"]
